@@ -120,10 +120,11 @@ wl_linreg() {
 # train_row NAME LABEL STEPS WARMUP ARGS...
 train_row() {
   local name=$1 label=$2 steps=$3 warm=$4; shift 4
-  run_logged "$TMP/${name}_c.txt" env OMP_WAIT_POLICY=passive "$(exe bench_train)" "$@" --threads "$THREADS" \
+  run_logged "$TMP/${name}_c.txt" env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=30000 "$(exe bench_train)" "$@" --threads "$THREADS" \
     --steps "$steps" --warmup "$warm"
-  # Each side runs with its own default: the ctrain command sets a passive
-  # OpenMP wait policy, PyTorch leaves libgomp's default.
+  # Each side runs with its own default: the ctrain command bounds libgomp's
+  # spin to 30,000 iterations (src/cli/main.c), PyTorch leaves libgomp's
+  # default (300,000).
   run_logged "$TMP/${name}_t.txt" env -u OMP_WAIT_POLICY "$PYTHON" "$ROOT/bench/torch_train.py" "$@" \
     --threads "$THREADS" --steps "$steps" --warmup "$warm"
   local c t cg tg
