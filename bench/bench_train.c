@@ -73,25 +73,43 @@ static double forward_macs(const ct_model *m) {
   return macs;
 }
 
+enum { STEP_PHASES = 5 };
+
 typedef struct step_ctx {
   ct_model *m;
   ct_device *dev;
   ct_optimizer *opt;
   float *params, *grads;
   ct_tensor x, y;
+  double *phase[STEP_PHASES]; /* per timed step wall seconds, or NULL */
+  int timed;                  /* index of the timed step being run */
 } step_ctx;
+
+static const char *const phase_name[STEP_PHASES] = {"forward", "loss", "zero_grad", "backward", "optimizer"};
+
+/* Wall time of phase p of the current step when the phases are recorded. */
+static void mark(step_ctx *c, int p, double *t) {
+  double n = now();
+  if (c->phase[p]) c->phase[p][c->timed] = n - *t;
+  *t = n;
+}
 
 static double step(step_ctx *c, uint32_t k) {
   const ct_tensor *out;
   ct_tensor dout;
-  double lv;
+  double lv, t = now();
   CK(ct_model_forward(c->m, &c->x, 1, k, &out));
+  mark(c, 0, &t);
   CK(ct_loss_forward(c->dev, CT_LOSS_CROSS_ENTROPY, out, &c->y, 0.0f, &lv));
   CK(ct_model_output_grad(c->m, &dout));
-  CK(ct_model_zero_grad(c->m));
   CK(ct_loss_backward(c->dev, CT_LOSS_CROSS_ENTROPY, out, &c->y, 0.0f, 1.0f, &dout));
+  mark(c, 1, &t);
+  CK(ct_model_zero_grad(c->m));
+  mark(c, 2, &t);
   CK(ct_model_backward(c->m, &dout));
+  mark(c, 3, &t);
   CK(ct_optimizer_step(c->opt, c->params, c->grads));
+  mark(c, 4, &t);
   return lv;
 }
 
@@ -191,7 +209,7 @@ int main(int argc, char **argv) {
   ct_model_input_shape(m, &ic, &ih, &iw);
   int64_t per = ct_model_input_ndim(m) == 1 ? ic : (int64_t)ic * ih * iw;
 
-  step_ctx sc = {m, dev, NULL, NULL, NULL, {0}, {0}};
+  step_ctx sc = {m, dev, NULL, NULL, NULL, {0}, {0}, {NULL}, 0};
   size_t np;
   sc.params = ct_model_params(m, &np);
   sc.grads = ct_model_grads(m, &np);
@@ -212,8 +230,11 @@ int main(int argc, char **argv) {
 
   for (int i = 0; i < warmup; i++) step(&sc, (uint32_t)i);
   double *t = malloc(sizeof(double) * (size_t)steps), *ct = malloc(sizeof(double) * (size_t)steps);
+  if (prof)
+    for (int p = 0; p < STEP_PHASES; p++) sc.phase[p] = malloc(sizeof(double) * (size_t)steps);
   double loss = 0;
   for (int i = 0; i < steps; i++) {
+    sc.timed = i;
     double c0 = cpu_now(), t0 = now();
     loss = step(&sc, (uint32_t)(warmup + i));
     t[i] = now() - t0;
@@ -240,7 +261,16 @@ int main(int argc, char **argv) {
          batch / cmed, flop / cmed * 1e-9);
   printf("  %.3f GFLOP per step (forward conv/linear MACs x2 x3), plan %.1f MB, peak RSS %.0f MB, loss %.4f, load %.2f\n",
          flop * 1e-9, ct_model_plan_bytes(m) / 1048576.0, rss_mb, loss, la[0]);
-  if (prof) profile(&sc, steps < 5 ? 5 : steps, threads);
+  if (prof) {
+    printf("phases of the step, median wall ms over the %d timed steps:", steps);
+    for (int p = 0; p < STEP_PHASES; p++) {
+      printf(" %s %.3f", phase_name[p], median(sc.phase[p], steps) * 1e3);
+      free(sc.phase[p]);
+      sc.phase[p] = NULL;
+    }
+    printf("\n");
+    profile(&sc, steps < 5 ? 5 : steps, threads);
+  }
   printf("RESULT workload=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
          "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f\n",
          model, prec, batch, threads, med, tmin, cmed, batch / med, batch / cmed, flop * 1e-9, flop / med * 1e-9, rss_mb,
