@@ -64,6 +64,7 @@ typedef struct ct_dropout_key {
 typedef struct ct_backend ct_backend;
 struct ct_step_stats;
 struct ct_fused_optim_args;
+struct ct_xf_batch;
 
 struct ct_backend {
   const char *name;
@@ -112,6 +113,51 @@ struct ct_backend {
   ct_status (*set_option)(ct_device *d, const char *name, int value);
   /* Free and total bytes of the device's memory. */
   ct_status (*mem_info)(ct_device *d, size_t *free_bytes, size_t *total_bytes);
+
+  /* ---- a step without host synchronisation, and CUDA graphs
+   * (src/train/device_step.c); NULL on the host backends. ---- */
+  /* Queues a copy on the compute stream in order with the ops and returns
+   * at once (a device->host copy lands in pinned memory later: wait for an
+   * event recorded after it). Host memory on either side must stay valid
+   * until the stream has passed the copy. */
+  ct_status (*copy_async)(ct_device *d, void *dst, int dst_on_dev, const void *src, int src_on_dev, size_t bytes);
+  /* Records event `slot` (0..7) on the compute stream; event_wait blocks
+   * the host until the stream has passed the last record of that slot. */
+  ct_status (*event_record)(ct_device *d, int slot);
+  ct_status (*event_wait)(ct_device *d, int slot);
+  /* The loss backwards with the gradient scale read from device memory
+   * (stats->scaler: its scale when enabled, else 1), so the device's loss
+   * scaler reaches the backward without a read-back. */
+  ct_status (*cross_entropy_bwd_dev)(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
+                                     float label_smoothing, const struct ct_step_stats *stats, ct_tensor *dlogits);
+  ct_status (*nll_bwd_dev)(ct_device *d, const ct_tensor *targets, const struct ct_step_stats *stats,
+                           ct_tensor *dlogp);
+  /* fused_optim_step with its scalars read from stats->args (the row
+   * matching stats->opt_steps); kind and n fix the launch. */
+  ct_status (*fused_optim_step_dev)(ct_device *d, int kind, int64_t n, float *params, const float *grads, float *s0,
+                                    float *s1, float *s2, const struct ct_step_stats *stats);
+  /* Stream capture of everything queued on the compute stream between
+   * graph_begin and graph_end into an executable graph (*graph; NULL and
+   * an error when capture or instantiation failed, the stream then back
+   * to normal); graph_launch replays it on the compute stream. A graph is
+   * bound to the addresses it captured: graph_launch fails with
+   * CT_ERR_INVALID_ARG if the device's scratch buffer (cuDNN/cuBLASLt
+   * workspaces, reduction partials) moved since, and the caller captures
+   * again. */
+  ct_status (*graph_begin)(ct_device *d);
+  ct_status (*graph_end)(ct_device *d, void **graph);
+  ct_status (*graph_launch)(ct_device *d, void *graph);
+  void (*graph_free)(ct_device *d, void *graph);
+
+  /* ---- GPU data path (src/data/transform_params.h, src/data/gpu_data.c);
+   * NULL on the host backends, whose loader transforms on the CPU (the
+   * same arithmetic on the host: ct_xf_batch_host). ---- */
+  /* Queues b->dst[i] = the per-sample transform (resize, crop, flip,
+   * ToFloat, Normalize) of uint8 image b->src[row i], with the crop and
+   * flip drawn from (b->seed, b->epoch, sample id) exactly as
+   * ct_transform_apply draws them, and b->labels_out[i] = b->labels[row i]
+   * when both are given. Every pointer in b is device memory. */
+  ct_status (*transform_u8)(ct_device *d, const struct ct_xf_batch *b);
 
   /* ---- dense linear algebra ---- */
   /* c[M,N] = alpha * op(a) @ op(b) + beta * c; op transposes when trans_*.

@@ -17,6 +17,7 @@
 #define CTRAIN_OPTIM_FUSED_STEP_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -33,15 +34,6 @@ typedef struct ct_scaler_dev {
   int64_t growth_interval, growth_tracker, skipped_steps;
 } ct_scaler_dev;
 
-/* Everything one step leaves on the device for the host; read back in one
- * copy per step. */
-typedef struct ct_step_stats {
-  double sumsq;          /* sum over i of (float)(g[i] * inv_scale)^2, in double */
-  int32_t nonfinite;     /* 1 when a scaled gradient is inf/NaN */
-  float loss;            /* the loss forward's one-element output */
-  int64_t top1, top5;    /* correct predictions of the step's batch */
-  ct_scaler_dev scaler;  /* persistent across steps */
-} ct_step_stats;
 
 /* Scalars of one fused optimizer step, rounded on the host exactly where
  * src/optim/optimizer_step.c rounds them. */
@@ -56,6 +48,53 @@ typedef struct ct_fused_optim_args {
   float neg_step_size, bc2_sqrt, b1, omb1, b2, omb2, eps, l2, decay;
   int32_t apply_decay, amsgrad;
 } ct_fused_optim_args;
+
+/* How many steps may be queued whose skip decision the host has not read
+ * yet (the lagged read-back keeps one; 2 leaves room). */
+#define CT_STEP_LAG_MAX 2
+
+/* The per-step optimizer scalars in device memory, written by the host
+ * before each step (a plain copy on the stream) so a replayed CUDA graph
+ * reads the current learning rate and step count instead of the values
+ * frozen at capture. row[j] holds the arguments for the case that j of the
+ * steps still in flight when the host wrote it were taken (not skipped):
+ * the device picks row[opt_steps - base_steps]. Every row is rounded on
+ * the host exactly as ct_optimizer_step rounds, so the lag changes no
+ * bit of the update. */
+typedef struct ct_step_args {
+  int64_t base_steps;  /* the host's optimizer step count when it wrote this */
+  ct_fused_optim_args row[CT_STEP_LAG_MAX + 1];
+} ct_step_args;
+
+/* Everything one step leaves on the device for the host; read back in one
+ * copy per step. */
+typedef struct ct_step_stats {
+  double sumsq;          /* sum over i of (float)(g[i] * inv_scale)^2, in double */
+  int32_t nonfinite;     /* 1 when a scaled gradient is inf/NaN */
+  float loss;            /* the loss forward's one-element output */
+  int64_t top1, top5;    /* correct predictions of the step's batch */
+  ct_scaler_dev scaler;  /* persistent across steps */
+  /* Optimizer steps taken on the device (not skipped), counted by the
+   * scaler-update kernel: with a lagged read-back the host does not yet
+   * know whether the last queued steps were skipped, so the device picks
+   * the matching row of the argument table (ct_step_args). */
+  int64_t opt_steps;
+  /* Written by the host, never read back (the read-back copies the bytes
+   * before it: CT_STEP_STATS_READBACK). */
+  ct_step_args args;
+} ct_step_stats;
+
+#define CT_STEP_STATS_READBACK offsetof(ct_step_stats, args)
+
+
+/* The row of t that matches the device's own step count (clamped, so a
+ * corrupted count cannot index outside the table). */
+CT_HD const ct_fused_optim_args *ct_step_args_pick(const ct_step_args *t, int64_t opt_steps) {
+  int64_t j = opt_steps - t->base_steps;
+  if (j < 0) j = 0;
+  if (j > CT_STEP_LAG_MAX) j = CT_STEP_LAG_MAX;
+  return &t->row[j];
+}
 
 /* inv_scale as GradScaler computes it: reciprocal in double, rounded to f32. */
 CT_HD float ct_fused_inv_scale(const ct_scaler_dev *s) { return s->enabled ? (float)(1.0 / (double)s->scale) : 1.0f; }

@@ -67,6 +67,17 @@ static ct_backend cuda_table = {
     .copy_h2d_async = cuda_copy_h2d_async,
     .set_option = cuda_set_option,
     .mem_info = cuda_mem_info,
+    .copy_async = cuda_copy_async,
+    .event_record = cuda_event_record,
+    .event_wait = cuda_event_wait,
+    .cross_entropy_bwd_dev = cuda_cross_entropy_bwd_dev,
+    .nll_bwd_dev = cuda_nll_bwd_dev,
+    .fused_optim_step_dev = cuda_fused_optim_step_dev,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
+    .transform_u8 = cuda_transform_u8,
 };
 
 const ct_backend *ct_cuda_backend(void) { return &cuda_table; }

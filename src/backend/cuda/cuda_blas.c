@@ -6,8 +6,11 @@
  * f32 when the device was opened with CTRAIN_CUDA_TF32=1). linear_fwd uses
  * the cuBLASLt bias/ReLU epilogue for f32 outputs with f32 bias; other
  * activations (GELU here is the exact erf form, cuBLASLt's is the tanh
- * approximation) and dtypes run a separate bias+activation kernel. */
+ * approximation) and dtypes run a separate bias+activation kernel.
+ * Descriptors and the heuristic's choice are cached per shape (blas_plan). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_impl.h"
 
@@ -58,56 +61,137 @@ static ct_status check_types(const char *op, ct_dtype a, ct_dtype b, ct_dtype c)
     }                                                                     \
   } while (0)
 
-static ct_status gemm(ct_device *d, const gemm_args *g, const char *op) {
+/* A cuBLASLt plan: descriptors, layouts and the heuristic's algorithm for
+ * one (transposes, shapes, leading dimensions, dtypes, epilogue, bias or
+ * not, compute type, operand alignments) key, built on the first call and
+ * reused on every later one (the cuDNN plan cache's rule, cuda_conv.c).
+ * Only the bias pointer changes per call; it is set on the cached
+ * descriptor right before the matmul, and a device's ops run on one
+ * thread at a time (its stream's order), so that is not racy. */
+#define BLAS_KEY 17
+typedef struct blas_plan {
+  int64_t key[BLAS_KEY];
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulHeuristicResult_t res;
+} blas_plan;
+
+struct cuda_blas_cache {
+  blas_plan *p;
+  int n, cap;
+};
+
+static void plan_destroy(blas_plan *p) {
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+}
+
+void cuda_blas_cache_free(ct_device *d) {
+  cuda_dev *cd = cuda_dev_of(d);
+  struct cuda_blas_cache *c = cd->blas_cache;
+  if (!c) return;
+  for (int i = 0; i < c->n; i++) plan_destroy(&c->p[i]);
+  free(c->p);
+  free(c);
+  cd->blas_cache = NULL;
+}
+
+static void make_key(int64_t *k, const gemm_args *g, int tf32) {
+  int64_t v[BLAS_KEY] = {g->ta, g->tb, (int64_t)g->m, (int64_t)g->n, (int64_t)g->k, g->at, g->bt, g->dt, g->lda,
+                         g->ldb, g->ldd, g->epi, g->bias != NULL, tf32, align_of(g->A), align_of(g->B),
+                         align_of(g->D)};
+  memcpy(k, v, sizeof v);
+}
+
+/* Builds p for g: descriptors, layouts, preference and the heuristic. */
+static ct_status plan_build(ct_device *d, const gemm_args *g, const char *op, blas_plan *p) {
   cuda_dev *cd = cuda_dev_of(d);
   ct_status s = CT_OK;
-  cublasLtMatmulDesc_t desc = NULL;
-  cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
   cublasLtMatmulPreference_t pref = NULL;
-  if (!g->m || !g->n) return CT_OK;
-  CT_TRY(cuda_enter(d));
   cublasComputeType_t ct = (g->at == CT_F32 && cd->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  LT(cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F));
-  LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta));
-  LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb));
+  LT(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F));
+  LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta));
+  LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb));
   if (g->epi != CUBLASLT_EPILOGUE_DEFAULT) {
-    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epi, sizeof g->epi));
-    if (g->bias) LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epi, sizeof g->epi));
+    if (g->bias) LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
   }
   /* Layouts describe the stored matrices, before op(). */
   int na = g->ta == CUBLAS_OP_N, nb = g->tb == CUBLAS_OP_N;
-  LT(cublasLtMatrixLayoutCreate(&la, lt_type(g->at), na ? g->m : g->k, na ? g->k : g->m, g->lda));
-  LT(cublasLtMatrixLayoutCreate(&lb, lt_type(g->bt), nb ? g->k : g->n, nb ? g->n : g->k, g->ldb));
-  LT(cublasLtMatrixLayoutCreate(&ld, lt_type(g->dt), g->m, g->n, g->ldd));
+  LT(cublasLtMatrixLayoutCreate(&p->la, lt_type(g->at), na ? g->m : g->k, na ? g->k : g->m, g->lda));
+  LT(cublasLtMatrixLayoutCreate(&p->lb, lt_type(g->bt), nb ? g->k : g->n, nb ? g->n : g->k, g->ldb));
+  LT(cublasLtMatrixLayoutCreate(&p->ld, lt_type(g->dt), g->m, g->n, g->ldd));
   LT(cublasLtMatmulPreferenceCreate(&pref));
   uint64_t wsmax = LT_WORKSPACE;
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsmax, sizeof wsmax));
   /* Views into arenas may be less aligned than cudaMalloc's 256 bytes;
-   * telling the heuristic keeps it from picking a kernel that needs more. */
+   * telling the heuristic keeps it from picking a kernel that needs more.
+   * The alignments are part of the key, so a plan never meets a pointer
+   * less aligned than the one it was chosen for. */
   uint32_t al_a = align_of(g->A), al_b = align_of(g->B), al_d = align_of(g->D);
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-  cublasLtMatmulHeuristicResult_t res;
   int nres = 0;
-  LT(cublasLtMatmulAlgoGetHeuristic(cd->lt, desc, la, lb, ld, ld, pref, 1, &res, &nres));
-  if (nres < 1) {
+  LT(cublasLtMatmulAlgoGetHeuristic(cd->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->res, &nres));
+  if (nres < 1)
     s = ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuBLASLt has no algorithm for m=%llu n=%llu k=%llu (%s x %s -> %s)", op,
                  (unsigned long long)g->m, (unsigned long long)g->n, (unsigned long long)g->k,
                  ct_dtype_name(g->at), ct_dtype_name(g->bt), ct_dtype_name(g->dt));
-    goto done;
-  }
-  void *ws = NULL;
-  if (res.workspaceSize > 0 && (s = cuda_scratch(d, res.workspaceSize, &ws)) != CT_OK) goto done;
-  LT(cublasLtMatmul(cd->lt, desc, &g->alpha, g->A, la, g->B, lb, &g->beta, g->D, ld, g->D, ld, &res.algo, ws,
-                    res.workspaceSize, cd->stream));
 done:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (ld) cublasLtMatrixLayoutDestroy(ld);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  if (desc) cublasLtMatmulDescDestroy(desc);
+  if (s != CT_OK) plan_destroy(p);
+  return s;
+}
+
+/* The cached plan for g, built on a miss. */
+static ct_status plan_get(ct_device *d, const gemm_args *g, const char *op, blas_plan **out) {
+  cuda_dev *cd = cuda_dev_of(d);
+  int64_t key[BLAS_KEY];
+  make_key(key, g, cd->tf32);
+  struct cuda_blas_cache *c = cd->blas_cache;
+  for (int i = 0; c && i < c->n; i++)
+    if (!memcmp(c->p[i].key, key, sizeof key)) {
+      *out = &c->p[i];
+      return CT_OK;
+    }
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c) return ct_error(CT_ERR_OUT_OF_MEMORY, "cuda %s: out of host memory for the cuBLASLt plan cache", op);
+    cd->blas_cache = c;
+  }
+  if (c->n == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 32;
+    blas_plan *np = realloc(c->p, sizeof *np * (size_t)cap);
+    if (!np) return ct_error(CT_ERR_OUT_OF_MEMORY, "cuda %s: out of host memory for the cuBLASLt plan cache", op);
+    c->p = np;
+    c->cap = cap;
+  }
+  blas_plan *p = &c->p[c->n];
+  memset(p, 0, sizeof *p);
+  memcpy(p->key, key, sizeof key);
+  CT_TRY(plan_build(d, g, op, p));
+  c->n++;
+  *out = p;
+  return CT_OK;
+}
+
+static ct_status gemm(ct_device *d, const gemm_args *g, const char *op) {
+  cuda_dev *cd = cuda_dev_of(d);
+  ct_status s = CT_OK;
+  if (!g->m || !g->n) return CT_OK;
+  CT_TRY(cuda_enter(d));
+  blas_plan *p;
+  CT_TRY(plan_get(d, g, op, &p));
+  if (g->bias) LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+  void *ws = NULL;
+  if (p->res.workspaceSize > 0) CT_TRY(cuda_scratch(d, p->res.workspaceSize, &ws));
+  LT(cublasLtMatmul(cd->lt, p->desc, &g->alpha, g->A, p->la, g->B, p->lb, &g->beta, g->D, p->ld, g->D, p->ld,
+                    &p->res.algo, ws, p->res.workspaceSize, cd->stream));
+done:
   return s;
 }
 

@@ -164,6 +164,8 @@ void cuda_close(ct_device *d) {
   if (cd->stream) (void)cudaStreamSynchronize(cd->stream);
   if (cd->copy_stream) (void)cudaStreamSynchronize(cd->copy_stream);
   cuda_conv_cache_free(d);
+  cuda_blas_cache_free(d);
+  cuda_step_events_free(d);
   if (cd->copy_done) (void)cudaEventDestroy(cd->copy_done);
   if (cd->copy_stream) (void)cudaStreamDestroy(cd->copy_stream);
   if (cd->dnn) cudnnDestroy(cd->dnn);

@@ -58,6 +58,10 @@ typedef struct cuda_dev {
   /* Per-shape convolution plans (descriptors, algorithm, workspace size),
    * cuda_conv.c; freed at close. */
   struct cuda_conv_cache *conv_cache;
+  /* Per-shape cuBLASLt plans (cuda_blas.c) and the events of the lagged
+   * statistics read-back (cuda_graph.c); freed at close. */
+  struct cuda_blas_cache *blas_cache;
+  struct cuda_step_events *step_events;
 } cuda_dev;
 
 static inline cuda_dev *cuda_dev_of(ct_device *d) { return (cuda_dev *)d->impl; }
@@ -209,6 +213,30 @@ ct_status cuda_set_option(ct_device *d, const char *name, int value);
 ct_status cuda_mem_info(ct_device *d, size_t *free_bytes, size_t *total_bytes);
 /* Frees the convolution plan cache (cuda_conv.c). */
 void cuda_conv_cache_free(ct_device *d);
+/* Frees the cuBLASLt plan cache (cuda_blas.c) and the step events
+ * (cuda_graph.c). */
+void cuda_blas_cache_free(ct_device *d);
+void cuda_step_events_free(ct_device *d);
+
+/* ---- a step without host synchronisation, CUDA graphs (cuda_graph.c,
+ * cuda_reduce.cu, cuda_optim.cu) ---- */
+ct_status cuda_copy_async(ct_device *d, void *dst, int dst_on_dev, const void *src, int src_on_dev, size_t bytes);
+ct_status cuda_event_record(ct_device *d, int slot);
+ct_status cuda_event_wait(ct_device *d, int slot);
+ct_status cuda_cross_entropy_bwd_dev(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
+                                     float label_smoothing, const struct ct_step_stats *stats, ct_tensor *dlogits);
+ct_status cuda_nll_bwd_dev(ct_device *d, const ct_tensor *targets, const struct ct_step_stats *stats,
+                           ct_tensor *dlogp);
+ct_status cuda_fused_optim_step_dev(ct_device *d, int kind, int64_t n, float *params, const float *grads, float *s0,
+                                    float *s1, float *s2, const struct ct_step_stats *stats);
+ct_status cuda_graph_begin(ct_device *d);
+ct_status cuda_graph_end(ct_device *d, void **graph);
+ct_status cuda_graph_launch(ct_device *d, void *graph);
+void cuda_graph_free(ct_device *d, void *graph);
+
+/* ---- GPU data path (cuda_transform.cu) ---- */
+struct ct_xf_batch;
+ct_status cuda_transform_u8(ct_device *d, const struct ct_xf_batch *b);
 
 /* Describes every visible GPU (see device_impl.h). */
 int cuda_list_devices(char *buf, size_t n);

@@ -83,6 +83,38 @@ __global__ void k_fused_optim(ct_fused_optim_args a, float *p, const float *g, f
   }
 }
 
+/* The same pass with its scalars read from device memory (the row of
+ * st->args matching the device's step count), so a replayed graph sees
+ * the host's latest learning rate; the row goes through shared memory
+ * once per block. */
+__global__ void k_fused_optim_dev(float *p, const float *g, float *s0, float *s1, float *s2, const ct_step_stats *st) {
+  __shared__ ct_fused_optim_args a;
+  if (ct_fused_skip(st)) return;
+  if (threadIdx.x == 0) a = *ct_step_args_pick(&st->args, st->opt_steps);
+  __syncthreads();
+  const float inv = ct_fused_inv_scale(&st->scaler);
+  float cf = 1.0f;
+  const int clip = ct_fused_clip(&a, st, &cf);
+  CT_GRID_STRIDE(i, a.n) {
+    float gi = ct_fused_grad(g[i], inv, clip, cf);
+    if (a.kind == 0)
+      ct_fused_sgd_elem(&a, &p[i], gi, s0 ? &s0[i] : (float *)0);
+    else
+      ct_fused_adam_elem(&a, &p[i], gi, &s0[i], &s1[i], s2 ? &s2[i] : (float *)0);
+  }
+}
+
+extern "C" ct_status cuda_fused_optim_step_dev(ct_device *d, int kind, int64_t n, float *params, const float *grads,
+                                               float *s0, float *s1, float *s2, const ct_step_stats *stats) {
+  if (kind != 0 && (!s0 || !s1))
+    return ct_error(CT_ERR_INVALID_ARG, "cuda fused_optim_step_dev: Adam needs exp_avg and exp_avg_sq");
+  CT_TRY(cuda_enter(d));
+  if (n <= 0) return CT_OK;
+  k_fused_optim_dev<<<ct_blocks(n), CT_THREADS, 0, cuda_stream(d)>>>(params, grads, s0, s1, s2, stats);
+  CUDA_LAUNCHED("fused_optim_step_dev");
+  return CT_OK;
+}
+
 extern "C" ct_status cuda_fused_optim_step(ct_device *d, const ct_fused_optim_args *a, float *params,
                                            const float *grads, float *s0, float *s1, float *s2,
                                            const ct_step_stats *stats) {
@@ -97,7 +129,13 @@ extern "C" ct_status cuda_fused_optim_step(ct_device *d, const ct_fused_optim_ar
   return CT_OK;
 }
 
-__global__ void k_scaler_update(ct_step_stats *st) { ct_fused_scaler_update(&st->scaler, st->nonfinite); }
+/* Also counts the optimizer step when it was taken, so the next step's
+ * arguments (Adam's bias correction, SGD's first momentum step) follow the
+ * device's skip decisions without the host reading them first. */
+__global__ void k_scaler_update(ct_step_stats *st) {
+  if (!ct_fused_skip(st)) st->opt_steps++;
+  ct_fused_scaler_update(&st->scaler, st->nonfinite);
+}
 
 extern "C" ct_status cuda_scaler_update(ct_device *d, ct_step_stats *stats) {
   CT_TRY(cuda_enter(d));

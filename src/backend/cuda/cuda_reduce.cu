@@ -10,6 +10,7 @@
  * the host without a synchronisation; a class index outside [0, C) makes
  * that row's loss and gradient NaN instead of an error. */
 #include "backend/cuda/cuda_common.cuh"
+#include "optim/fused_step.h"
 
 #define STREAM(d) cuda_stream(d)
 #define PARTIAL_BLOCKS 1024
@@ -284,8 +285,18 @@ __global__ void k_ce_rows(const void *x, int xt, const void *t, int tt, int64_t 
   }
 }
 
-__global__ void k_ce_bwd(const void *x, int xt, const void *t, int tt, int64_t C, double eps, double k, void *dx,
-                         int dxt) {
+/* The gradient scale of a loss backward: the host's value, or (st
+ * non-NULL) the device-resident loss scaler's, as the host would pass it
+ * (its scale when enabled, else 1). */
+__device__ __forceinline__ double loss_scale_of(double host_scale, const ct_step_stats *st) {
+  if (!st) return host_scale;
+  return st->scaler.enabled ? (double)st->scaler.scale : 1.0;
+}
+
+/* k = scale / N with the scale from loss_scale_of. */
+__global__ void k_ce_bwd(const void *x, int xt, const void *t, int tt, int64_t C, double eps, double scale, double n,
+                         const ct_step_stats *st, void *dx, int dxt) {
+  const double k = loss_scale_of(scale, st) / n;
   __shared__ float shf[CT_THREADS / 32];
   __shared__ double shd[CT_THREADS / 32];
   const int64_t r = blockIdx.x, base = r * C;
@@ -312,7 +323,9 @@ __global__ void k_nll_rows(const void *x, int xt, const void *t, int tt, int64_t
   if (threadIdx.x == 0) *out_sum = s;
 }
 
-__global__ void k_nll_bwd(const void *t, int tt, int64_t N, int64_t C, float g, void *dx, int dxt) {
+__global__ void k_nll_bwd(const void *t, int tt, int64_t N, int64_t C, double scale, const ct_step_stats *st, void *dx,
+                          int dxt) {
+  const float g = (float)(-loss_scale_of(scale, st) / (double)N);
   CT_GRID_STRIDE(i, N * C) {
     int64_t r = i / C, c = i - r * C, tc = target_at(t, tt, r);
     ct_st(dx, dxt, i, (tc < 0 || tc >= C) ? NAN : c == tc ? g : 0.f);
@@ -385,18 +398,28 @@ extern "C" ct_status cuda_cross_entropy_fwd(ct_device *d, const ct_tensor *logit
   return CT_OK;
 }
 
-extern "C" ct_status cuda_cross_entropy_bwd(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
-                                            float label_smoothing, float grad_scale, ct_tensor *dlogits) {
+static ct_status ce_bwd(ct_device *d, const ct_tensor *logits, const ct_tensor *targets, float label_smoothing,
+                        float grad_scale, const ct_step_stats *st, ct_tensor *dlogits) {
   int64_t N = 0, C = 0;
   CT_TRY(check_loss("cross_entropy_bwd", logits, targets, NULL, &N, &C));
   CT_TRY(cuda_check_float("cross_entropy_bwd", dlogits, 4));
   CT_TRY(cuda_enter(d));
   if (!N) return CT_OK;
   k_ce_bwd<<<(unsigned)N, CT_THREADS, 0, STREAM(d)>>>(logits->data, logits->dtype, targets->data, targets->dtype, C,
-                                                      (double)label_smoothing, (double)grad_scale / (double)N,
+                                                      (double)label_smoothing, (double)grad_scale, (double)N, st,
                                                       dlogits->data, dlogits->dtype);
   CUDA_LAUNCHED("cross_entropy_bwd");
   return CT_OK;
+}
+
+extern "C" ct_status cuda_cross_entropy_bwd(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
+                                            float label_smoothing, float grad_scale, ct_tensor *dlogits) {
+  return ce_bwd(d, logits, targets, label_smoothing, grad_scale, NULL, dlogits);
+}
+
+extern "C" ct_status cuda_cross_entropy_bwd_dev(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
+                                                float label_smoothing, const ct_step_stats *stats, ct_tensor *dlogits) {
+  return ce_bwd(d, logits, targets, label_smoothing, 1.0f, stats, dlogits);
 }
 
 extern "C" ct_status cuda_nll_fwd(ct_device *d, const ct_tensor *logp, const ct_tensor *targets, ct_tensor *loss) {
@@ -414,16 +437,25 @@ extern "C" ct_status cuda_nll_fwd(ct_device *d, const ct_tensor *logp, const ct_
   return CT_OK;
 }
 
-extern "C" ct_status cuda_nll_bwd(ct_device *d, const ct_tensor *targets, float grad_scale, ct_tensor *dlogp) {
+static ct_status nll_bwd(ct_device *d, const ct_tensor *targets, float grad_scale, const ct_step_stats *st,
+                         ct_tensor *dlogp) {
   int64_t N = 0, C = 0;
   CT_TRY(check_loss("nll_bwd", dlogp, targets, NULL, &N, &C));
   CT_TRY(cuda_enter(d));
   if (!N) return CT_OK;
-  k_nll_bwd<<<ct_blocks(N * C), CT_THREADS, 0, STREAM(d)>>>(targets->data, targets->dtype, N, C,
-                                                            (float)(-(double)grad_scale / (double)N), dlogp->data,
-                                                            dlogp->dtype);
+  k_nll_bwd<<<ct_blocks(N * C), CT_THREADS, 0, STREAM(d)>>>(targets->data, targets->dtype, N, C, (double)grad_scale,
+                                                            st, dlogp->data, dlogp->dtype);
   CUDA_LAUNCHED("nll_bwd");
   return CT_OK;
+}
+
+extern "C" ct_status cuda_nll_bwd(ct_device *d, const ct_tensor *targets, float grad_scale, ct_tensor *dlogp) {
+  return nll_bwd(d, targets, grad_scale, NULL, dlogp);
+}
+
+extern "C" ct_status cuda_nll_bwd_dev(ct_device *d, const ct_tensor *targets, const ct_step_stats *stats,
+                                      ct_tensor *dlogp) {
+  return nll_bwd(d, targets, 1.0f, stats, dlogp);
 }
 
 /* Launches the partial sums of op over n elements and the finishing sum
