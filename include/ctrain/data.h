@@ -119,12 +119,31 @@ void ct_transform_apply(const ct_transform *t, const uint8_t *src, int c, int h,
 
 /* ---- loader ---- */
 
+/* What a loader puts in its batches (ct_loader_options.mode). The two
+ * device modes leave the transform to the GPU (src/data/gpu_data.h); the
+ * transform is still checked against the dataset and ct_loader_shape
+ * still gives its output shape. */
+typedef enum ct_loader_mode {
+  CT_LOADER_FLOAT = 0,   /* x: transformed f32 images (the default) */
+  CT_LOADER_RAW_U8 = 1,  /* x: the images as stored, u8 [B, C, H, W], untransformed */
+  CT_LOADER_INDICES = 2  /* x: no data (NULL, u8 [B, C, H, W] shape): only samples and labels */
+} ct_loader_mode;
+
 typedef struct ct_batch {
-  ct_tensor x;     /* [B, C, H, W] f32, contiguous, 64-byte aligned */
+  ct_tensor x;     /* [B, C, H, W] f32, contiguous, 64-byte aligned (see ct_loader_mode) */
   ct_tensor y;     /* [B] i64 labels */
   int64_t n;       /* B: batch_size, or fewer for a last partial batch */
   int64_t index;   /* batch index within the epoch */
   int64_t epoch;
+  /* [n] dataset index of each sample: the augmentation key. In
+   * CT_LOADER_RAW_U8 mode a copy in the batch's own (alloc-hook) buffer,
+   * otherwise a view into order. */
+  const int64_t *samples;
+  /* This rank's whole order of the epoch ([order_n]); batch k holds
+   * order[k * batch_size ...]. Valid until the next ct_loader_start_epoch. */
+  const int64_t *order;
+  int64_t order_n;
+  void *device_data; /* the loader's ct_loader_set_device_data pointer */
 } ct_batch;
 
 typedef struct ct_loader_options {
@@ -144,6 +163,7 @@ typedef struct ct_loader_options {
   void *(*alloc)(void *ctx, size_t bytes);
   void (*free)(void *ctx, void *p);
   void *alloc_ctx;
+  int mode;            /* ct_loader_mode; default CT_LOADER_FLOAT */
 } ct_loader_options;
 
 typedef struct ct_loader ct_loader;
@@ -176,6 +196,19 @@ ct_status ct_loader_next(ct_loader *l, ct_batch **b);
 
 /* Gives a batch's buffers back for reuse. b may be NULL. */
 void ct_loader_release(ct_loader *l, ct_batch *b);
+
+/* The options the loader runs with (defaults filled in: alloc hooks,
+ * prefetch); valid while the loader lives. */
+const ct_loader_options *ct_loader_get_options(const ct_loader *l);
+
+/* The dataset the loader reads (as given to ct_loader_create). */
+const ct_dataset *ct_loader_dataset(const ct_loader *l);
+
+/* Sets the pointer every batch delivered from now on carries in
+ * device_data (the trainer's device step uses it to find the GPU-side
+ * data of this loader); NULL clears it. Thread-safe; batches already
+ * handed out keep the pointer they had. */
+void ct_loader_set_device_data(ct_loader *l, void *p);
 
 /* Stops the workers (also in the middle of an epoch) and frees everything;
  * batches not yet released become invalid. NULL is a no-op. */

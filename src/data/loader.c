@@ -23,6 +23,8 @@ typedef struct loader_buf {
   ct_batch b;
   int state;
   int64_t job;
+  void *xbuf;     /* image storage (b.x.data points here, or is NULL in index mode) */
+  int64_t *ids;   /* CT_LOADER_RAW_U8: the batch's own copy of its sample indices */
 } loader_buf;
 
 struct ct_loader {
@@ -44,6 +46,7 @@ struct ct_loader {
   pthread_cond_t done_cv; /* consumer / start_epoch: a buffer finished */
   int started, stop, filling;
   int64_t epoch, next_job, next_deliver;
+  void *device_data; /* ct_loader_set_device_data */
 };
 
 static void *default_alloc(void *ctx, size_t bytes) {
@@ -68,21 +71,41 @@ static void fill_batch(ct_loader *l, loader_buf *buf, int64_t job) {
   int64_t B = l->opt.batch_size, start = job * B;
   int64_t n = l->n_local - start < B ? l->n_local - start : B;
   const ct_dataset *ds = l->ds;
-  float *x = buf->b.x.data;
+  size_t img = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+  void *x = buf->xbuf;
   int64_t *y = buf->b.y.data;
+  const int64_t *order = l->order + start;
   for (int64_t i = 0; i < n; i++) {
-    int64_t idx = l->order[start + i];
-    const uint8_t *px = ds->pixels + (size_t)idx * (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+    int64_t idx = order[i];
+    const uint8_t *px = ds->pixels + (size_t)idx * img;
     y[i] = ds->labels[idx];
-    ct_transform_apply_lut(&l->opt.transform, (const float(*)[256])l->lut, px, ds->c, ds->h, ds->w, l->opt.seed,
-                           l->epoch, idx, x + (size_t)i * l->img_floats);
+    /* The device modes skip the transform: the GPU runs it, keyed by the
+     * same sample index (samples). */
+    if (l->opt.mode == CT_LOADER_FLOAT)
+      ct_transform_apply_lut(&l->opt.transform, (const float(*)[256])l->lut, px, ds->c, ds->h, ds->w, l->opt.seed,
+                             l->epoch, idx, (float *)x + (size_t)i * l->img_floats);
+    else if (l->opt.mode == CT_LOADER_RAW_U8)
+      memcpy((uint8_t *)x + (size_t)i * img, px, img);
   }
   buf->b.n = n;
   buf->b.index = job;
   buf->b.epoch = l->epoch;
-  int64_t xs[4] = {n, l->c, l->oh, l->ow};
-  buf->b.x = ct_tensor_view(x, CT_F32, 4, xs);
+  if (l->opt.mode == CT_LOADER_FLOAT) {
+    int64_t xs[4] = {n, l->c, l->oh, l->ow};
+    buf->b.x = ct_tensor_view(x, CT_F32, 4, xs);
+  } else {
+    int64_t xs[4] = {n, ds->c, ds->h, ds->w};
+    buf->b.x = ct_tensor_view(l->opt.mode == CT_LOADER_RAW_U8 ? x : NULL, CT_U8, 4, xs);
+  }
   buf->b.y = ct_tensor_view(y, CT_I64, 1, &n);
+  if (buf->ids) {
+    memcpy(buf->ids, order, (size_t)n * sizeof *order);
+    buf->b.samples = buf->ids;
+  } else {
+    buf->b.samples = order;
+  }
+  buf->b.order = l->order;
+  buf->b.order_n = l->n_local;
 }
 
 static loader_buf *find_free(ct_loader *l) {
@@ -132,6 +155,8 @@ ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt, c
     return ct_error(CT_ERR_INVALID_ARG, "loader: rank %d is outside [0, num_replicas=%d)", o.rank, o.num_replicas);
   if (o.prefetch < 0) return ct_error(CT_ERR_INVALID_ARG, "loader: prefetch %d must be >= 0", o.prefetch);
   if (!o.alloc != !o.free) return ct_error(CT_ERR_INVALID_ARG, "loader: give both alloc and free hooks or neither");
+  if (o.mode < CT_LOADER_FLOAT || o.mode > CT_LOADER_INDICES)
+    return ct_error(CT_ERR_INVALID_ARG, "loader: mode %d; expected 0 (float), 1 (raw uint8) or 2 (indices)", o.mode);
   int oh, ow;
   ct_status s = ct_transform_check(&o.transform, ds->c, ds->h, ds->w, &oh, &ow);
   if (s != CT_OK) return ct_error_wrap(s, "loader over %s (%dx%dx%d)", ds->name, ds->c, ds->h, ds->w);
@@ -165,10 +190,22 @@ ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt, c
     ct_loader_destroy(l);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "loader: out of memory for %lld indices", (long long)ds->n);
   }
-  size_t xbytes = (size_t)o.batch_size * l->img_floats * sizeof(float), ybytes = (size_t)o.batch_size * sizeof(int64_t);
+  size_t img_u8 = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+  size_t xbytes = o.mode == CT_LOADER_FLOAT    ? (size_t)o.batch_size * l->img_floats * sizeof(float)
+                  : o.mode == CT_LOADER_RAW_U8 ? (size_t)o.batch_size * img_u8
+                                               : 64;
+  size_t ybytes = (size_t)o.batch_size * sizeof(int64_t);
   for (int i = 0; i < l->nbuf; i++) {
-    l->bufs[i].b.x.data = o.alloc(o.alloc_ctx, xbytes);
+    l->bufs[i].xbuf = l->bufs[i].b.x.data = o.alloc(o.alloc_ctx, xbytes);
     l->bufs[i].b.y.data = o.alloc(o.alloc_ctx, ybytes);
+    if (o.mode == CT_LOADER_RAW_U8 && l->bufs[i].xbuf) {
+      l->bufs[i].ids = o.alloc(o.alloc_ctx, ybytes);
+      if (!l->bufs[i].ids) {
+        ct_loader_destroy(l);
+        return ct_error(CT_ERR_OUT_OF_MEMORY, "loader: cannot allocate %d sample-index buffers of %zu bytes",
+                        o.prefetch, ybytes);
+      }
+    }
     if (!l->bufs[i].b.x.data || !l->bufs[i].b.y.data || ((uintptr_t)l->bufs[i].b.x.data & 63)) {
       int misaligned = l->bufs[i].b.x.data && ((uintptr_t)l->bufs[i].b.x.data & 63);
       ct_loader_destroy(l);
@@ -196,6 +233,16 @@ ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt, c
 }
 
 int64_t ct_loader_batches_per_epoch(const ct_loader *l) { return l->nb; }
+
+const ct_loader_options *ct_loader_get_options(const ct_loader *l) { return &l->opt; }
+
+const ct_dataset *ct_loader_dataset(const ct_loader *l) { return l->ds; }
+
+void ct_loader_set_device_data(ct_loader *l, void *p) {
+  pthread_mutex_lock(&l->mu);
+  l->device_data = p;
+  pthread_mutex_unlock(&l->mu);
+}
 
 void ct_loader_shape(const ct_loader *l, int *c, int *h, int *w) {
   if (c) *c = l->c;
@@ -258,6 +305,7 @@ ct_status ct_loader_next(ct_loader *l, ct_batch **b) {
       if (l->bufs[i].state == BUF_READY && l->bufs[i].job == l->next_deliver) ready = &l->bufs[i];
     if (ready) {
       ready->state = BUF_OUT;
+      ready->b.device_data = l->device_data; /* under the lock: set_device_data may race a fill */
       l->next_deliver++;
       *b = &ready->b;
       pthread_cond_broadcast(&l->work_cv);
@@ -313,7 +361,8 @@ void ct_loader_destroy(ct_loader *l) {
   free(l->threads);
   if (l->bufs)
     for (int i = 0; i < l->nbuf; i++) {
-      if (l->bufs[i].b.x.data) l->opt.free(l->opt.alloc_ctx, l->bufs[i].b.x.data);
+      if (l->bufs[i].xbuf) l->opt.free(l->opt.alloc_ctx, l->bufs[i].xbuf);
+      if (l->bufs[i].ids) l->opt.free(l->opt.alloc_ctx, l->bufs[i].ids);
       if (l->bufs[i].b.y.data) l->opt.free(l->opt.alloc_ctx, l->bufs[i].b.y.data);
     }
   free(l->bufs);

@@ -10,6 +10,10 @@
 #include <string.h>
 
 #include "ctrain/rng.h"
+#include "data/transform_params.h"
+
+_Static_assert(CT_XF_MAX_CHANNELS == CT_DATA_MAX_CHANNELS, "transform_params.h: channel limit");
+_Static_assert(CT_XF_RNG_AUGMENT == CT_RNG_AUGMENT, "transform_params.h: augmentation stream id");
 
 void ct_transform_default(ct_transform *t) {
   memset(t, 0, sizeof *t);
@@ -87,6 +91,26 @@ void ct_resize_u8(const uint8_t *src, int c, int h, int w, uint8_t *dst, int oh,
   }
 }
 
+void ct_xf_params_from(const ct_transform *t, int c, int h, int w, ct_xf_params *p) {
+  memset(p, 0, sizeof *p);
+  p->c = c, p->h = h, p->w = w;
+  p->resize = t->resize_h > 0;
+  p->rh = p->resize ? t->resize_h : h;
+  p->rw = p->resize ? t->resize_w : w;
+  p->crop = t->crop_h > 0;
+  p->pad = p->crop ? t->crop_padding : 0;
+  p->oh = p->crop ? t->crop_h : p->rh;
+  p->ow = p->crop ? t->crop_w : p->rw;
+  p->hflip_p = t->hflip_p;
+  p->scale = t->to_float ? 255.0f : 1.0f;
+  p->sy = (float)h / (float)p->rh;
+  p->sx = (float)w / (float)p->rw;
+  for (int k = 0; k < CT_XF_MAX_CHANNELS; k++) {
+    p->mean[k] = t->normalize ? t->mean[k] : 0.0f;
+    p->std[k] = t->normalize ? t->std[k] : 1.0f;
+  }
+}
+
 void ct_transform_lut(const ct_transform *t, int c, float lut[][256]) {
   float scale = t->to_float ? 255.0f : 1.0f;
   for (int k = 0; k < c; k++) {
@@ -104,22 +128,13 @@ void ct_transform_apply(const ct_transform *t, const uint8_t *src, int c, int h,
 
 void ct_transform_apply_lut(const ct_transform *t, const float lut[][256], const uint8_t *src, int c, int h, int w,
                             uint64_t seed, int64_t epoch, int64_t sample, float *dst) {
-  int resize = t->resize_h > 0;
-  int rh = resize ? t->resize_h : h, rw = resize ? t->resize_w : w;
-  int pad = t->crop_h > 0 ? t->crop_padding : 0;
-  int oh = t->crop_h > 0 ? t->crop_h : rh, ow = t->crop_w > 0 ? t->crop_w : rw;
-  /* Draw order is fixed (crop row, crop column, flip) so the stream is
-   * reproducible whatever options are combined. */
-  int oy = 0, ox = 0, flip = 0;
-  if (t->crop_h > 0 || t->hflip_p > 0.0f) {
-    ct_rng r;
-    ct_rng_init(&r, seed, CT_RNG_AUGMENT, (uint32_t)epoch, (uint32_t)sample);
-    if (t->crop_h > 0) {
-      oy = (int)ct_rng_below(&r, (uint32_t)(rh + 2 * pad - oh + 1));
-      ox = (int)ct_rng_below(&r, (uint32_t)(rw + 2 * pad - ow + 1));
-    }
-    if (t->hflip_p > 0.0f) flip = ct_rng_uniform(&r) < t->hflip_p;
-  }
+  /* Sizes and the random draws come from the header the CUDA batch
+   * transform shares (transform_params.h). */
+  ct_xf_params p;
+  ct_xf_params_from(t, c, h, w, &p);
+  int resize = p.resize, rh = p.rh, rw = p.rw, pad = p.pad, oh = p.oh, ow = p.ow;
+  int oy, ox, flip;
+  ct_xf_draw(&p, seed, epoch, sample, &oy, &ox, &flip);
   size_t plane_in = (size_t)h * (size_t)w, plane_out = (size_t)oh * (size_t)ow;
   if (!resize) {
     /* uint8 in, one table lookup per pixel: ToFloat and Normalize exactly
@@ -174,7 +189,7 @@ void ct_transform_apply_lut(const ct_transform *t, const float lut[][256], const
       wxs[x] = 0.0f;
       continue;
     }
-    bilinear_taps(rx, w, sx, &xs[2 * x], &xs[2 * x + 1], &wxs[x]);
+    ct_xf_taps(rx, w, sx, &xs[2 * x], &xs[2 * x + 1], &wxs[x]);
     if (x < x_lo) x_lo = x;
     x_hi = x + 1;
   }
@@ -191,7 +206,7 @@ void ct_transform_apply_lut(const ct_transform *t, const float lut[][256], const
       }
       int y0, y1;
       float wy;
-      bilinear_taps(ry, h, sy, &y0, &y1, &wy);
+      ct_xf_taps(ry, h, sy, &y0, &y1, &wy);
       const uint8_t *r0 = plane + (size_t)y0 * (size_t)w, *r1 = plane + (size_t)y1 * (size_t)w;
       if (!xs) {
         for (int x = 0; x < ow; x++) {
@@ -201,8 +216,9 @@ void ct_transform_apply_lut(const ct_transform *t, const float lut[][256], const
             orow[x] = zero;
             continue;
           }
-          bilinear_taps(rx, w, sx, &x0, &x1, &wx);
-          orow[x] = (bilinear_at(plane, w, y0, y1, wy, x0, x1, wx) / scale - mean) / std;
+          ct_xf_taps(rx, w, sx, &x0, &x1, &wx);
+          orow[x] = ((ct_xf_bilinear((float)r0[x0], (float)r0[x1], (float)r1[x0], (float)r1[x1], wx, wy)) / scale -
+                     mean) / std;
         }
         continue;
       }
@@ -210,10 +226,8 @@ void ct_transform_apply_lut(const ct_transform *t, const float lut[][256], const
       for (int x = x_lo; x < x_hi; x++) {
         int x0 = xs[2 * x], x1 = xs[2 * x + 1];
         float wx = wxs[x];
-        /* Same association as bilinear_at / PyTorch's Interpolate<2>. */
-        float top = (float)r0[x0] * (1.0f - wx) + (float)r0[x1] * wx;
-        float bot = (float)r1[x0] * (1.0f - wx) + (float)r1[x1] * wx;
-        orow[x] = ((top * (1.0f - wy) + bot * wy) / scale - mean) / std;
+        orow[x] = (ct_xf_bilinear((float)r0[x0], (float)r0[x1], (float)r1[x0], (float)r1[x1], wx, wy) / scale -
+                   mean) / std;
       }
       for (int x = x_hi; x < ow; x++) orow[x] = zero;
     }
