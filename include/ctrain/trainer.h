@@ -66,6 +66,11 @@ typedef struct ct_train_config {
   ct_grad_scaler scaler;
   FILE *progress;             /* Keras-like progress; NULL = silent */
   int progress_tty;
+  /* 1: capture the training step as a CUDA graph after two eager steps and
+   * replay it (model resident on a CUDA device; refused elsewhere; falls
+   * back to eager steps with a one-line note on cfg->progress when the
+   * model's step cannot be replayed, see docs/GPU.md). */
+  int cuda_graph;
 } ct_train_config;
 
 void ct_train_config_default(ct_train_config *c);

@@ -32,6 +32,7 @@ static const char *HELP =
     "  --resize N              resize images to NxN                 --augment none|flip|crop-flip\n"
     "  --device cpu|cpu:N|ref|cuda|cuda:N (cpu)   --threads N   --workers N (loader threads, 1)\n"
     "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape and keep the fastest (CUDA)\n"
+    "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
     "  --seed N (0)            --no-shuffle (file order, contiguous batches)\n"
     "  --init FILE.safetensors initial weights   --save FILE.safetensors final weights\n"
     "  --checkpoint-dir DIR    per-epoch checkpoints, last, best     --keep-last N (3)   --resume\n"
@@ -112,9 +113,10 @@ int cmd_train(int argc_in, char **argv_in) {
   /* --cudnn-benchmark is a backend switch, taken out before the shared
    * option parser sees the arguments. */
   char *argv_buf[256];
-  int argc = 0, cudnn_benchmark = 0;
+  int argc = 0, cudnn_benchmark = 0, cuda_graph = 0;
   for (int i = 0; i < argc_in && argc < 255; i++) {
     if (!strcmp(argv_in[i], "--cudnn-benchmark")) cudnn_benchmark = 1;
+    else if (!strcmp(argv_in[i], "--cuda-graph")) cuda_graph = 1;
     else argv_buf[argc++] = argv_in[i];
   }
   argv_buf[argc] = NULL;
@@ -146,6 +148,8 @@ int cmd_train(int argc_in, char **argv_in) {
     s = be->set_option ? be->set_option(dev, "cudnn_benchmark", 1)
                        : ct_error(CT_ERR_INVALID_ARG, "--cudnn-benchmark: device '%s' has no cuDNN (use --device cuda)", o.device);
   }
+  if (s == CT_OK && cuda_graph && !ct_device_backend(dev)->graph_begin)
+    s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);
   if (s == CT_OK && ct_device_backend(dev)->host_alloc) {
     o.stage_alloc = pinned_alloc;
     o.stage_free = pinned_free;
@@ -190,6 +194,7 @@ int cmd_train(int argc_in, char **argv_in) {
     cfg.log_dir = o.log_dir;
     cfg.progress = stdout;
     cfg.progress_tty = isatty(STDOUT_FILENO);
+    cfg.cuda_graph = cuda_graph;
     int64_t bpe = ct_loader_batches_per_epoch(ltr);
     if (strcmp(o.scheduler, "none")) {
       cfg.use_scheduler = 1;

@@ -61,4 +61,22 @@ ct_status ct_optimizer_step_device(ct_optimizer *o, ct_device *dev, float *param
                                    ct_step_stats *stats, double max_norm);
 void ct_optimizer_commit_step(ct_optimizer *o, int skipped);
 
+/* The argument table of o's next step (see ct_step_args): row j as
+ * ct_optim_fused_args would fill it after j more taken steps (steps + j;
+ * SGD's momentum buffer counted as started once a step with momentum was
+ * taken). Used when the host queues a step before it has read whether the
+ * previous ones were skipped. Assumes SGD's momentum does not switch from
+ * 0 to non-zero inside the lag window. */
+void ct_optim_step_args(const ct_optimizer *o, double max_norm, ct_step_args *t);
+/* Queues the copy of that table into stats->args (before the step, and
+ * outside a captured graph, so a replay reads this step's values). */
+ct_status ct_optimizer_write_step_args(ct_optimizer *o, ct_device *dev, ct_step_stats *stats, double max_norm);
+/* ct_optimizer_step_device with the scalars taken from stats->args on the
+ * device (the row matching stats->opt_steps): nothing of the launch
+ * depends on the step, so it can be captured in a CUDA graph. Refuses an
+ * SGD momentum buffer that does not exist yet (ct_optimizer_step_device
+ * creates it). */
+ct_status ct_optimizer_step_device_args(ct_optimizer *o, ct_device *dev, float *params, const float *grads,
+                                        ct_step_stats *stats);
+
 #endif

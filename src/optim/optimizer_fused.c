@@ -159,3 +159,45 @@ void ct_optimizer_commit_step(ct_optimizer *o, int skipped) {
   if (o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0) o->momentum_buffer_ready = 1;
   o->steps++;
 }
+
+void ct_optim_step_args(const ct_optimizer *o, double max_norm, ct_step_args *t) {
+  memset(t, 0, sizeof *t);
+  t->base_steps = o->steps;
+  for (int j = 0; j <= CT_STEP_LAG_MAX; j++) {
+    /* A shallow copy as o will be after j more taken steps (what
+     * ct_optimizer_commit_step would do j times); only scalars are read. */
+    ct_optimizer c = *o;
+    c.steps = o->steps + j;
+    if (j > 0 && c.cfg.kind == CT_OPTIM_SGD && c.cfg.momentum != 0) c.momentum_buffer_ready = 1;
+    ct_optim_fused_args(&c, max_norm, &t->row[j]);
+  }
+}
+
+ct_status ct_optimizer_write_step_args(ct_optimizer *o, ct_device *dev, ct_step_stats *stats, double max_norm) {
+  ct_step_args t;
+  ct_optim_step_args(o, max_norm, &t);
+  /* A pageable source is staged before the copy call returns, so t may go
+   * out of scope; the copy stays in stream order before the step. */
+  return ct_device_copy(dev, &stats->args, NULL, &t, sizeof t);
+}
+
+ct_status ct_optimizer_step_device_args(ct_optimizer *o, ct_device *dev, float *params, const float *grads,
+                                        ct_step_stats *stats) {
+  const ct_backend *be = ct_device_backend(dev);
+  if (!be->grad_stats || !be->fused_optim_step_dev || !be->scaler_update)
+    return ct_error(CT_ERR_UNSUPPORTED, "optimizer: device %s has no fused optimizer kernels", ct_device_name(dev));
+  if (o->dev != dev)
+    return ct_error(CT_ERR_INVALID_ARG, "optimizer: state is not on %s; call ct_optimizer_to_device", ct_device_name(dev));
+  if (o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer)
+    return ct_error(CT_ERR_INVALID_ARG,
+                    "optimizer: SGD momentum %g on %s without a momentum buffer (momentum switched on after the state "
+                    "moved); this step must run through ct_optimizer_step_device",
+                    o->cfg.momentum, ct_device_name(dev));
+  int64_t n = (int64_t)o->n;
+  ct_tensor g = ct_tensor_view((void *)grads, CT_F32, 1, &n);
+  g.device = dev;
+  CT_TRY(be->grad_stats(dev, &g, stats));
+  float *s0 = o->cfg.kind == CT_OPTIM_SGD ? o->momentum_buffer : o->exp_avg;
+  CT_TRY(be->fused_optim_step_dev(dev, (int)o->cfg.kind, n, params, grads, s0, o->exp_avg_sq, o->max_exp_avg_sq, stats));
+  return be->scaler_update(dev, stats);
+}

@@ -1,9 +1,25 @@
-/* Device-resident training and evaluation steps (see device_step.h). */
+/* Device-resident training and evaluation steps (see device_step.h).
+ *
+ * Why the read-back lags: the statistics copy of step k is queued behind
+ * step k with an event; the host queues step k+1 before it waits on that
+ * event, so the GPU always has a step in its queue and the host's wait
+ * (loss, hits, skip decision) overlaps the next step's compute. What the
+ * host must know before queuing a step but cannot yet (was the previous
+ * step skipped?) is decided on the device: the loss backward reads the
+ * scale from the device's scaler, and the optimizer's step-count dependent
+ * scalars come from a table row the device picks with its own step count
+ * (ct_step_args). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
+#include "data/gpu_data.h"
 #include "nn/device_state.h"
+#include "nn/layer.h"
+#include "nn/model_impl.h"
 #include "optim/optimizer_device.h"
+#include "optim/optimizer_impl.h"
 #include "train/device_step.h"
 
 ct_status ct_device_train_begin(ct_model *m, ct_device *dev, ct_optimizer *opt, const ct_grad_scaler *gs) {
@@ -15,25 +31,40 @@ ct_status ct_device_train_begin(ct_model *m, ct_device *dev, ct_optimizer *opt, 
   ct_step_stats h;
   memset(&h, 0, sizeof h);
   ct_scaler_to_dev(gs, &h.scaler);
+  /* The device counts taken steps from here (a resumed run's count). */
+  h.opt_steps = ct_optimizer_steps(opt);
   return ct_device_copy(dev, st, NULL, &h, sizeof h);
 }
 
-/* Copies the batch into the model's staging buffers on the copy stream
- * and returns device views of it (x shaped as the model takes it). */
-static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, ct_tensor *x, ct_tensor *y) {
+/* Copies the batch into the model's staging buffers and returns device
+ * views of it (x shaped as the model takes it). ordered: the copy goes on
+ * the compute stream behind every queued step (the host runs ahead and the
+ * single staging buffer may still be read by the previous step); else on
+ * the copy stream, overlapping what is queued (the caller synchronises per
+ * step). */
+static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int ordered, ct_tensor *x, ct_tensor *y) {
   const ct_backend *be = ct_device_backend(dev);
   void *xd = ct_model_stage_x(m);
   int64_t *yd = ct_model_stage_y(m);
   size_t xb = ct_tensor_nbytes(&b->x), yb = (size_t)b->n * sizeof(int64_t);
-  if (be->copy_h2d_async) {
+  if (b->device_data) {
+    /* GPU data path (--gpu-transforms, --data-on-gpu): the batch is raw
+     * uint8 or only indices; the transform runs on the device. */
+    CT_TRY(ct_gpu_data_stage(b->device_data, b, ordered, xd, yd, x));
+  } else if (ordered && be->copy_async) {
+    CT_TRY(be->copy_async(dev, xd, 1, b->x.data, 0, xb));
+    CT_TRY(be->copy_async(dev, yd, 1, b->y.data, 0, yb));
+  } else if (be->copy_h2d_async) {
     CT_TRY(be->copy_h2d_async(dev, xd, b->x.data, xb));
     CT_TRY(be->copy_h2d_async(dev, yd, b->y.data, yb));
   } else {
     CT_TRY(ct_device_copy(dev, xd, NULL, b->x.data, xb));
     CT_TRY(ct_device_copy(dev, yd, NULL, b->y.data, yb));
   }
-  *x = b->x;
-  x->data = xd;
+  if (!b->device_data) {
+    *x = b->x;
+    x->data = xd;
+  }
   x->device = dev;
   if (ct_model_input_ndim(m) == 1 && x->ndim > 2) {
     int64_t f = 1;
@@ -61,34 +92,79 @@ static ct_status loss_and_hits(ct_device *dev, ct_loss_kind loss, float ls, cons
   return be->count_correct(dev, out, y, st);
 }
 
+/* The loss backward with the scale read from the device's scaler: the
+ * host's copy of the scale may be a step behind the device's. */
+static ct_status loss_backward_dev(ct_device *dev, ct_loss_kind loss, const ct_tensor *out, const ct_tensor *y,
+                                   float ls, const ct_step_stats *st, ct_tensor *dout) {
+  const ct_backend *be = ct_device_backend(dev);
+  if (loss == CT_LOSS_CROSS_ENTROPY && be->cross_entropy_bwd_dev)
+    return be->cross_entropy_bwd_dev(dev, out, y, ls, st, dout);
+  if (loss == CT_LOSS_NLL && be->nll_bwd_dev) return be->nll_bwd_dev(dev, y, st, dout);
+  return ct_error(CT_ERR_UNSUPPORTED, "device step: %s has no loss backward reading the scale from the device",
+                  ct_device_name(dev));
+}
+
+/* Forward, loss, backward and the fused optimizer for the staged batch:
+ * everything a graph captures. Nothing here depends on the step except
+ * the dropout key (the audit refuses graphs for models with dropout).
+ * host_args: the optimizer's scalars travel as kernel arguments computed
+ * from the host's counters (exact only when no step is in flight; the
+ * path that also creates an SGD momentum buffer switched on late). */
+static ct_status step_body(ct_model *m, ct_device *dev, ct_optimizer *opt, const ct_tensor *x, const ct_tensor *y,
+                           ct_loss_kind loss, float ls, uint32_t step, int host_args, double clip) {
+  ct_step_stats *st = ct_model_step_stats(m);
+  const ct_tensor *out;
+  ct_tensor dout;
+  CT_TRY(ct_model_forward(m, x, 1, step, &out));
+  CT_TRY(loss_and_hits(dev, loss, ls, out, y, st));
+  CT_TRY(ct_model_output_grad(m, &dout));
+  CT_TRY(ct_model_zero_grad(m));
+  CT_TRY(loss_backward_dev(dev, loss, out, y, ls, st, &dout));
+  CT_TRY(ct_model_backward(m, &dout));
+  size_t np;
+  float *params = ct_model_params(m, &np), *grads = ct_model_grads(m, NULL);
+  if (host_args) CT_TRY(ct_optimizer_step_device(opt, dev, params, grads, st, clip));
+  else CT_TRY(ct_optimizer_step_device_args(opt, dev, params, grads, st));
+  /* O3 rounds the master weights through the low precision after every
+   * update; rounding is idempotent, so it also runs after a skipped step
+   * (the host does not know yet whether this one will be skipped). */
+  return ct_model_round_params(m);
+}
+
+/* SGD momentum switched on after the state moved (OneCycleLR from 0): the
+ * buffer does not exist yet, and only the host-argument path creates it. */
+static int needs_host_args(const ct_optimizer *o) {
+  return o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer;
+}
+
+/* Host side of a result: the counters that follow the skip decision. */
+static void take_result(const ct_step_stats *h, ct_optimizer *opt, ct_grad_scaler *gs, ct_step_result *r) {
+  r->skipped = ct_fused_skip(h);
+  ct_optimizer_commit_step(opt, r->skipped);
+  ct_scaler_from_dev(&h->scaler, gs);
+  r->loss = h->loss;
+  r->top1 = h->top1;
+  r->top5 = h->top5;
+}
+
 ct_status ct_device_train_step(ct_model *m, ct_device *dev, ct_optimizer *opt, const ct_batch *b, ct_loss_kind loss,
                                float label_smoothing, double clip, uint32_t step, ct_grad_scaler *gs, double *lv,
                                int64_t *top1, int64_t *top5, int *skipped) {
   ct_step_stats *st = ct_model_step_stats(m);
-  ct_tensor x, y, dout;
-  const ct_tensor *out;
-  CT_TRY(stage(m, dev, b, &x, &y));
-  CT_TRY(ct_model_forward(m, &x, 1, step, &out));
-  CT_TRY(loss_and_hits(dev, loss, label_smoothing, out, &y, st));
-  CT_TRY(ct_model_output_grad(m, &dout));
-  CT_TRY(ct_model_zero_grad(m));
-  /* The host's scale is the device's as of the last read-back, which is
-   * the scale this step's backward must use. */
-  CT_TRY(ct_loss_backward(dev, loss, out, &y, label_smoothing, gs->enabled ? gs->scale : 1.0f, &dout));
-  CT_TRY(ct_model_backward(m, &dout));
-  size_t np;
-  float *params = ct_model_params(m, &np), *grads = ct_model_grads(m, NULL);
-  CT_TRY(ct_optimizer_step_device(opt, dev, params, grads, st, clip));
+  ct_tensor x, y;
+  CT_TRY(stage(m, dev, b, 0, &x, &y));
+  int host_args = needs_host_args(opt);
+  if (!host_args) CT_TRY(ct_optimizer_write_step_args(opt, dev, st, clip));
+  CT_TRY(step_body(m, dev, opt, &x, &y, loss, label_smoothing, step, host_args, clip));
   /* The one read-back of the step (it also waits for the step). */
   ct_step_stats h;
-  CT_TRY(ct_device_copy(NULL, &h, dev, st, sizeof h));
-  *skipped = ct_fused_skip(&h);
-  ct_optimizer_commit_step(opt, *skipped);
-  ct_scaler_from_dev(&h.scaler, gs);
-  if (!*skipped) CT_TRY(ct_model_round_params(m));
-  *lv = h.loss;
-  *top1 += h.top1;
-  *top5 += h.top5;
+  CT_TRY(ct_device_copy(NULL, &h, dev, st, CT_STEP_STATS_READBACK));
+  ct_step_result r;
+  take_result(&h, opt, gs, &r);
+  *skipped = r.skipped;
+  *lv = r.loss;
+  *top1 += r.top1;
+  *top5 += r.top5;
   return CT_OK;
 }
 
@@ -97,13 +173,252 @@ ct_status ct_device_eval_batch(ct_model *m, ct_device *dev, const ct_batch *b, c
                                int64_t *top5) {
   ct_step_stats *st = ct_model_step_stats(m);
   ct_tensor x, y;
-  CT_TRY(stage(m, dev, b, &x, &y));
+  CT_TRY(stage(m, dev, b, 0, &x, &y));
   CT_TRY(ct_model_forward(m, &x, 0, 0, out));
   CT_TRY(loss_and_hits(dev, loss, label_smoothing, *out, &y, st));
   ct_step_stats h;
-  CT_TRY(ct_device_copy(NULL, &h, dev, st, sizeof h));
+  CT_TRY(ct_device_copy(NULL, &h, dev, st, CT_STEP_STATS_READBACK));
   *lv = h.loss;
   *top1 += h.top1;
   *top5 += h.top5;
   return CT_OK;
+}
+
+/* ---- lag bookkeeping (pure host logic) ---- */
+
+void ct_lag_ring_init(ct_lag_ring *r, int depth) {
+  memset(r, 0, sizeof *r);
+  r->depth = depth < 0 ? 0 : depth > CT_STEP_LAG_MAX ? CT_STEP_LAG_MAX : depth;
+}
+
+int ct_lag_ring_push(ct_lag_ring *r, ct_batch *b, int64_t step, int64_t n) {
+  const int slots = CT_STEP_LAG_MAX + 1;
+  if (r->count == slots) return -1;
+  int i = (r->head + r->count) % slots;
+  r->e[i].batch = b;
+  r->e[i].step = step;
+  r->e[i].n = n;
+  r->e[i].slot = (int)(r->pushed % slots);
+  r->pushed++;
+  r->count++;
+  return r->e[i].slot;
+}
+
+int ct_lag_ring_due(const ct_lag_ring *r) { return r->count > r->depth; }
+
+int ct_lag_ring_pop(ct_lag_ring *r, ct_step_result *out) {
+  if (!r->count) return -1;
+  const int slots = CT_STEP_LAG_MAX + 1;
+  int i = r->head;
+  memset(out, 0, sizeof *out);
+  out->batch = r->e[i].batch;
+  out->step = r->e[i].step;
+  out->n = r->e[i].n;
+  r->head = (r->head + 1) % slots;
+  r->count--;
+  return r->e[i].slot;
+}
+
+int ct_device_step_lag(int scaler_enabled, int sched_per_step, int wanted) {
+  if (scaler_enabled && sched_per_step) return 0;
+  return wanted < 0 ? 0 : wanted > CT_STEP_LAG_MAX ? CT_STEP_LAG_MAX : wanted;
+}
+
+/* ---- the CUDA graph audit ---- */
+
+static const ct_graph_arg graph_args[] = {
+    {"batch x, y", "fixed staging buffers in the model's block, filled by a copy queued before the launch", 1},
+    {"loss scale (backward, unscale, skip)", "stats->scaler in device memory, updated by the scaler kernel", 1},
+    {"learning rate, weight decay, momentum, betas, eps", "stats->args, copied from the host before each launch", 1},
+    {"Adam bias corrections (step count)", "stats->args row picked with the device's stats->opt_steps", 1},
+    {"SGD first momentum step", "stats->args row picked with the device's stats->opt_steps", 1},
+    {"clip threshold", "stats->args (constant per run)", 1},
+    {"label smoothing, loss kind", "constant per run", 1},
+    {"cuDNN/cuBLASLt workspaces, reduction partials", "the device's scratch buffer; a launch after it moved is refused and the step captured again", 1},
+    {"activations, gradients, optimizer state", "fixed offsets in the model's block", 1},
+    {"dropout mask key (seed, layer, step)", "a kernel argument: would replay the captured step's masks", 0},
+    {"batch norm num_batches_tracked", "incremented by the host in the layer's forward: would not advance", 0},
+    {"SGD momentum buffer switched on after the move", "allocated by the host on first use", 0},
+};
+
+const ct_graph_arg *ct_device_graph_args(size_t *count) {
+  *count = sizeof graph_args / sizeof graph_args[0];
+  return graph_args;
+}
+
+int ct_device_graph_audit(const ct_model *m, const ct_optimizer *opt, char *why, size_t cap) {
+  if (cap) why[0] = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    const ct_layer *l = &m->layers[i];
+    const char *k = l->cls->kind;
+    if ((!strcmp(k, "dropout") || !strcmp(k, "dropout2d")) && l->fp[0] > 0) {
+      snprintf(why, cap, "layer '%s' (%s): its mask key (the step) is a kernel argument a replay would repeat", l->name, k);
+      return 0;
+    }
+  }
+  if (m->n_counters > 0) {
+    snprintf(why, cap, "model '%s' has batch norm num_batches_tracked counters that the host increments", m->name);
+    return 0;
+  }
+  if (opt && needs_host_args(opt)) {
+    snprintf(why, cap, "SGD momentum was switched on after the optimizer state moved to the device");
+    return 0;
+  }
+  return 1;
+}
+
+/* ---- the pipeline ---- */
+
+struct ct_device_trainer {
+  ct_model *m;
+  ct_device *dev;
+  ct_optimizer *opt;
+  ct_grad_scaler *gs;
+  ct_loss_kind loss;
+  float ls;
+  double clip;
+  int lag;
+  ct_lag_ring ring;
+  ct_step_stats *slots;   /* [CT_STEP_LAG_MAX + 1] pinned host copies of the statistics */
+  int pinned;
+  int graph_want, warmup_left, graph_on;
+  void *graph;
+  int64_t graph_n;        /* batch size the graph was captured with */
+  char note[256];
+};
+
+int ct_device_trainer_lag(const ct_device_trainer *t) { return t->lag; }
+
+int ct_device_trainer_graph_on(const ct_device_trainer *t, const char **note) {
+  if (note) *note = t->note[0] ? t->note : NULL;
+  return t->graph != NULL;
+}
+
+ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *opt, ct_grad_scaler *gs,
+                                   ct_loss_kind loss, float label_smoothing, double clip, int sched_per_step,
+                                   const ct_device_train_opts *o, ct_device_trainer **out) {
+  *out = NULL;
+  const ct_backend *be = ct_device_backend(dev);
+  if (!ct_model_step_stats(m))
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s' is not resident on %s", ct_model_name(m), ct_device_name(dev));
+  if (o->cuda_graph && !be->graph_begin)
+    return ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device %s cannot capture CUDA graphs (use --device cuda)",
+                    ct_device_name(dev));
+  ct_device_trainer *t = calloc(1, sizeof *t);
+  if (!t) return ct_error(CT_ERR_OUT_OF_MEMORY, "device step: out of host memory");
+  t->m = m, t->dev = dev, t->opt = opt, t->gs = gs, t->loss = loss, t->ls = label_smoothing, t->clip = clip;
+  t->lag = ct_device_step_lag(gs->enabled, sched_per_step, o->lag);
+  /* Without async copies and events nothing can run ahead. */
+  if (!be->copy_async || !be->event_record || !be->event_wait) t->lag = 0;
+  ct_lag_ring_init(&t->ring, t->lag);
+  size_t bytes = sizeof(ct_step_stats) * (CT_STEP_LAG_MAX + 1);
+  t->slots = be->host_alloc ? be->host_alloc(dev, bytes) : NULL;
+  t->pinned = t->slots != NULL;
+  if (!t->slots) t->slots = malloc(bytes);
+  if (!t->slots) {
+    free(t);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "device step: cannot allocate %zu bytes for the statistics read-back", bytes);
+  }
+  t->graph_want = o->cuda_graph;
+  t->warmup_left = o->warmup > 0 ? o->warmup : 2;
+  if (t->graph_want && !ct_device_graph_audit(m, opt, t->note, sizeof t->note)) t->graph_want = 0;
+  *out = t;
+  return CT_OK;
+}
+
+void ct_device_trainer_destroy(ct_device_trainer *t) {
+  if (!t) return;
+  const ct_backend *be = ct_device_backend(t->dev);
+  if (t->graph) be->graph_free(t->dev, t->graph);
+  if (t->pinned) be->host_free(t->dev, t->slots);
+  else free(t->slots);
+  free(t);
+}
+
+/* Captures the step into a graph and launches it; on failure leaves the
+ * step to run eagerly (the capture executed nothing) and notes why. */
+static ct_status capture(ct_device_trainer *t, const ct_tensor *x, const ct_tensor *y, int64_t step, int *ran) {
+  const ct_backend *be = ct_device_backend(t->dev);
+  *ran = 0;
+  ct_status s = be->graph_begin(t->dev);
+  if (s == CT_OK) {
+    ct_status bs = step_body(t->m, t->dev, t->opt, x, y, t->loss, t->ls, (uint32_t)step, 0, t->clip);
+    void *g = NULL;
+    ct_status es = be->graph_end(t->dev, &g);
+    s = bs != CT_OK ? bs : es;
+    if (s == CT_OK) {
+      t->graph = g;
+      t->graph_n = x->shape[0];
+    } else if (g) {
+      be->graph_free(t->dev, g);
+    }
+  }
+  if (s != CT_OK) {
+    snprintf(t->note, sizeof t->note, "capture failed, running eagerly: %s", ct_last_error());
+    t->graph_want = 0;
+    return CT_OK;
+  }
+  CT_TRY(be->graph_launch(t->dev, t->graph));
+  *ran = 1;
+  return CT_OK;
+}
+
+/* Waits for the oldest step in flight and fills *done. */
+static ct_status read_oldest(ct_device_trainer *t, ct_step_result *done, int *have) {
+  *have = 0;
+  int slot = ct_lag_ring_pop(&t->ring, done);
+  if (slot < 0) return CT_OK;
+  const ct_backend *be = ct_device_backend(t->dev);
+  if (t->lag > 0) CT_TRY(be->event_wait(t->dev, slot));
+  take_result(&t->slots[slot], t->opt, t->gs, done);
+  *have = 1;
+  return CT_OK;
+}
+
+ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step, ct_step_result *done, int *have) {
+  const ct_backend *be = ct_device_backend(t->dev);
+  ct_step_stats *st = ct_model_step_stats(t->m);
+  *have = 0;
+  if (t->ring.count == CT_STEP_LAG_MAX + 1) CT_TRY(read_oldest(t, done, have));
+  int host_args = needs_host_args(t->opt);
+  if (host_args && t->ring.count > 0) {
+    /* Its scalars come from the host's counters: nothing may be in flight. */
+    if (*have || t->ring.count > 1)
+      return ct_error(CT_ERR_INVALID_ARG, "device step: SGD momentum switched on with %d steps in flight", t->ring.count);
+    CT_TRY(read_oldest(t, done, have));
+  }
+  ct_tensor x, y;
+  int ordered = t->lag > 0 || t->graph_want;
+  CT_TRY(stage(t->m, t->dev, b, ordered, &x, &y));
+  if (!host_args) CT_TRY(ct_optimizer_write_step_args(t->opt, t->dev, st, t->clip));
+  int ran = 0;
+  if (!host_args && t->graph && b->n == t->graph_n) {
+    ct_status s = be->graph_launch(t->dev, t->graph);
+    if (s == CT_OK) {
+      ran = 1;
+    } else {
+      /* The scratch buffer moved (a larger evaluation batch): capture again. */
+      be->graph_free(t->dev, t->graph);
+      t->graph = NULL;
+    }
+  }
+  if (!ran && !host_args && t->graph_want && !t->graph && t->warmup_left <= 0 && b->n == t->m->max_batch)
+    CT_TRY(capture(t, &x, &y, step, &ran));
+  if (!ran) {
+    CT_TRY(step_body(t->m, t->dev, t->opt, &x, &y, t->loss, t->ls, (uint32_t)step, host_args, t->clip));
+    if (t->warmup_left > 0) t->warmup_left--;
+  }
+  int slot = ct_lag_ring_push(&t->ring, b, step, b->n);
+  if (t->lag > 0) {
+    CT_TRY(be->copy_async(t->dev, &t->slots[slot], 0, st, 1, CT_STEP_STATS_READBACK));
+    CT_TRY(be->event_record(t->dev, slot));
+  } else {
+    CT_TRY(ct_device_copy(NULL, &t->slots[slot], t->dev, st, CT_STEP_STATS_READBACK));
+  }
+  if (!*have && ct_lag_ring_due(&t->ring)) CT_TRY(read_oldest(t, done, have));
+  return CT_OK;
+}
+
+ct_status ct_device_trainer_drain(ct_device_trainer *t, ct_step_result *done, int *have) {
+  return read_oldest(t, done, have);
 }

@@ -426,6 +426,44 @@ static double monitored(const char *monitor, double loss, double acc, const ct_e
   return have_val ? val->loss : loss;
 }
 
+/* The host's bookkeeping of one step resident on a device, run when its
+ * statistics arrive (one step after it was queued with the lagged
+ * read-back): the same sums, checks, logs and progress as the host path,
+ * for the step r.step. The batch is released here, not at queue time: the
+ * device may still be copying from it until then. */
+static ct_status device_result(ct_loader *train, const ct_step_result *r, loop_state *ls, const ct_grad_scaler *gs,
+                               ct_scheduler *sch, ct_optimizer *opt, const ct_train_config *cfg, int lag,
+                               ct_tb_writer *tb, ct_progress *pg, const char *const *names, double t0,
+                               int64_t *images) {
+  int64_t pos = r->batch->index + 1;
+  ct_loader_release(train, r->batch);
+  double lv = r->loss;
+  if (!isfinite(lv) && !gs->enabled)
+    return ct_error(CT_ERR_INVALID_ARG, "fit: the loss became %g at step %lld; lower --lr or use gradient clipping", lv,
+                    (long long)r->step);
+  ls->correct += r->top1;
+  ls->top5 += r->top5;
+  /* A lagged pipeline only exists when no step can be skipped under a
+   * per-step schedule, and then steps the schedule at queue time. */
+  ct_status s = CT_OK;
+  if (lag == 0 && !r->skipped && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
+  if (isfinite(lv)) {
+    ls->loss_sum += lv * (double)r->n;
+    ls->seen += r->n;
+  }
+  *images += r->n;
+  if (tb) {
+    ct_tb_scalar(tb, "train/loss_step", r->step + 1, lv);
+    ct_tb_scalar(tb, "train/lr", r->step + 1, ct_optimizer_get_lr(opt));
+  }
+  if (s == CT_OK && pg) {
+    double vals[2] = {ls->loss_sum / (double)ls->seen, (double)ls->correct / (double)ls->seen};
+    double el = now_s() - t0;
+    s = ct_progress_update(pg, pos, names, vals, 2, el > 0 ? (double)*images / el : 0);
+  }
+  return s;
+}
+
 ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, const ct_train_config *cfg,
                  ct_fit_result *res) {
   memset(res, 0, sizeof *res);
@@ -464,6 +502,18 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
    * into its block after any restore loaded it on the host. */
   int on_device = ct_model_step_stats(m) != NULL;
   if (s == CT_OK && on_device) s = ct_device_train_begin(m, dev, opt, &gs);
+  ct_device_trainer *pipe = NULL;
+  if (s == CT_OK && cfg->cuda_graph && !on_device)
+    s = ct_error(CT_ERR_INVALID_ARG, "fit: --cuda-graph needs a model resident on a CUDA device (--device cuda), not %s",
+                 ct_device_name(dev));
+  if (s == CT_OK && on_device) {
+    /* The read-back runs one step behind (the host never waits for the
+     * GPU inside an epoch); the graph, when asked for, after two eager
+     * warm-up steps. */
+    ct_device_train_opts dto = {1, cfg->cuda_graph, 0};
+    s = ct_device_trainer_create(m, dev, opt, &gs, cfg->loss, cfg->label_smoothing, cfg->clip_grad_norm,
+                                 sch && cfg->sched_per_step, &dto, &pipe);
+  }
   if (s == CT_OK && cfg->log_dir) s = ensure_dir(cfg->log_dir);
   if (s == CT_OK && cfg->log_dir) s = ct_tb_open(cfg->log_dir, &tb);
   if (s == CT_OK && tb && cfg->settings_text) s = ct_tb_text(tb, "settings", ls.step, cfg->settings_text);
@@ -495,10 +545,24 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       int found_inf = 0;
       if (on_device) {
         /* Unscale, check, clip, update and the scaler's decision in fused
-         * device passes; one read-back per step. */
-        s = ct_device_train_step(m, dev, opt, b, cfg->loss, cfg->label_smoothing, cfg->clip_grad_norm,
-                                 (uint32_t)ls.step, &gs, &lv, &ls.correct, &ls.top5, &found_inf);
-        if (s == CT_OK && !found_inf && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
+         * device passes; the statistics of the step queued before this one
+         * arrive here (device_result), so losses, accuracy, logs and
+         * progress run one step behind the queue. */
+        ct_step_result r;
+        int have = 0;
+        ls.batch = b->index + 1;
+        s = ct_device_trainer_step(pipe, b, ls.step, &r, &have);
+        if (s != CT_OK) break;
+        ls.step++;
+        int lag = ct_device_trainer_lag(pipe);
+        if (lag > 0 && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
+        if (s == CT_OK && have) s = device_result(train, &r, &ls, &gs, sch, opt, cfg, lag, tb, pg, names, t0, &images);
+        if (s != CT_OK) break;
+        if (cfg->max_steps && ls.step >= cfg->max_steps) {
+          stop = 1;
+          break;
+        }
+        continue;
       } else {
       const ct_tensor *out;
       ct_tensor dout;
@@ -551,6 +615,18 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
         stop = 1;
         break;
       }
+    }
+    /* The steps still in flight finish the epoch's numbers. */
+    for (int have = 1; s == CT_OK && pipe && have;) {
+      ct_step_result r;
+      s = ct_device_trainer_drain(pipe, &r, &have);
+      if (s == CT_OK && have)
+        s = device_result(train, &r, &ls, &gs, sch, opt, cfg, ct_device_trainer_lag(pipe), tb, pg, names, t0, &images);
+    }
+    if (s == CT_OK && pipe && cfg->progress && ls.epoch == 0 && cfg->cuda_graph) {
+      const char *note = NULL;
+      int on = ct_device_trainer_graph_on(pipe, &note);
+      fprintf(cfg->progress, "cuda graph: %s%s\n", on ? "on" : "off: ", on ? "" : note ? note : "not captured");
     }
     double dt = now_s() - t0;
     ls.train_seconds += dt;
@@ -686,6 +762,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
   }
   free(best_state);
   res->history = hist; /* the caller prints or saves it; freed with the result */
+  ct_device_trainer_destroy(pipe);
   ct_scheduler_destroy(sch);
   ct_optimizer_destroy(opt);
   return s;
