@@ -111,13 +111,14 @@ ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_
   return CT_OK;
 }
 
-static ct_status h2d(ct_device *dev, void *dst, const void *src, size_t bytes) {
+static ct_status h2d(ct_device *dev, int ordered, void *dst, const void *src, size_t bytes) {
   const ct_backend *be = ct_device_backend(dev);
   if (!bytes) return CT_OK;
+  if (ordered && be->copy_async) return be->copy_async(dev, dst, 1, src, 0, bytes);
   return be->copy_h2d_async ? be->copy_h2d_async(dev, dst, src, bytes) : ct_device_copy(dev, dst, NULL, src, bytes);
 }
 
-ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, float *xd, int64_t *yd, ct_tensor *x) {
+ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int ordered, float *xd, int64_t *yd, ct_tensor *x) {
   ct_device *dev = g->dev;
   const ct_backend *be = ct_device_backend(dev);
   ct_xf_batch xb;
@@ -131,9 +132,9 @@ ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, float *xd, int64_
     if (b->x.dtype != CT_U8 || !b->x.data || !b->samples)
       return ct_error(CT_ERR_INVALID_ARG, "GPU data path: batch %lld is not a raw uint8 batch", (long long)b->index);
     size_t img = (size_t)g->p.c * (size_t)g->p.h * (size_t)g->p.w;
-    CT_TRY(h2d(dev, g->images, b->x.data, (size_t)b->n * img));
-    CT_TRY(h2d(dev, g->ids, b->samples, (size_t)b->n * 8));
-    CT_TRY(h2d(dev, yd, b->y.data, (size_t)b->n * 8));
+    CT_TRY(h2d(dev, ordered, g->images, b->x.data, (size_t)b->n * img));
+    CT_TRY(h2d(dev, ordered, g->ids, b->samples, (size_t)b->n * 8));
+    CT_TRY(h2d(dev, ordered, yd, b->y.data, (size_t)b->n * 8));
     xb.src = g->images;
     xb.samples = g->ids;
   } else {

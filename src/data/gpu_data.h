@@ -35,10 +35,12 @@ ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_
  * the device buffers xd (f32 [n, C, H', W'], the transform's output) and
  * yd (int64 [n] labels), and sets *x to the f32 device view of xd. Raw
  * mode: the uint8 images, sample ids and labels go host->device on the
- * copy stream, then the transform runs. Index mode: the epoch's order is
+ * copy stream (ordered: on the compute stream behind every queued step,
+ * as the device step's own staging does when the host runs ahead: the raw
+ * staging buffer is single), then the transform runs. Index mode: the epoch's order is
  * uploaded when b is the first batch seen of a new epoch, then images and
  * labels are gathered on the device by index: no image crosses the bus. */
-ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, float *xd, int64_t *yd, ct_tensor *x);
+ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int ordered, float *xd, int64_t *yd, ct_tensor *x);
 
 /* Waits for work queued on the device and frees g's buffers. The loader
  * must stage no further batch through g (destroy it first, or
