@@ -37,6 +37,9 @@ typedef struct cli_opts {
   void *(*stage_alloc)(void *ctx, size_t bytes);
   void (*stage_free)(void *ctx, void *p);
   void *stage_ctx;
+  /* ct_loader_mode for the loaders cli_open_data creates (cmd_train's
+   * --gpu-transforms / --data-on-gpu); 0 = transformed f32 batches. */
+  int loader_mode;
 } cli_opts;
 
 /* Applies --precision/--opt-level to a model (before prepare) and fills

@@ -11,6 +11,7 @@
 #include "ctrain/history.h"
 #include "backend/backend.h"
 #include "nn/device_state.h"
+#include "data/gpu_data.h"
 #include "optim/optimizer_device.h"
 
 static const char *HELP =
@@ -32,6 +33,8 @@ static const char *HELP =
     "  --resize N              resize images to NxN                 --augment none|flip|crop-flip\n"
     "  --device cpu|cpu:N|ref|cuda|cuda:N (cpu)   --threads N   --workers N (loader threads, 1)\n"
     "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape and keep the fastest (CUDA)\n"
+    "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/crop/flip/normalize run on the GPU\n"
+    "  --data-on-gpu           (CUDA) both splits uploaded once as uint8; batches gathered and transformed on the GPU\n"
     "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
     "  --seed N (0)            --no-shuffle (file order, contiguous batches)\n"
     "  --init FILE.safetensors initial weights   --save FILE.safetensors final weights\n"
@@ -113,9 +116,12 @@ int cmd_train(int argc_in, char **argv_in) {
   /* --cudnn-benchmark is a backend switch, taken out before the shared
    * option parser sees the arguments. */
   char *argv_buf[256];
+  int gpu_transforms = 0, data_on_gpu = 0;
   int argc = 0, cudnn_benchmark = 0, cuda_graph = 0;
   for (int i = 0; i < argc_in && argc < 255; i++) {
     if (!strcmp(argv_in[i], "--cudnn-benchmark")) cudnn_benchmark = 1;
+    else if (!strcmp(argv_in[i], "--gpu-transforms")) gpu_transforms = 1;
+    else if (!strcmp(argv_in[i], "--data-on-gpu")) data_on_gpu = 1;
     else if (!strcmp(argv_in[i], "--cuda-graph")) cuda_graph = 1;
     else argv_buf[argc++] = argv_in[i];
   }
@@ -134,10 +140,20 @@ int cmd_train(int argc_in, char **argv_in) {
   }
   if (o.restore_best && o.patience == 0 && o.epochs == 1) { /* harmless; keep going */
   }
+  if ((gpu_transforms || data_on_gpu) && strncmp(o.device, "cuda", 4) != 0) {
+    /* Refused before anything is loaded: the transform runs in a CUDA kernel. */
+    fprintf(stderr, "ctrain train: %s needs --device cuda (the transforms run in a CUDA kernel); device is '%s'\n",
+            data_on_gpu ? "--data-on-gpu" : "--gpu-transforms", o.device);
+    return CLI_EXIT_USAGE;
+  }
+  /* --data-on-gpu: the loader only orders indices; --gpu-transforms: it
+   * hands over the stored uint8 images untransformed. */
+  o.loader_mode = data_on_gpu ? CT_LOADER_INDICES : gpu_transforms ? CT_LOADER_RAW_U8 : CT_LOADER_FLOAT;
   if (o.threads) omp_set_num_threads(o.threads);
   ct_device *dev = NULL;
   ct_dataset *dtr = NULL, *dte = NULL;
   ct_loader *ltr = NULL, *lte = NULL;
+  ct_gpu_data *gtr = NULL, *gte = NULL;
   ct_model *m = NULL;
   ct_fit_result res = {0};
   ct_status s = cli_check_output("--save", o.save);
@@ -170,6 +186,9 @@ int cmd_train(int argc_in, char **argv_in) {
     ct_model_reserve_optimizer_state(m, ct_optim_state_buffers(&oc));
   }
   if (s == CT_OK) s = ct_model_prepare(m, dev, o.batch_size, 1);
+  /* After the model's block, so the fit check sees what is left. */
+  if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) s = ct_gpu_data_create(dev, ltr, "train", &gtr);
+  if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) s = ct_gpu_data_create(dev, lte, "test", &gte);
   char settings[1024], config_id[1024];
   if (s == CT_OK) {
     ct_optim_kind kind = !strcmp(o.optimizer, "adam") ? CT_OPTIM_ADAM : !strcmp(o.optimizer, "adamw") ? CT_OPTIM_ADAMW : CT_OPTIM_SGD;
@@ -257,6 +276,8 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_model_destroy(m);
   ct_loader_destroy(ltr);
   ct_loader_destroy(lte);
+  ct_gpu_data_destroy(gtr);
+  ct_gpu_data_destroy(gte);
   ct_dataset_close(dtr);
   ct_dataset_close(dte);
   ct_device_close(dev);

@@ -26,6 +26,7 @@ ct_status cli_open_data(const cli_opts *o, int train, ct_dataset **ds, ct_loader
   lo.workers = o->workers;
   lo.seed = o->seed;
   if (o->stage_alloc) lo.alloc = o->stage_alloc, lo.free = o->stage_free, lo.alloc_ctx = o->stage_ctx;
+  lo.mode = o->loader_mode;
   int c, h, w;
   ct_dataset_shape(*ds, &c, &h, &w);
   if (o->resize && (h != o->resize || w != o->resize)) lo.transform.resize_h = lo.transform.resize_w = o->resize;
