@@ -1,0 +1,196 @@
+/* Host-side logic of the device step that runs without a GPU:
+ *  - the lagged read-back's FIFO (order, slot rotation, full/empty, depth);
+ *  - when the read-back may lag (loss scaler + per-step schedule: never);
+ *  - the optimizer argument table: the fused step emulated on the host
+ *    with the device's rules (the row picked by the device's own step
+ *    count, the count advanced only by taken steps) while the host commits
+ *    the skip decisions one step late gives bit-identical weights to the
+ *    same steps with an immediate commit, across an inf/NaN skip, for
+ *    Adam, AdamW+amsgrad and SGD with momentum; taking row 0 (what a
+ *    host-side count would give) does not;
+ *  - the CUDA graph audit on zoo models and its argument list. */
+#include "test_util.h"
+
+#include "ctrain/model.h"
+#include "optim/optimizer_device.h"
+#include "train/device_step.h"
+
+static uint64_t rs = 0xD1B54A32D192ED03ull;
+static float frand(void) {
+  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void test_ring(void) {
+  ct_lag_ring r;
+  ct_batch b[8];
+  ct_step_result out;
+  ct_lag_ring_init(&r, 1);
+  CHECK(r.depth == 1);
+  CHECK(!ct_lag_ring_due(&r));
+  CHECK(ct_lag_ring_pop(&r, &out) == -1);
+  int used[CT_STEP_LAG_MAX + 1] = {0};
+  /* Steady state of lag 1: push k+1, then pop k. */
+  int s0 = ct_lag_ring_push(&r, &b[0], 10, 32);
+  CHECK(s0 >= 0 && !ct_lag_ring_due(&r));
+  for (int k = 1; k < 8; k++) {
+    int s = ct_lag_ring_push(&r, &b[k], 10 + k, 32 + k);
+    CHECK(s >= 0 && s <= CT_STEP_LAG_MAX);
+    CHECK(ct_lag_ring_due(&r));
+    int ps = ct_lag_ring_pop(&r, &out);
+    CHECK_MSG(out.batch == &b[k - 1] && out.step == 10 + k - 1 && out.n == 32 + k - 1,
+              "pop %d gave step %lld", k, (long long)out.step);
+    /* The popped slot is not the one just handed out: the in-flight
+     * copy of step k is never overwritten by step k-1's read. */
+    CHECK(ps != s);
+    used[s]++;
+    CHECK(!ct_lag_ring_due(&r));
+  }
+  for (int i = 0; i <= CT_STEP_LAG_MAX; i++) CHECK_MSG(used[i] > 0, "slot %d never used", i);
+  CHECK(ct_lag_ring_pop(&r, &out) >= 0 && out.batch == &b[7]);
+  CHECK(ct_lag_ring_pop(&r, &out) == -1);
+  /* Full ring refuses; depth 0 is due at once; depth clamps. */
+  ct_lag_ring_init(&r, 99);
+  CHECK(r.depth == CT_STEP_LAG_MAX);
+  for (int i = 0; i <= CT_STEP_LAG_MAX; i++) CHECK(ct_lag_ring_push(&r, &b[i], i, 1) >= 0);
+  CHECK(ct_lag_ring_push(&r, &b[7], 7, 1) == -1);
+  ct_lag_ring_init(&r, 0);
+  CHECK(ct_lag_ring_push(&r, &b[0], 0, 1) >= 0 && ct_lag_ring_due(&r));
+  ct_lag_ring_init(&r, -3);
+  CHECK(r.depth == 0);
+}
+
+static void test_lag_policy(void) {
+  CHECK(ct_device_step_lag(1, 1, 1) == 0); /* the LR would depend on an unread skip */
+  CHECK(ct_device_step_lag(1, 0, 1) == 1);
+  CHECK(ct_device_step_lag(0, 1, 1) == 1); /* no scaler: no step is ever skipped */
+  CHECK(ct_device_step_lag(0, 0, 0) == 0);
+  CHECK(ct_device_step_lag(0, 0, 50) == CT_STEP_LAG_MAX);
+}
+
+/* Runs STEPS fused steps on the host with the device's rules. lag: how
+ * many steps late the host commits; naive: use row 0 always. */
+enum { N = 2053, STEPS = 7 };
+static void emulate(ct_optim_config cfg, int lag, int naive, const float *grads, float *p, int64_t *skips) {
+  ct_optimizer *o;
+  CHECK_OK(ct_optimizer_create(&cfg, N, &o));
+  float *s[3] = {NULL, NULL, NULL};
+  int nb = ct_optim_state_buffers(&cfg);
+  for (int i = 0; i < nb; i++) s[i] = calloc(N, 4);
+  ct_grad_scaler gs;
+  ct_grad_scaler_init(&gs, 1, 1, 256.0);
+  gs.growth_interval = 2;
+  ct_step_stats ds; /* the "device" block */
+  memset(&ds, 0, sizeof ds);
+  ct_scaler_to_dev(&gs, &ds.scaler);
+  ct_step_stats pending[STEPS];
+  int head = 0, count = 0;
+  *skips = 0;
+  for (int st = 0; st < STEPS; st++) {
+    /* Host: the table from its (possibly lagging) counters. */
+    ct_optim_step_args(o, 0.0, &ds.args);
+    /* Device: statistics, the picked row, the update, the counters. */
+    ct_optim_fused_stats_host(grads + (size_t)st * N, N, &ds);
+    const ct_fused_optim_args *a = naive ? &ds.args.row[0] : ct_step_args_pick(&ds.args, ds.opt_steps);
+    ct_optim_fused_update_host(a, &ds, p, grads + (size_t)st * N, s[0], s[1], s[2]);
+    if (!ct_fused_skip(&ds)) ds.opt_steps++;
+    ct_fused_scaler_update(&ds.scaler, ds.nonfinite);
+    pending[(head + count++) % STEPS] = ds;
+    /* Host: reads (commits) results lag steps behind; all at the end. */
+    while (count > (st == STEPS - 1 ? 0 : lag)) {
+      ct_step_stats *h = &pending[head];
+      head = (head + 1) % STEPS, count--;
+      *skips += ct_fused_skip(h);
+      ct_optimizer_commit_step(o, ct_fused_skip(h));
+      ct_scaler_from_dev(&h->scaler, &gs);
+    }
+  }
+  CHECK(ct_optimizer_steps(o) + *skips == STEPS);
+  CHECK(ds.opt_steps == ct_optimizer_steps(o));
+  for (int i = 0; i < nb; i++) free(s[i]);
+  ct_optimizer_destroy(o);
+}
+
+static void lag_case(const char *name, ct_optim_config cfg) {
+  float *g = malloc(sizeof(float) * N * STEPS), *p0 = malloc(N * 4), *p1 = malloc(N * 4), *p2 = malloc(N * 4);
+  for (int i = 0; i < N; i++) p0[i] = p1[i] = p2[i] = frand();
+  for (int i = 0; i < N * STEPS; i++) g[i] = frand() * 256.0f;
+  g[2 * N + 17] = INFINITY; /* step 2 is skipped by the scaler */
+  int64_t k0, k1, k2;
+  emulate(cfg, 0, 0, g, p0, &k0);
+  emulate(cfg, 1, 0, g, p1, &k1);
+  emulate(cfg, 1, 1, g, p2, &k2);
+  CHECK_MSG(k0 == 1 && k1 == 1, "%s: %lld/%lld skipped steps, expected 1", name, (long long)k0, (long long)k1);
+  CHECK_MSG(!memcmp(p0, p1, N * 4), "%s: lagged commit changed the weights", name);
+  /* Row 0 (a host step count one behind after the skip) must differ:
+   * otherwise this test could not see a wrong row. */
+  CHECK_MSG(memcmp(p0, p2, N * 4) != 0, "%s: the table row made no difference; the test is blind", name);
+  free(g), free(p0), free(p1), free(p2);
+}
+
+static void test_args_table(void) {
+  ct_optim_config a = ct_optim_config_default(CT_OPTIM_ADAM);
+  lag_case("adam", a);
+  ct_optim_config w = ct_optim_config_default(CT_OPTIM_ADAMW);
+  w.amsgrad = 1;
+  w.weight_decay = 0.05;
+  lag_case("adamw amsgrad", w);
+  ct_optim_config s = ct_optim_config_default(CT_OPTIM_SGD);
+  s.momentum = 0.9;
+  s.dampening = 0.3; /* the first momentum step differs from the later ones */
+  lag_case("sgd momentum", s);
+  /* Row j equals the arguments of an optimizer j taken steps further. */
+  ct_optimizer *o;
+  CHECK_OK(ct_optimizer_create(&a, 16, &o));
+  CHECK_OK(ct_optimizer_set_steps(o, 5));
+  ct_step_args t;
+  ct_optim_step_args(o, 1.5, &t);
+  CHECK(t.base_steps == 5);
+  for (int j = 0; j <= CT_STEP_LAG_MAX; j++) {
+    ct_fused_optim_args want;
+    CHECK_OK(ct_optimizer_set_steps(o, 5 + j));
+    ct_optim_fused_args(o, 1.5, &want);
+    CHECK_MSG(!memcmp(&want, &t.row[j], sizeof want), "row %d differs from steps %d's arguments", j, 5 + j);
+    CHECK(ct_step_args_pick(&t, 5 + j) == &t.row[j]);
+  }
+  CHECK(ct_step_args_pick(&t, 0) == &t.row[0]);
+  CHECK(ct_step_args_pick(&t, 1000) == &t.row[CT_STEP_LAG_MAX]);
+  ct_optimizer_destroy(o);
+}
+
+static void audit(const char *model, int want_ok, const char *want_word) {
+  ct_model_options mo = {1, 28, 28, 10, 1};
+  if (!strcmp(model, "resnet18")) mo.in_channels = 3, mo.height = mo.width = 32;
+  ct_model *m;
+  CHECK_OK(ct_model_create(model, &mo, &m));
+  char why[256];
+  int ok = ct_device_graph_audit(m, NULL, why, sizeof why);
+  CHECK_MSG(ok == want_ok, "%s: audit %d, expected %d (%s)", model, ok, want_ok, why);
+  if (want_word) CHECK_MSG(strstr(why, want_word) != NULL, "%s: reason '%s' lacks '%s'", model, why, want_word);
+  ct_model_destroy(m);
+}
+
+static void test_graph_audit(void) {
+  audit("mlp", 1, NULL);
+  audit("lenet5", 1, NULL);
+  audit("cnn", 0, "dropout");
+  audit("resnet18", 0, "num_batches_tracked");
+  size_t n;
+  const ct_graph_arg *a = ct_device_graph_args(&n);
+  int stale = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(a[i].name && a[i].name[0] && a[i].source && a[i].source[0]);
+    stale += !a[i].replay_ok;
+  }
+  /* Every argument a replay would get wrong is one the audit refuses:
+   * dropout's key, batch norm's counter, a late momentum buffer. */
+  CHECK_MSG(stale == 3, "%d arguments replay stale, the audit knows 3", stale);
+}
+
+int main(void) {
+  test_ring();
+  test_lag_policy();
+  test_args_table();
+  test_graph_audit();
+  return test_summary("test_device_lag");
+}
