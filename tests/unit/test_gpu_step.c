@@ -1,0 +1,200 @@
+/* The CUDA training step without host synchronisation: the loss backward
+ * with the scale read from the device's scaler against the host-scale
+ * backward, the lagged pipeline against the synchronous step (identical
+ * weights), N steps replayed from a CUDA graph against N eager steps
+ * (identical weights), and the cuBLASLt plan cache (repeated and
+ * interleaved shapes give the first call's bits and match the reference).
+ * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+#include "test_util.h"
+
+#include "backend/backend.h"
+#include "nn/device_state.h"
+#include "optim/optimizer_device.h"
+#include "train/device_step.h"
+
+static uint64_t rs = 0x243F6A8885A308D3ull;
+static float frand(void) {
+  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void *up(ct_device *d, const void *h, size_t b) {
+  void *p = ct_device_alloc(d, b);
+  CHECK(p != NULL);
+  if (p) CHECK_OK(ct_device_copy(d, p, NULL, h, b));
+  return p;
+}
+
+/* Device-scale loss backward == host-scale backward, bit for bit (same
+ * kernel, the scale only travels differently), scaler on and off. */
+static void test_loss_bwd_dev(ct_device *d) {
+  const ct_backend *be = ct_device_backend(d);
+  enum { R = 37, C = 11 };
+  float x[R * C];
+  int64_t t[R];
+  for (int i = 0; i < R * C; i++) x[i] = frand() * 3.0f;
+  for (int i = 0; i < R; i++) t[i] = (int64_t)((frand() + 1.0f) * 5.49f);
+  float *dx = up(d, x, sizeof x), *g1 = up(d, x, sizeof x), *g2 = up(d, x, sizeof x);
+  int64_t *dt = up(d, t, sizeof t);
+  ct_tensor lx = ct_tensor_2d(dx, CT_F32, R, C), lt = ct_tensor_1d(dt, CT_I64, R);
+  ct_tensor o1 = ct_tensor_2d(g1, CT_F32, R, C), o2 = ct_tensor_2d(g2, CT_F32, R, C);
+  lx.device = lt.device = o1.device = o2.device = d;
+  for (int on = 0; on < 2; on++) {
+    ct_grad_scaler gs;
+    ct_grad_scaler_init(&gs, on, 1, 3072.0);
+    ct_step_stats hs;
+    memset(&hs, 0, sizeof hs);
+    ct_scaler_to_dev(&gs, &hs.scaler);
+    ct_step_stats *st = up(d, &hs, sizeof hs);
+    float scale = on ? gs.scale : 1.0f;
+    float h1[R * C], h2[R * C];
+    CHECK_OK(be->cross_entropy_bwd(d, &lx, &lt, 0.1f, scale, &o1));
+    CHECK_OK(be->cross_entropy_bwd_dev(d, &lx, &lt, 0.1f, st, &o2));
+    CHECK_OK(ct_device_copy(NULL, h1, d, g1, sizeof h1));
+    CHECK_OK(ct_device_copy(NULL, h2, d, g2, sizeof h2));
+    CHECK_MSG(!memcmp(h1, h2, sizeof h1), "cross entropy backward, scaler %d: device scale differs", on);
+    double mx = 0;
+    for (int i = 0; i < R * C; i++) mx = fmax(mx, fabs(h1[i]));
+    CHECK_MSG(mx > 0, "cross entropy backward is all zero");
+    CHECK_OK(be->nll_bwd(d, &lt, scale, &o1));
+    CHECK_OK(be->nll_bwd_dev(d, &lt, st, &o2));
+    CHECK_OK(ct_device_copy(NULL, h1, d, g1, sizeof h1));
+    CHECK_OK(ct_device_copy(NULL, h2, d, g2, sizeof h2));
+    CHECK_MSG(!memcmp(h1, h2, sizeof h1), "nll backward, scaler %d: device scale differs", on);
+    ct_device_free(d, st);
+  }
+  ct_device_free(d, dx), ct_device_free(d, g1), ct_device_free(d, g2), ct_device_free(d, dt);
+}
+
+enum { B = 32, STEPS = 6 };
+
+/* A resident mlp trained STEPS steps through the pipeline (lag, graph as
+ * given) or through ct_device_train_step (sync); returns its parameters. */
+static float *train(ct_device *gpu, int mode, int64_t *np_out, const char **note) {
+  ct_model_options mo = {1, 28, 28, 10, 3};
+  ct_model *m;
+  CHECK_OK(ct_model_create("mlp", &mo, &m));
+  ct_model_reserve_optimizer_state(m, 2);
+  CHECK_OK(ct_model_prepare(m, gpu, B, 1));
+  ct_optim_config oc = ct_optim_config_default(CT_OPTIM_ADAM);
+  oc.lr = 1e-3;
+  ct_optimizer *o;
+  size_t np;
+  ct_model_params(m, &np);
+  CHECK_OK(ct_optimizer_create(&oc, np, &o));
+  ct_grad_scaler gs;
+  ct_grad_scaler_init(&gs, 1, 1, 65536.0);
+  gs.growth_interval = 2;
+  CHECK_OK(ct_device_train_begin(m, gpu, o, &gs));
+  static float x[STEPS][B * 28 * 28];
+  static int64_t y[STEPS][B];
+  ct_batch b[STEPS];
+  rs = 77;
+  for (int s = 0; s < STEPS; s++) {
+    for (int i = 0; i < B * 28 * 28; i++) x[s][i] = frand();
+    for (int i = 0; i < B; i++) y[s][i] = (int64_t)((frand() + 1.0f) * 4.99f);
+    memset(&b[s], 0, sizeof b[s]);
+    int64_t xs[4] = {B, 1, 28, 28};
+    b[s].x = ct_tensor_view(x[s], CT_F32, 4, xs);
+    b[s].y = ct_tensor_1d(y[s], CT_I64, B);
+    b[s].n = B;
+    b[s].index = s;
+  }
+  if (mode == 0) {
+    for (int s = 0; s < STEPS; s++) {
+      double lv;
+      int64_t t1 = 0, t5 = 0;
+      int sk;
+      CHECK_OK(ct_device_train_step(m, gpu, o, &b[s], CT_LOSS_CROSS_ENTROPY, 0, 1.0, (uint32_t)s, &gs, &lv, &t1, &t5, &sk));
+    }
+  } else {
+    ct_device_train_opts dto = {1, mode == 2, 2};
+    ct_device_trainer *t;
+    CHECK_OK(ct_device_trainer_create(m, gpu, o, &gs, CT_LOSS_CROSS_ENTROPY, 0, 1.0, 0, &dto, &t));
+    CHECK(ct_device_trainer_lag(t) == 1);
+    int got = 0;
+    for (int s = 0; s < STEPS; s++) {
+      ct_step_result r;
+      int have;
+      CHECK_OK(ct_device_trainer_step(t, &b[s], s, &r, &have));
+      if (have) CHECK(r.batch == &b[got++]);
+    }
+    for (int have = 1; have;) {
+      ct_step_result r;
+      CHECK_OK(ct_device_trainer_drain(t, &r, &have));
+      if (have) CHECK(r.batch == &b[got++]);
+    }
+    CHECK_MSG(got == STEPS, "%d results for %d steps", got, STEPS);
+    if (mode == 2) CHECK_MSG(ct_device_trainer_graph_on(t, note), "graph not used: %s", *note ? *note : "?");
+    ct_device_trainer_destroy(t);
+  }
+  CHECK(ct_optimizer_steps(o) + gs.skipped_steps == STEPS);
+  float *p = malloc(np * 4);
+  CHECK_OK(ct_device_copy(NULL, p, gpu, ct_model_params(m, NULL), np * 4));
+  *np_out = (int64_t)np;
+  ct_optimizer_destroy(o);
+  ct_model_destroy(m);
+  return p;
+}
+
+static void test_pipeline_and_graph(ct_device *gpu) {
+  int64_t n0, n1, n2;
+  const char *note = NULL;
+  float *p0 = train(gpu, 0, &n0, &note), *p1 = train(gpu, 1, &n1, &note), *p2 = train(gpu, 2, &n2, &note);
+  CHECK(n0 == n1 && n1 == n2);
+  CHECK_MSG(!memcmp(p0, p1, (size_t)n0 * 4), "lagged pipeline weights differ from the synchronous step's");
+  CHECK_MSG(!memcmp(p0, p2, (size_t)n0 * 4), "graph-replayed weights differ from the eager steps'");
+  free(p0), free(p1), free(p2);
+}
+
+/* cuBLASLt plans: shapes in the order A B A C B A give, for each shape,
+ * the same bits every time, and match the host reference. */
+static void test_blas_cache(ct_device *d) {
+  const ct_backend *be = ct_device_backend(d);
+  int shapes[3][3] = {{64, 48, 40}, {33, 17, 65}, {128, 256, 8}};
+  int order[6] = {0, 1, 0, 2, 1, 0};
+  float *first[3] = {NULL, NULL, NULL};
+  for (int it = 0; it < 6; it++) {
+    int si = order[it], M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+    float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)K * N * 4), *c = malloc((size_t)M * N * 4);
+    rs = 1000 + (uint64_t)si;
+    for (int i = 0; i < M * K; i++) a[i] = frand();
+    for (int i = 0; i < K * N; i++) b[i] = frand();
+    void *da = up(d, a, (size_t)M * K * 4), *db = up(d, b, (size_t)K * N * 4), *dc = ct_device_alloc(d, (size_t)M * N * 4);
+    ct_tensor ta = ct_tensor_2d(da, CT_F32, M, K), tb = ct_tensor_2d(db, CT_F32, K, N), tc = ct_tensor_2d(dc, CT_F32, M, N);
+    ta.device = tb.device = tc.device = d;
+    CHECK_OK(be->matmul(d, 0, 0, &ta, &tb, 1.0f, 0.0f, &tc));
+    CHECK_OK(ct_device_copy(NULL, c, d, dc, (size_t)M * N * 4));
+    double err = 0, ref = 0;
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        double s = 0;
+        for (int k = 0; k < K; k++) s += (double)a[i * K + k] * b[k * N + j];
+        err += (s - c[i * N + j]) * (s - c[i * N + j]);
+        ref += s * s;
+      }
+    CHECK_MSG(sqrt(err / ref) <= 1e-5, "matmul %dx%dx%d (call %d): relative error %g", M, K, N, it, sqrt(err / ref));
+    if (!first[si]) {
+      first[si] = c;
+    } else {
+      CHECK_MSG(!memcmp(first[si], c, (size_t)M * N * 4), "matmul %dx%dx%d: a cached plan changed the result", M, K, N);
+      free(c);
+    }
+    ct_device_free(d, da), ct_device_free(d, db), ct_device_free(d, dc);
+    free(a), free(b);
+  }
+  for (int i = 0; i < 3; i++) free(first[i]);
+}
+
+int main(void) {
+  ct_device *d;
+  if (ct_device_open("cuda", &d) != CT_OK) {
+    fprintf(stderr, "test_gpu_step: skipped: %s\n", ct_last_error());
+    return 77;
+  }
+  test_loss_bwd_dev(d);
+  test_pipeline_and_graph(d);
+  test_blas_cache(d);
+  ct_device_close(d);
+  return test_summary("test_gpu_step");
+}
