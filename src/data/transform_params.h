@@ -146,8 +146,16 @@ CT_XF_HD void ct_xf_taps(int dst, int in, float scale, int *i0, int *i1, float *
   *w1 = l;
 }
 
+/* A product ptxas may not fuse into anything (PTX mul.f32 without .rn
+ * may be contracted; mul.rn.f32 may not). */
+#ifdef __CUDA_ARCH__
+#define CT_XF_MUL(a, b) __fmul_rn((a), (b))
+#else
+#define CT_XF_MUL(a, b) ((a) * (b))
+#endif
+
 /* a * (1 - w) + b * w, in the one rounding order used everywhere. */
-CT_XF_HD float ct_xf_lerp(float a, float b, float w) { return fmaf(a, 1.0f - w, b * w); }
+CT_XF_HD float ct_xf_lerp(float a, float b, float w) { return fmaf(a, 1.0f - w, CT_XF_MUL(b, w)); }
 
 /* Bilinear value from the four taps: rows first, then mix (PyTorch's
  * Interpolate<2> association). */
