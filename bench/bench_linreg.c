@@ -10,8 +10,13 @@
  * File layout (little-endian): "CTLR0001", int64 n, int64 F, f32 X[n*F],
  * f32 y[n], f32 init[F+1] (weights then bias).
  *
+ * --device cuda runs the fit on the GPU (ct_linreg_fit_device: a fused
+ * reduction kernel + a one-thread Adam kernel per step, every step queued
+ * at once); X and y are uploaded once before the timed fits, as the
+ * PyTorch GPU side keeps its tensors on the device.
+ *
  * Usage: bench_linreg [--n N] [--steps S] [--lr LR] [--runs R] [--seed SEED]
- *                     [--save-data PATH]
+ *                     [--save-data PATH] [--device D]
  * The last line is machine-readable: "RESULT key=value ...". */
 #include <math.h>
 #include <omp.h>
@@ -23,6 +28,7 @@
 
 #include "ctrain/ctrain.h"
 #include "ctrain/linreg.h"
+#include "train/linreg_device.h"
 
 #define F 2
 
@@ -66,7 +72,7 @@ int main(int argc, char **argv) {
   int runs = 5;
   double lr = 0.01;
   unsigned long long seed = 1;
-  const char *save_path = NULL;
+  const char *save_path = NULL, *device = "cpu";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -79,6 +85,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--runs")) runs = atoi(v);
     else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--save-data")) save_path = v;
+    else if (!strcmp(a, "--device")) device = v;
     else {
       fprintf(stderr, "unknown option %s\n", a);
       return 2;
@@ -118,10 +125,27 @@ int main(int argc, char **argv) {
   ct_linreg_data data = {x, y, n, F};
   ct_optim_config cfg = ct_optim_config_default(CT_OPTIM_ADAM);
   cfg.lr = lr;
+  ct_device *dev = NULL;
+  ct_linreg_data ddata = data;
+  int on_dev = strcmp(device, "cpu") != 0;
+  if (on_dev) {
+    if (ct_device_open(device, &dev) != CT_OK) {
+      fprintf(stderr, "%s\n", ct_last_error());
+      return 1;
+    }
+    float *dx = ct_device_alloc(dev, sizeof(float) * (size_t)(n * F)), *dy = ct_device_alloc(dev, sizeof(float) * (size_t)n);
+    if (!dx || !dy || ct_device_copy(dev, dx, NULL, x, sizeof(float) * (size_t)(n * F)) != CT_OK ||
+        ct_device_copy(dev, dy, NULL, y, sizeof(float) * (size_t)n) != CT_OK) {
+      fprintf(stderr, "bench_linreg: uploading the data to %s: %s\n", device, ct_last_error());
+      return 1;
+    }
+    ddata.x = dx, ddata.y = dy;
+  }
   for (int k = -1; k < runs; k++) { /* one warm-up fit: page faults, thread pool */
     memcpy(params, init, sizeof init);
     double t0 = now(), c0 = cpu_now();
-    ct_status s = ct_linreg_fit(&data, &cfg, steps, params, hist);
+    ct_status s = on_dev ? ct_linreg_fit_device(dev, &ddata, &cfg, steps, params, hist)
+                         : ct_linreg_fit(&data, &cfg, steps, params, hist);
     double t1 = now(), c1 = cpu_now();
     if (s != CT_OK) {
       fprintf(stderr, "ct_linreg_fit: %s\n", ct_last_error());
@@ -139,17 +163,21 @@ int main(int argc, char **argv) {
   }
   /* Bytes a step must read: X and y once (the fused pass). */
   double bytes = (double)steps * (double)n * (F + 1) * sizeof(float);
-  printf("linreg n=%lld F=%d steps=%lld Adam lr=%g, %d threads: median %.4f s (min %.4f, max %.4f) over %d runs\n", n,
-         F, steps, lr, omp_get_max_threads(), med, t[0], t[runs - 1], runs);
+  printf("linreg on %s n=%lld F=%d steps=%lld Adam lr=%g, %d threads: median %.4f s (min %.4f, max %.4f) over %d runs\n",
+         device, n, F, steps, lr, omp_get_max_threads(), med, t[0], t[runs - 1], runs);
   printf("  cpu-time/threads: median %.4f s (uncontended estimate); %.2f ms/step; data read %.1f GB/s\n", cmed,
          1e3 * med / (double)steps, bytes / med * 1e-9);
   printf("  init w=[%.7g, %.7g] b=%.7g\n", init[0], init[1], init[2]);
   printf("  loss at last step %.9g, after training %.9g; w=[%.7g, %.7g] b=%.7g\n", hist[steps - 1], final_loss,
          params[0], params[1], params[2]);
-  printf("RESULT workload=linreg n=%lld steps=%lld lr=%g threads=%d median_s=%.6f min_s=%.6f max_s=%.6f "
+  printf("RESULT workload=linreg device=%s n=%lld steps=%lld lr=%g threads=%d median_s=%.6f min_s=%.6f max_s=%.6f "
          "cpu_s=%.6f gbs=%.3f loss_last=%.9g loss_final=%.9g params=%.9g,%.9g,%.9g\n",
-         n, steps, lr, omp_get_max_threads(), med, t[0], t[runs - 1], cmed, bytes / med * 1e-9, hist[steps - 1],
+         device, n, steps, lr, omp_get_max_threads(), med, t[0], t[runs - 1], cmed, bytes / med * 1e-9, hist[steps - 1],
          final_loss, params[0], params[1], params[2]);
+  if (dev) {
+    ct_device_free(dev, (void *)ddata.x), ct_device_free(dev, (void *)ddata.y);
+    ct_device_close(dev);
+  }
   free(x), free(y), free(hist), free(t), free(ct);
   return 0;
 }

@@ -103,17 +103,22 @@ else
 fi
 
 # CPU vs GPU: matmul 10000x200 @ 200x10000 and linreg (1M points, 500 Adam
-# steps). ctrain's bench_matmul/bench_linreg run on the CPU only (no device
-# flag yet): their CPU times are reported beside PyTorch's CPU and GPU times.
+# steps), PyTorch and ctrain each on both devices (ctrain's GPU side:
+# bench_matmul --device cuda = cuBLASLt, bench_linreg --device cuda = the
+# fused reduction + Adam kernels; data resident on the GPU on both sides).
 cmake --build "$BUILD" -j"$(nproc)" --target bench_matmul bench_linreg >>"$RAW" 2>&1
 f=$TMP/mm.out
 "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" matmul --steps 10 >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
 "$BUILD/bench/bench_matmul" >"$TMP/cmm.out" 2>>"$RAW" && cat "$TMP/cmm.out" >>"$RAW"
-row "matmul 10000x200x10000 | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/cmm.out") s; ctrain GPU: not wired"
+"$BUILD/bench/bench_matmul" --device cuda 10000 200 10000 10 >"$TMP/gmm.out" 2>>"$RAW" && cat "$TMP/gmm.out" >>"$RAW"
+grep 'dtype=f32' "$TMP/cmm.out" >"$TMP/cmm32.out" || true
+grep 'dtype=f32' "$TMP/gmm.out" >"$TMP/gmm32.out" || true
+row "matmul 10000x200x10000 | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/cmm32.out") s, GPU $(kv median_s "$TMP/gmm32.out") s"
 f=$TMP/lr.out
 "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" linreg >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
 "$BUILD/bench/bench_linreg" --n 1000000 --steps 500 --runs 3 >"$TMP/clr.out" 2>>"$RAW" && cat "$TMP/clr.out" >>"$RAW"
-row "linreg 1M x 500 Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s; ctrain GPU: not wired"
+"$BUILD/bench/bench_linreg" --n 1000000 --steps 500 --runs 3 --device cuda >"$TMP/glr.out" 2>>"$RAW" && cat "$TMP/glr.out" >>"$RAW"
+row "linreg 1M x 500 Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s, GPU $(kv median_s "$TMP/glr.out") s (ctrain: 2 features, PyTorch script: 1)"
 
 {
   echo "# ctrain vs PyTorch on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1) ($DATE)"

@@ -5,7 +5,8 @@
  * reference, virtual CPU devices and CUDA plug in the same way.
  *
  * Conventions for every op:
- *  - tensors are dense row-major; images are NCHW; shapes are taken from
+ *  - tensors are dense row-major; images are NCHW (or channel-blocked
+ *    CT_LAYOUT_C16 where the backend says it accepts it); shapes are taken from
  *    the descriptors and checked by the caller (layers), not re-validated;
  *  - outputs are overwritten, except weight/bias gradients, which are
  *    computed as  g = beta * g + grad  with beta 0 or 1 so that gradient
@@ -68,6 +69,9 @@ struct ct_xf_batch;
 
 struct ct_backend {
   const char *name;
+  /* 1 if conv2d, max pooling and the elementwise ops accept activations in
+   * CT_LAYOUT_C16 (see src/nn/layout.h); other ops always get plain ones. */
+  int c16_layouts;
 
   /* ---- device lifetime and memory (NULL = host memory, no state) ---- */
   /* Sets up backend-private state in the device (engine, stream, handles). */
@@ -148,6 +152,15 @@ struct ct_backend {
   ct_status (*graph_end)(ct_device *d, void **graph);
   ct_status (*graph_launch)(ct_device *d, void *graph);
   void (*graph_free)(ct_device *d, void *graph);
+  /* Fused full-batch linear regression (src/train/linreg.c's math):
+   * `steps` steps on x [n, features], y [n], params [features + 1], all
+   * device memory, with step k's optimizer scalars args[k] (device array,
+   * rounded on the host), optimizer state [3 * (features + 1)] zeroed by
+   * the caller, and loss_history[k] (device doubles) the loss before step
+   * k's update. Queued without waiting. */
+  ct_status (*linreg_fit)(ct_device *d, const float *x, const float *y, int64_t n, int features,
+                          const struct ct_fused_optim_args *args, int64_t steps, float *params, float *state,
+                          double *loss_history);
 
   /* ---- GPU data path (src/data/transform_params.h, src/data/gpu_data.c);
    * NULL on the host backends, whose loader transforms on the CPU (the

@@ -49,6 +49,10 @@ typedef struct ct_fused_optim_args {
   int32_t apply_decay, amsgrad;
 } ct_fused_optim_args;
 
+/* Widest linear regression the fused CUDA kernel takes (per-thread
+ * accumulators live in registers). */
+#define CT_LINREG_MAX_FEATURES 16
+
 /* How many steps may be queued whose skip decision the host has not read
  * yet (the lagged read-back keeps one; 2 leaves room). */
 #define CT_STEP_LAG_MAX 2

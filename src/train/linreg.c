@@ -11,6 +11,11 @@
 
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "optim/optimizer_device.h"
+#include "train/linreg_device.h"
 
 /* Below this many points starting threads costs more than the pass. */
 #define CT_LINREG_PAR_MIN 16384
@@ -147,6 +152,61 @@ ct_status ct_linreg_fit(const ct_linreg_data *data, const ct_optim_config *optim
   }
   if (ws.w) ws_free(&ws);
   free(g64), free(g32);
+  ct_optimizer_destroy(opt);
+  return s;
+}
+
+ct_status ct_linreg_fit_device(ct_device *dev, const ct_linreg_data *data, const ct_optim_config *optim,
+                               int64_t steps, float *params, double *loss_history) {
+  CT_TRY(check_data(data));
+  if (!params) return ct_error(CT_ERR_INVALID_ARG, "linreg: params is NULL");
+  if (!optim) return ct_error(CT_ERR_INVALID_ARG, "linreg: optim is NULL");
+  if (steps < 0) return ct_error(CT_ERR_INVALID_ARG, "linreg: steps is %lld, expected >= 0", (long long)steps);
+  const ct_backend *be = ct_device_backend(dev);
+  if (!be->linreg_fit)
+    return ct_error(CT_ERR_UNSUPPORTED, "linreg: device %s has no fused linear regression kernel (use ct_linreg_fit)",
+                    ct_device_name(dev));
+  if (data->features > CT_LINREG_MAX_FEATURES)
+    return ct_error(CT_ERR_UNSUPPORTED, "linreg: data.features is %lld; the device kernel takes at most %d",
+                    (long long)data->features, CT_LINREG_MAX_FEATURES);
+  if (steps == 0) return CT_OK;
+  const size_t np = (size_t)data->features + 1;
+  ct_optimizer *opt = NULL;
+  ct_status s = ct_optimizer_create(optim, np, &opt);
+  if (s != CT_OK) return ct_error_wrap(s, "linreg: ");
+  /* Every step's scalars up front (no step is ever skipped here), rounded
+   * as ct_optimizer_step rounds them. */
+  ct_fused_optim_args *args = malloc(sizeof *args * (size_t)steps);
+  float *zeros = calloc(3 * np, sizeof(float));
+  if (!args || !zeros) s = ct_error(CT_ERR_OUT_OF_MEMORY, "linreg: out of host memory for %lld steps", (long long)steps);
+  for (int64_t k = 0; s == CT_OK && k < steps; k++) {
+    ct_optim_fused_args(opt, 0.0, &args[k]);
+    ct_optimizer_commit_step(opt, 0);
+  }
+  ct_fused_optim_args *dargs = NULL;
+  float *dp = NULL, *dstate = NULL;
+  double *dloss = NULL;
+  if (s == CT_OK) {
+    dargs = ct_device_alloc(dev, sizeof *args * (size_t)steps);
+    dp = ct_device_alloc(dev, np * sizeof(float));
+    dstate = ct_device_alloc(dev, 3 * np * sizeof(float));
+    dloss = ct_device_alloc(dev, sizeof(double) * (size_t)steps);
+    if (!dargs || !dp || !dstate || !dloss)
+      s = ct_error_wrap(CT_ERR_OUT_OF_MEMORY, "linreg: device memory for %lld steps on %s", (long long)steps,
+                        ct_device_name(dev));
+  }
+  if (s == CT_OK) s = ct_device_copy(dev, dargs, NULL, args, sizeof *args * (size_t)steps);
+  if (s == CT_OK) s = ct_device_copy(dev, dp, NULL, params, np * sizeof(float));
+  if (s == CT_OK) s = ct_device_copy(dev, dstate, NULL, zeros, 3 * np * sizeof(float));
+  if (s == CT_OK)
+    s = be->linreg_fit(dev, data->x, data->y, data->n, (int)data->features, dargs, steps, dp, dstate, dloss);
+  if (s == CT_OK) s = ct_device_copy(NULL, params, dev, dp, np * sizeof(float));
+  if (s == CT_OK && loss_history) s = ct_device_copy(NULL, loss_history, dev, dloss, sizeof(double) * (size_t)steps);
+  if (dargs) ct_device_free(dev, dargs);
+  if (dp) ct_device_free(dev, dp);
+  if (dstate) ct_device_free(dev, dstate);
+  if (dloss) ct_device_free(dev, dloss);
+  free(args), free(zeros);
   ct_optimizer_destroy(opt);
   return s;
 }

@@ -3,7 +3,8 @@
  * backward, the lagged pipeline against the synchronous step (identical
  * weights), N steps replayed from a CUDA graph against N eager steps
  * (identical weights), and the cuBLASLt plan cache (repeated and
- * interleaved shapes give the first call's bits and match the reference).
+ * interleaved shapes give the first call's bits and match the reference),
+ * and the fused GPU linear regression against ct_linreg_fit.
  * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
 #include "test_util.h"
 
@@ -11,6 +12,7 @@
 #include "nn/device_state.h"
 #include "optim/optimizer_device.h"
 #include "train/device_step.h"
+#include "train/linreg_device.h"
 
 static uint64_t rs = 0x243F6A8885A308D3ull;
 static float frand(void) {
@@ -186,6 +188,39 @@ static void test_blas_cache(ct_device *d) {
   for (int i = 0; i < 3; i++) free(first[i]);
 }
 
+/* The GPU linreg fit against the CPU's: same math, sums in another
+ * order, so losses agree to ~1e-12 and parameters to a few f32 ulps. */
+static void test_linreg(ct_device *d) {
+  enum { NP = 50000, FE = 3, ST = 40 };
+  float *x = malloc(sizeof(float) * NP * FE), *y = malloc(sizeof(float) * NP);
+  for (int i = 0; i < NP; i++) {
+    double s = 0.5;
+    for (int j = 0; j < FE; j++) {
+      x[i * FE + j] = frand() * 10.0f;
+      s += (j + 1.5) * x[i * FE + j];
+    }
+    y[i] = (float)s + frand();
+  }
+  float pc[FE + 1] = {0.1f, -0.2f, 0.3f, 0.05f}, pg[FE + 1];
+  memcpy(pg, pc, sizeof pc);
+  double hc[ST], hg[ST];
+  ct_optim_config cfg = ct_optim_config_default(CT_OPTIM_ADAM);
+  cfg.lr = 0.05;
+  ct_linreg_data data = {x, y, NP, FE};
+  CHECK_OK(ct_linreg_fit(&data, &cfg, ST, pc, hc));
+  ct_linreg_data dd = data;
+  dd.x = up(d, x, sizeof(float) * NP * FE);
+  dd.y = up(d, y, sizeof(float) * NP);
+  CHECK_OK(ct_linreg_fit_device(d, &dd, &cfg, ST, pg, hg));
+  for (int k = 0; k < ST; k++)
+    CHECK_MSG(fabs(hc[k] - hg[k]) <= 1e-10 * fabs(hc[k]), "loss at step %d: CPU %.17g GPU %.17g", k, hc[k], hg[k]);
+  for (int j = 0; j <= FE; j++)
+    CHECK_MSG(fabs(pc[j] - pg[j]) <= 1e-5 * fmax(1.0, fabs(pc[j])), "param %d: CPU %.9g GPU %.9g", j, pc[j], pg[j]);
+  CHECK_MSG(hc[ST - 1] < 0.5 * hc[0], "the fit did not train (loss %g -> %g)", hc[0], hc[ST - 1]);
+  ct_device_free(d, (void *)dd.x), ct_device_free(d, (void *)dd.y);
+  free(x), free(y);
+}
+
 int main(void) {
   ct_device *d;
   if (ct_device_open("cuda", &d) != CT_OK) {
@@ -195,6 +230,7 @@ int main(void) {
   test_loss_bwd_dev(d);
   test_pipeline_and_graph(d);
   test_blas_cache(d);
+  test_linreg(d);
   ct_device_close(d);
   return test_summary("test_gpu_step");
 }

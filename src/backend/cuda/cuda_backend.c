@@ -77,6 +77,7 @@ static ct_backend cuda_table = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
+    .linreg_fit = cuda_linreg_fit,
     .transform_u8 = cuda_transform_u8,
 };
 

@@ -233,6 +233,9 @@ ct_status cuda_graph_begin(ct_device *d);
 ct_status cuda_graph_end(ct_device *d, void **graph);
 ct_status cuda_graph_launch(ct_device *d, void *graph);
 void cuda_graph_free(ct_device *d, void *graph);
+ct_status cuda_linreg_fit(ct_device *d, const float *x, const float *y, int64_t n, int features,
+                          const struct ct_fused_optim_args *args, int64_t steps, float *params, float *state,
+                          double *loss_history);
 
 /* ---- GPU data path (cuda_transform.cu) ---- */
 struct ct_xf_batch;

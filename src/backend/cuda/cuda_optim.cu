@@ -181,3 +181,71 @@ extern "C" ct_status cuda_count_correct(ct_device *d, const ct_tensor *scores, c
   CUDA_LAUNCHED("count_correct");
   return CT_OK;
 }
+
+/* ---- fused full-batch linear regression (src/train/linreg.c's math) ----
+ * Per step: one pass over the points sums {r^2, r x_j, r} in double into a
+ * fixed number of per-block partials, then one thread adds the partials in
+ * block order, forms loss = sum r^2 / n and grad_j = 2/n sum r x_j rounded
+ * to f32 (the CPU's formulas), and applies the optimizer element formulas
+ * of fused_step.h with step k's arguments (args[k], rounded on the host).
+ * Every step of the run is queued at once: the host reads nothing until
+ * the end. */
+#define LINREG_BLOCKS 512
+
+__global__ void k_linreg_partial(const float *x, const float *y, int64_t n, int F, const float *p, double *part) {
+  __shared__ double sh[CT_THREADS / 32];
+  double w[CT_LINREG_MAX_FEATURES + 1], acc[CT_LINREG_MAX_FEATURES + 2];
+  for (int j = 0; j <= F; j++) w[j] = (double)p[j];
+  for (int j = 0; j < F + 2; j++) acc[j] = 0;
+  CT_GRID_STRIDE(i, n) {
+    const float *xi = x + i * F;
+    double r = w[F] - (double)y[i];
+    for (int j = 0; j < F; j++) r += (double)xi[j] * w[j];
+    acc[0] += r * r;
+    for (int j = 0; j < F; j++) acc[1 + j] += r * (double)xi[j];
+    acc[F + 1] += r;
+  }
+  for (int j = 0; j < F + 2; j++) {
+    double t = ct_block_sum(acc[j], sh);
+    if (threadIdx.x == 0) part[(size_t)blockIdx.x * (F + 2) + j] = t;
+  }
+}
+
+__global__ void k_linreg_update(const double *part, int F, int64_t n, const ct_fused_optim_args *a, float *p,
+                                float *s0, float *s1, float *s2, double *loss_out) {
+  double sum[CT_LINREG_MAX_FEATURES + 2];
+  for (int j = 0; j < F + 2; j++) sum[j] = 0;
+  for (int b = 0; b < LINREG_BLOCKS; b++)
+    for (int j = 0; j < F + 2; j++) sum[j] += part[(size_t)b * (F + 2) + j];
+  const double inv_n = 1.0 / (double)n;
+  *loss_out = sum[0] * inv_n;
+  for (int j = 0; j <= F; j++) {
+    float g = (float)(2.0 * inv_n * sum[1 + j]);
+    if (a->kind == 0)
+      ct_fused_sgd_elem(a, &p[j], g, s0 ? &s0[j] : (float *)0);
+    else
+      ct_fused_adam_elem(a, &p[j], g, &s0[j], &s1[j], s2 ? &s2[j] : (float *)0);
+  }
+}
+
+extern "C" ct_status cuda_linreg_fit(ct_device *d, const float *x, const float *y, int64_t n, int features,
+                                     const ct_fused_optim_args *args, int64_t steps, float *params, float *state,
+                                     double *loss_history) {
+  if (features < 1 || features > CT_LINREG_MAX_FEATURES)
+    return ct_error(CT_ERR_UNSUPPORTED, "cuda linreg: %d features; the fused kernel takes 1..%d", features,
+                    CT_LINREG_MAX_FEATURES);
+  CT_TRY(cuda_enter(d));
+  void *scr = NULL;
+  CT_TRY(cuda_scratch(d, (size_t)LINREG_BLOCKS * (size_t)(features + 2) * sizeof(double), &scr));
+  const int64_t np = features + 1;
+  float *s0 = state, *s1 = state + np, *s2 = state + 2 * np;
+  cudaStream_t st = cuda_stream(d);
+  for (int64_t k = 0; k < steps; k++) {
+    k_linreg_partial<<<LINREG_BLOCKS, CT_THREADS, 0, st>>>(x, y, n, features, params, (double *)scr);
+    CUDA_LAUNCHED("linreg partial sums");
+    k_linreg_update<<<1, 1, 0, st>>>((const double *)scr, features, n, args + k, params, s0, s1, s2,
+                                     loss_history + k);
+    CUDA_LAUNCHED("linreg update");
+  }
+  return CT_OK;
+}
