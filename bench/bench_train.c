@@ -10,10 +10,11 @@
  * Usage: bench_train --model NAME [--batch 128] [--input CxHxW]
  *                    [--classes 10] [--steps 20] [--warmup 3]
  *                    [--threads 2] [--precision fp32|bf16] [--profile]
- *                    [--no-fuse]
+ *                    [--no-fuse] [--plain-layouts]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
- * --no-fuse turns off the ReLU folding of src/nn/fuse.c.
+ * --no-fuse turns off the ReLU folding of src/nn/fuse.c; --plain-layouts
+ * keeps every activation NCHW (no channel-blocked ones, src/nn/layout.h).
  * Last line: "RESULT key=value ..." for bench/run.sh. */
 #include <omp.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 
 #include "ctrain/ctrain.h"
 #include "nn/fuse.h"
+#include "nn/layout.h"
 #include "nn/model_impl.h"
 
 static double now(void) {
@@ -163,6 +165,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-fuse")) {
       ct_fuse_set_enabled(0);
+      continue;
+    }
+    if (!strcmp(a, "--plain-layouts")) {
+      ct_layout_set_enabled(0);
       continue;
     }
     if (!v) {

@@ -20,12 +20,20 @@ extern "C" {
 
 typedef struct ct_device ct_device;
 
+/* Memory order of a 4-D tensor. Everything a caller passes or receives is
+ * CT_LAYOUT_PLAIN (NCHW). CT_LAYOUT_C16 is [N][C/16][H][W][16] (oneDNN's
+ * nChw16c; C a multiple of 16): the executor keeps activations between
+ * consecutive convolutions and max pools of the cpu device in it, so the
+ * oneDNN kernels, which compute in that order, need no reorders. */
+typedef enum ct_layout { CT_LAYOUT_PLAIN = 0, CT_LAYOUT_C16 = 1 } ct_layout;
+
 typedef struct ct_tensor {
   void *data;
   ct_dtype dtype;
   int ndim;
   int64_t shape[CT_MAX_DIMS];
   ct_device *device; /* NULL means host memory */
+  ct_layout layout;  /* CT_LAYOUT_PLAIN unless the executor chose C16 */
 } ct_tensor;
 
 /* A descriptor over existing memory; shape has ndim entries. */

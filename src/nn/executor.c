@@ -16,6 +16,7 @@
 #include "nn/device_state.h"
 #include "nn/model_impl.h"
 #include "nn/fuse.h"
+#include "nn/layout.h"
 
 static int saves_input(const ct_layer *l) {
   if (l->cls == &ct_layer_activation) return CT_ACT_BWD_NEEDS_X(l->act);
@@ -29,7 +30,7 @@ static int saves_output(const ct_layer *l) {
 }
 
 void ct_exec_bufs_free(ct_exec_bufs *b) {
-  free(b->act), free(b->root), free(b->grad), free(b->ws), free(b->tmp), free(b->xcast), free(b->dxcast);
+  free(b->act), free(b->root), free(b->grad), free(b->ws), free(b->tmp), free(b->xcast), free(b->dxcast), free(b->c16);
   memset(b, 0, sizeof *b);
 }
 
@@ -46,16 +47,23 @@ static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
   return (size_t)(n * ct_shape_numel(l->out_ndim, l->out_shape)) * ct_dtype_size(out_dt(m, l->index));
 }
 
+static ct_layout layout_of(const ct_model *m, int i) {
+  return i >= 0 && m->eb.c16[i] ? CT_LAYOUT_C16 : CT_LAYOUT_PLAIN;
+}
+
 /* Sets every layer's x/y descriptors to batch n (data pointers later). */
 static void shape_tensors(ct_model *m, int64_t n) {
   for (int i = 0; i < m->n_layers; i++) {
     ct_layer *l = &m->layers[i];
     for (int j = 0; j < l->n_inputs; j++) {
+      /* A cast copy keeps its source's element order (casts are elementwise). */
+      l->x[j].layout = l->dx[j].layout = layout_of(m, l->inputs[j]);
       l->x[j].dtype = l->dx[j].dtype = out_dt(m, i);
       ct_layer_batch_shape(&l->x[j], n, l->in_ndim[j], l->in_shape[j]);
       ct_layer_batch_shape(&l->dx[j], n, l->in_ndim[j], l->in_shape[j]);
       l->x[j].device = l->dx[j].device = m->dev;
     }
+    l->y.layout = l->dy.layout = layout_of(m, i);
     l->y.dtype = l->dy.dtype = out_dt(m, i);
     ct_layer_batch_shape(&l->y, n, l->out_ndim, l->out_shape);
     ct_layer_batch_shape(&l->dy, n, l->out_ndim, l->out_shape);
@@ -93,14 +101,16 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   b->tmp = malloc(sizeof(int) * (size_t)L * 2);
   b->xcast = malloc(sizeof(int) * (size_t)L * 2);
   b->dxcast = malloc(sizeof(int) * (size_t)L * 2);
+  b->c16 = malloc(sizeof(int) * (size_t)L);
   b->out32 = b->dout32 = -1;
   int *last = malloc(sizeof(int) * (size_t)L);
   int *gfirst = malloc(sizeof(int) * (size_t)L);
-  if (!b->act || !b->root || !b->grad || !b->ws || !b->tmp || !b->xcast || !b->dxcast || !last || !gfirst) {
+  if (!b->act || !b->root || !b->grad || !b->ws || !b->tmp || !b->xcast || !b->dxcast || !b->c16 || !last || !gfirst) {
     free(last), free(gfirst);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
   }
   const int T = 2 * L; /* end of the step */
+  ct_model_choose_layouts(m, b->c16);
   shape_tensors(m, max_batch);
   for (int i = 0; i < L; i++) {
     ct_layer *l = &m->layers[i];

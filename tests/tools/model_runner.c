@@ -150,6 +150,15 @@ static int add_state(out_list *o, ct_model *m, const char *prefix, int grads, co
   return 0;
 }
 
+/* Where plain NCHW element j of t lies in memory: the executor may keep an
+ * activation channel-blocked ([N][C/16][H][W][16], src/nn/layout.h). */
+static int64_t blocked_index(const ct_tensor *t, int64_t j) {
+  if (t->layout != CT_LAYOUT_C16) return j;
+  int64_t C = t->shape[1], HW = t->shape[2] * t->shape[3];
+  int64_t n = j / (C * HW), c = j / HW % C, p = j % HW;
+  return ((n * (C / 16) + c / 16) * HW + p) * 16 + c % 16;
+}
+
 /* Masks of every ReLU output (a ReLU layer, or a ReLU fused into a layer)
  * of the last forward pass, in execution order. */
 static int add_relu_masks(out_list *o, ct_model *m) {
@@ -165,13 +174,15 @@ static int add_relu_masks(out_list *o, ct_model *m) {
     void *raw = malloc((size_t)(n ? n : 1) * es);
     if (!h || !raw || ct_device_copy(NULL, raw, l->y.device, l->y.data, (size_t)n * es) != CT_OK) return -1;
     for (int64_t j = 0; j < n; j++) {
-      float v = l->y.dtype == CT_BF16 ? ct_bf16_to_f32(((uint16_t *)raw)[j])
-                : l->y.dtype == CT_F16 ? ct_f16_to_f32(((uint16_t *)raw)[j])
-                                       : ((float *)raw)[j];
+      int64_t at = blocked_index(&l->y, j);
+      float v = l->y.dtype == CT_BF16 ? ct_bf16_to_f32(((uint16_t *)raw)[at])
+                : l->y.dtype == CT_F16 ? ct_f16_to_f32(((uint16_t *)raw)[at])
+                                       : ((float *)raw)[at];
       h[j] = v > 0.0f ? 1.0f : 0.0f;
     }
     free(raw);
     mask.dtype = CT_F32;
+    mask.layout = CT_LAYOUT_PLAIN;
     mask.data = h;
     mask.device = NULL;
     char name[32];

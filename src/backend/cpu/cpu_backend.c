@@ -8,6 +8,7 @@
 
 static ct_backend cpu_table = {
     .name = "cpu",
+    .c16_layouts = 1,
     .open = cpu_dev_open,
     .close = cpu_dev_close,
 

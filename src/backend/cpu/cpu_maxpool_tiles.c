@@ -19,7 +19,8 @@
 #include "backend/cpu/cpu_impl.h"
 
 int cpu_maxpool_tiles_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y) {
-  return x->dtype == y->dtype && (x->dtype == CT_F32 || x->dtype == CT_BF16) && x->ndim == 4 && y->ndim == 4 &&
+  return x->layout == CT_LAYOUT_PLAIN && y->layout == CT_LAYOUT_PLAIN && x->dtype == y->dtype &&
+         (x->dtype == CT_F32 || x->dtype == CT_BF16) && x->ndim == 4 && y->ndim == 4 &&
          p->kernel_h == p->stride_h && p->kernel_w == p->stride_w && p->pad_h == 0 && p->pad_w == 0 &&
          p->kernel_h * p->kernel_w <= 255 && y->shape[2] * p->kernel_h <= x->shape[2] &&
          y->shape[3] * p->kernel_w <= x->shape[3] && y->shape[0] == x->shape[0] && y->shape[1] == x->shape[1];

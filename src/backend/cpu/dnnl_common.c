@@ -80,7 +80,7 @@ void cpu_key_add_tensor(cpu_key *k, const ct_tensor *t) {
     cpu_key_add(k, -1);
     return;
   }
-  cpu_key_add(k, t->dtype * 16 + t->ndim);
+  cpu_key_add(k, (t->layout * 64 + t->dtype) * 16 + t->ndim);
   for (int i = 0; i < t->ndim; i++) cpu_key_add(k, t->shape[i]);
 }
 
@@ -249,6 +249,22 @@ ct_status cpu_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, c
   dnnl_dims_t dd;
   for (int i = 0; i < ndims; i++) dd[i] = dims[i];
   CPU_DNNL(dnnl_memory_desc_init_by_tag(md, ndims, dd, cpu_dnnl_dtype(t), plain_tags[ndims]), what);
+  return CT_OK;
+}
+
+ct_status cpu_md_of(dnnl_memory_desc_t *md, const ct_tensor *t, const char *what) {
+  if (t->layout != CT_LAYOUT_C16) return cpu_md_plain(md, t->ndim, t->shape, t->dtype, what);
+  if (t->ndim != 4 || t->shape[1] % 16)
+    return ct_error(CT_ERR_INTERNAL, "%s: a C16 tensor must be 4-D with channels a multiple of 16", what);
+  dnnl_dims_t dd;
+  for (int i = 0; i < 4; i++) dd[i] = t->shape[i];
+  CPU_DNNL(dnnl_memory_desc_init_by_tag(md, 4, dd, cpu_dnnl_dtype(t->dtype), dnnl_aBcd16b), what);
+  return CT_OK;
+}
+
+ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what) {
+  if ((a && a->layout != CT_LAYOUT_PLAIN) || (b && b->layout != CT_LAYOUT_PLAIN))
+    return ct_error(CT_ERR_UNSUPPORTED, "%s: channel-blocked (C16) tensors need f32 or bf16 and the oneDNN path", what);
   return CT_OK;
 }
 

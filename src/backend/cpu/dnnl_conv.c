@@ -2,10 +2,12 @@
  * post-op, backward data, backward weights (+bias). f32, or bf16 x/w/dy
  * with f32 or bf16 outputs (f32 accumulation inside oneDNN).
  *
- * Layouts: the caller's tensors are plain NCHW/OIHW. By default the
- * primitive is created with format `any` so oneDNN picks its blocked
- * layouts (nChw16c, OIhw16i16o...) and its direct JIT kernels; the entry
- * owns the reorders between the two. cpu_conv_set_blocked(0) forces plain
+ * Layouts: weights are plain OIHW; activations are plain NCHW or, when the
+ * executor chose CT_LAYOUT_C16, nChw16c. By default the primitive is
+ * created with format `any` so oneDNN picks its blocked layouts (nChw16c,
+ * OIhw16i16o...) and its direct JIT kernels; the entry owns the reorders
+ * between those and the tensors' layouts (none for a C16 activation the
+ * kernel also wants as nChw16c). cpu_conv_set_blocked(0) forces plain
  * layouts (gemm-based kernels, no reorders) so the two can be measured. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,9 +111,9 @@ static ct_status make_fwd(cpu_dev *cd, cpu_entry *e, const conv_geom *g, const c
   CT_TRY(s);
   CT_TRY(cpu_entry_finish(cd, e, what));
   dnnl_memory_desc_t xm, wm, ym, bm;
-  CT_TRY(cpu_md_plain(&xm, 4, g->xd, x->dtype, what));
+  CT_TRY(cpu_md_of(&xm, x, what));
   CT_TRY(cpu_md_plain(&wm, g->wnd, g->wd, w->dtype, what));
-  CT_TRY(cpu_md_plain(&ym, 4, g->yd, y->dtype, what));
+  CT_TRY(cpu_md_of(&ym, y, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_SRC, &xm, dnnl_query_src_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_WEIGHTS, &wm, dnnl_query_weights_md, 0, what));
   if (b) {
@@ -138,6 +140,7 @@ static ct_status make_fwd(cpu_dev *cd, cpu_entry *e, const conv_geom *g, const c
 ct_status cpu_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w,
                          const ct_tensor *b, ct_act act, ct_tensor *y) {
   if (!fast_dtypes(x->dtype, w->dtype, y->dtype)) {
+    CT_TRY(cpu_need_plain(x, y, "conv2d_fwd"));
     REF_OR(conv2d_fwd, d, p, x, w, b, act, y);
   }
   char what[160], sx[48], sw[48];
@@ -196,9 +199,9 @@ static ct_status make_bwd_data(cpu_dev *cd, cpu_entry *e, const conv_geom *g, co
   CT_TRY(s);
   CT_TRY(cpu_entry_finish(cd, e, what));
   dnnl_memory_desc_t dxm, wm, dym;
-  CT_TRY(cpu_md_plain(&dxm, 4, g->xd, dx->dtype, what));
+  CT_TRY(cpu_md_of(&dxm, dx, what));
   CT_TRY(cpu_md_plain(&wm, g->wnd, g->wd, w->dtype, what));
-  CT_TRY(cpu_md_plain(&dym, 4, g->yd, dy->dtype, what));
+  CT_TRY(cpu_md_of(&dym, dy, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_DIFF_DST, &dym, dnnl_query_diff_dst_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_WEIGHTS, &wm, dnnl_query_weights_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_DIFF_SRC, &dxm, dnnl_query_diff_src_md, 1, what));
@@ -208,6 +211,7 @@ static ct_status make_bwd_data(cpu_dev *cd, cpu_entry *e, const conv_geom *g, co
 ct_status cpu_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
                               ct_tensor *dx) {
   if (!fast_dtypes(dy->dtype, w->dtype, dx->dtype)) {
+    CT_TRY(cpu_need_plain(dy, dx, "conv2d_bwd_data"));
     REF_OR(conv2d_bwd_data, d, p, dy, w, dx);
   }
   char what[160], sx[48], sw[48];
@@ -261,9 +265,9 @@ static ct_status make_bwd_w(cpu_dev *cd, cpu_entry *e, const conv_geom *g, const
   CT_TRY(s);
   CT_TRY(cpu_entry_finish(cd, e, what));
   dnnl_memory_desc_t xm, dwm, dym;
-  CT_TRY(cpu_md_plain(&xm, 4, g->xd, x->dtype, what));
+  CT_TRY(cpu_md_of(&xm, x, what));
   CT_TRY(cpu_md_plain(&dwm, g->wnd, g->wd, CT_F32, what));
-  CT_TRY(cpu_md_plain(&dym, 4, g->yd, dy->dtype, what));
+  CT_TRY(cpu_md_of(&dym, dy, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_SRC, &xm, dnnl_query_src_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_DIFF_DST, &dym, dnnl_query_diff_dst_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_DIFF_WEIGHTS, &dwm, dnnl_query_diff_weights_md, 1, what));
@@ -278,6 +282,7 @@ static ct_status make_bwd_w(cpu_dev *cd, cpu_entry *e, const conv_geom *g, const
 ct_status cpu_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
                                  ct_tensor *dw, ct_tensor *db, float beta) {
   if (!fast_dtypes(x->dtype, dy->dtype, dw->dtype) || (db && db->dtype != CT_F32 && db->dtype != CT_BF16)) {
+    CT_TRY(cpu_need_plain(x, dy, "conv2d_bwd_weights"));
     REF_OR(conv2d_bwd_weights, d, p, x, dy, dw, db, beta);
   }
   char what[160], sx[48], sw[48];

@@ -1,5 +1,6 @@
 /* Max and average 2-D pooling through oneDNN (pooling_v2), forward and
- * backward, f32 or bf16, NCHW.
+ * backward, f32 or bf16, NCHW or nChw16c (CT_LAYOUT_C16, source and
+ * destination alike).
  *
  * PyTorch's output size (floor or ceil_mode) is taken from y; oneDNN is
  * given the right padding that produces exactly that size, which for
@@ -58,8 +59,8 @@ static ct_status fwd_desc(dnnl_pooling_v2_desc_t *pd, dnnl_prop_kind_t prop, dnn
                           dnnl_memory_desc_t *ym, const char *what) {
   pool_geom g;
   geom(&g, p, x, y);
-  CT_TRY(cpu_md_plain(xm, 4, x->shape, x->dtype, what));
-  CT_TRY(cpu_md_plain(ym, 4, y->shape, y->dtype, what));
+  CT_TRY(cpu_md_of(xm, x, what));
+  CT_TRY(cpu_md_of(ym, y, what));
   CPU_DNNL(dnnl_pooling_v2_forward_desc_init(pd, prop, alg, xm, ym, g.strides, g.kernel, g.dil, g.pl, g.pr), what);
   return CT_OK;
 }
@@ -136,8 +137,8 @@ static ct_status pool_bwd(ct_device *d, dnnl_alg_kind_t alg, const ct_pool2d_par
       geom(&g, p, dx, dy);
       dnnl_memory_desc_t xm, ym;
       dnnl_pooling_v2_desc_t pdesc;
-      s = cpu_md_plain(&xm, 4, dx->shape, dx->dtype, what);
-      if (s == CT_OK) s = cpu_md_plain(&ym, 4, dy->shape, dy->dtype, what);
+      s = cpu_md_of(&xm, dx, what);
+      if (s == CT_OK) s = cpu_md_of(&ym, dy, what);
       dnnl_status_t st = dnnl_pooling_v2_backward_desc_init(&pdesc, alg, &xm, &ym, g.strides, g.kernel, g.dil, g.pl, g.pr);
       if (s == CT_OK && st != dnnl_success) s = cpu_dnnl_error(st, what, "dnnl_pooling_v2_backward_desc_init");
       if (s == CT_OK) s = cpu_entry_make_pd(cd, e, &pdesc, NULL, hint->pd, what);
@@ -167,6 +168,7 @@ static ct_status pool_bwd(ct_device *d, dnnl_alg_kind_t alg, const ct_pool2d_par
 
 size_t cpu_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y) {
   if (!fast_dtype(x, y)) {
+    if (cpu_need_plain(x, y, "maxpool2d_workspace_bytes") != CT_OK) return 0;
     const ct_backend *r = ct_ref_backend();
     return r->maxpool2d_workspace_bytes ? r->maxpool2d_workspace_bytes(d, p, x, y) : 0;
   }
@@ -187,6 +189,7 @@ size_t cpu_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, co
 
 ct_status cpu_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, void *ws) {
   if (!fast_dtype(x, y)) {
+    CT_TRY(cpu_need_plain(x, y, "maxpool2d_fwd"));
     REF_OR(maxpool2d_fwd, d, p, x, y, ws);
   }
   if (cpu_maxpool_tiles_ok(p, x, y)) {
@@ -201,6 +204,7 @@ ct_status cpu_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_te
 ct_status cpu_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, const void *ws,
                             ct_tensor *dx) {
   if (!fast_dtype(dx, dy)) {
+    CT_TRY(cpu_need_plain(dx, dy, "maxpool2d_bwd"));
     REF_OR(maxpool2d_bwd, d, p, dy, ws, dx);
   }
   if (!ws) return ct_error(CT_ERR_INVALID_ARG, "maxpool2d_bwd: no workspace (the forward ran without one)");
@@ -227,6 +231,7 @@ static dnnl_alg_kind_t avg_alg(const ct_pool2d_params *p) {
 
 ct_status cpu_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y) {
   if (!fast_dtype(x, y) || !avg_exact(p, x, y)) {
+    CT_TRY(cpu_need_plain(x, y, "avgpool2d_fwd"));
     REF_OR(avgpool2d_fwd, d, p, x, y);
   }
   return pool_fwd(d, avg_alg(p), p, x, y, NULL, "avgpool2d_fwd");
@@ -234,6 +239,7 @@ ct_status cpu_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_te
 
 ct_status cpu_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, ct_tensor *dx) {
   if (!fast_dtype(dx, dy) || !avg_exact(p, dx, dy)) {
+    CT_TRY(cpu_need_plain(dx, dy, "avgpool2d_bwd"));
     REF_OR(avgpool2d_bwd, d, p, dy, dx);
   }
   return pool_bwd(d, avg_alg(p), p, dy, NULL, dx, "avgpool2d_bwd");
