@@ -82,7 +82,9 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   int64_t in_numel = ct_shape_numel(m->in_ndim, m->in_shape);
   size_t o_arena = 0, o_params = o_arena + al(m->plan.peak ? m->plan.peak : 64);
   size_t o_grads = o_params + al(m->n_params * 4), o_buffers = o_grads + al(m->n_params * 4);
-  size_t o_counters = o_buffers + al(m->n_buffers * 4), o_lp = o_counters + al(m->n_counters * 8);
+  /* num_batches_tracked stays in host memory: batch norm's forward counts
+   * it on the host, and nothing on the device reads it. */
+  size_t o_lp = o_buffers + al(m->n_buffers * 4);
   size_t lp_bytes = (m->lp_params || need_round) ? al(m->n_params * 2) : 0;
   size_t o_opt = o_lp + lp_bytes, opt_bytes = al((size_t)m->opt_buffers * m->n_params * 4);
   size_t o_x = o_opt + opt_bytes, o_y = o_x + al((size_t)(m->max_batch * in_numel) * 4);
@@ -90,7 +92,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
 
   ct_mem_numbers nums = {ct_device_name(dev), m->name, ct_precision_name(m->precision), m->max_batch,
                          al(m->plan.peak), al(m->n_params * 4), al(m->n_params * 4),
-                         al(m->n_buffers * 4) + al(m->n_counters * 8), lp_bytes, opt_bytes,
+                         al(m->n_buffers * 4), lp_bytes, opt_bytes,
                          o_stats - o_x + al(sizeof(ct_step_stats)), 0, 0};
   if (be->mem_info && be->mem_info(dev, &nums.dev_free, &nums.dev_total) != CT_OK) nums.dev_free = nums.dev_total = 0;
   void *block = nums.dev_total && total > nums.dev_free ? NULL : ct_device_alloc(dev, total);
@@ -117,7 +119,6 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   ds->lp_round = need_round ? b + o_lp : NULL;
   ct_status s = ct_device_copy(dev, b + o_params, NULL, m->params, m->n_params * 4);
   if (s == CT_OK) s = ct_device_copy(dev, b + o_buffers, NULL, m->buffers, m->n_buffers * 4);
-  if (s == CT_OK) s = ct_device_copy(dev, b + o_counters, NULL, m->counters, m->n_counters * 8);
   if (s == CT_OK) {
     int64_t n = (int64_t)m->n_params;
     ct_tensor g = ct_tensor_view(b + o_grads, CT_F32, 1, &n);
@@ -132,7 +133,6 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   m->params = (float *)(b + o_params);
   m->grads = (float *)(b + o_grads);
   m->buffers = (float *)(b + o_buffers);
-  m->counters = (int64_t *)(b + o_counters);
   if (m->lp_params) m->lp_params = b + o_lp;
   m->lp_dirty = 1;
   m->grads_clean = 1;
@@ -150,7 +150,6 @@ void ct_model_device_release(ct_model *m) {
   (void)ct_device_sync(m->dev);
   (void)ct_device_copy(NULL, ds->h_params, m->dev, m->params, m->n_params * 4);
   (void)ct_device_copy(NULL, ds->h_buffers, m->dev, m->buffers, m->n_buffers * 4);
-  (void)ct_device_copy(NULL, ds->h_counters, m->dev, m->counters, m->n_counters * 8);
   memset(ds->h_grads, 0, m->n_params * 4);
   m->params = ds->h_params, m->grads = ds->h_grads, m->buffers = ds->h_buffers, m->counters = ds->h_counters;
   m->lp_params = ds->h_lp;

@@ -209,7 +209,9 @@ static void bind_state(ct_model *m) {
       else
         base = (s->is_buffer ? m->buffers : m->params) + s->offset;
       e->value = ct_tensor_view(base, s->dtype, s->ndim, s->shape);
-      e->value.device = m->dev;
+      /* Counters stay in host memory on a device-resident model
+       * (device_state.c); NULL marks host memory. */
+      e->value.device = s->dtype == CT_I64 && m->dstate ? NULL : m->dev;
       e->grad = ct_tensor_view(s->is_buffer ? NULL : m->grads + s->offset, s->dtype, s->ndim, s->shape);
       e->grad.device = m->dev;
       l->w[k] = e->value;

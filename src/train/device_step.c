@@ -237,7 +237,7 @@ static const ct_graph_arg graph_args[] = {
     {"cuDNN/cuBLASLt workspaces, reduction partials", "the device's scratch buffer; a launch after it moved is refused and the step captured again", 1},
     {"activations, gradients, optimizer state", "fixed offsets in the model's block", 1},
     {"dropout mask key (seed, layer, step)", "a kernel argument: would replay the captured step's masks", 0},
-    {"batch norm num_batches_tracked", "incremented by the host in the layer's forward: would not advance", 0},
+    {"batch norm num_batches_tracked", "host memory; the host counts each replayed training step", 1},
     {"SGD momentum buffer switched on after the move", "allocated by the host on first use", 0},
 };
 
@@ -255,10 +255,6 @@ int ct_device_graph_audit(const ct_model *m, const ct_optimizer *opt, char *why,
       snprintf(why, cap, "layer '%s' (%s): its mask key (the step) is a kernel argument a replay would repeat", l->name, k);
       return 0;
     }
-  }
-  if (m->n_counters > 0) {
-    snprintf(why, cap, "model '%s' has batch norm num_batches_tracked counters that the host increments", m->name);
-    return 0;
   }
   if (opt && needs_host_args(opt)) {
     snprintf(why, cap, "SGD momentum was switched on after the optimizer state moved to the device");
@@ -337,9 +333,21 @@ void ct_device_trainer_destroy(ct_device_trainer *t) {
 
 /* Captures the step into a graph and launches it; on failure leaves the
  * step to run eagerly (the capture executed nothing) and notes why. */
+/* Batch norm's num_batches_tracked (host memory) for a training step the
+ * host did not walk: a graph replay runs no layer code on the host. */
+static void count_bn_batches(ct_model *m) {
+  for (int i = 0; i < m->n_layers; i++)
+    if (m->layers[i].counter) (*m->layers[i].counter)++;
+}
+
 static ct_status capture(ct_device_trainer *t, const ct_tensor *x, const ct_tensor *y, int64_t step, int *ran) {
   const ct_backend *be = ct_device_backend(t->dev);
   *ran = 0;
+  /* The capture walks the layers (counting batch norm batches) without
+   * running the step; a failed capture is followed by an eager step. */
+  int64_t *counters = t->m->n_counters ? malloc(t->m->n_counters * sizeof *counters) : NULL;
+  if (t->m->n_counters && !counters) return ct_error(CT_ERR_OUT_OF_MEMORY, "cuda graph: out of host memory");
+  if (counters) memcpy(counters, t->m->counters, t->m->n_counters * sizeof *counters);
   ct_status s = be->graph_begin(t->dev);
   if (s == CT_OK) {
     ct_status bs = step_body(t->m, t->dev, t->opt, x, y, t->loss, t->ls, (uint32_t)step, 0, t->clip);
@@ -356,8 +364,11 @@ static ct_status capture(ct_device_trainer *t, const ct_tensor *x, const ct_tens
   if (s != CT_OK) {
     snprintf(t->note, sizeof t->note, "capture failed, running eagerly: %s", ct_last_error());
     t->graph_want = 0;
+    if (counters) memcpy(t->m->counters, counters, t->m->n_counters * sizeof *counters);
+    free(counters);
     return CT_OK;
   }
+  free(counters);
   CT_TRY(be->graph_launch(t->dev, t->graph));
   *ran = 1;
   return CT_OK;
@@ -396,6 +407,7 @@ ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step
     ct_status s = be->graph_launch(t->dev, t->graph);
     if (s == CT_OK) {
       ran = 1;
+      count_bn_batches(t->m);
     } else {
       /* The scratch buffer moved (a larger evaluation batch): capture again. */
       be->graph_free(t->dev, t->graph);
