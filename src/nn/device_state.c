@@ -21,8 +21,8 @@ struct ct_model_dstate {
   void *lp_round;      /* O3 rounding through the low precision when no lp copy exists */
   float *opt_slab;
   size_t opt_floats;
-  void *x;
-  int64_t *y;
+  void *x[CT_STAGE_SLOTS];     /* [max_batch, ...] f32 each */
+  int64_t *y[CT_STAGE_SLOTS];  /* [max_batch] each */
   ct_step_stats *stats;
 };
 
@@ -87,8 +87,10 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   size_t o_lp = o_buffers + al(m->n_buffers * 4);
   size_t lp_bytes = (m->lp_params || need_round) ? al(m->n_params * 2) : 0;
   size_t o_opt = o_lp + lp_bytes, opt_bytes = al((size_t)m->opt_buffers * m->n_params * 4);
-  size_t o_x = o_opt + opt_bytes, o_y = o_x + al((size_t)(m->max_batch * in_numel) * 4);
-  size_t o_stats = o_y + al((size_t)m->max_batch * 8), total = o_stats + al(sizeof(ct_step_stats));
+  /* Staging: CT_STAGE_SLOTS x (x, y) back to back; slot k at o_x + k * slot. */
+  size_t x_bytes = al((size_t)(m->max_batch * in_numel) * 4), slot = x_bytes + al((size_t)m->max_batch * 8);
+  size_t o_x = o_opt + opt_bytes;
+  size_t o_stats = o_x + CT_STAGE_SLOTS * slot, total = o_stats + al(sizeof(ct_step_stats));
 
   ct_mem_numbers nums = {ct_device_name(dev), m->name, ct_precision_name(m->precision), m->max_batch,
                          al(m->plan.peak), al(m->n_params * 4), al(m->n_params * 4),
@@ -113,8 +115,10 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   ds->h_lp = m->lp_params;
   ds->opt_slab = opt_bytes ? (float *)(b + o_opt) : NULL;
   ds->opt_floats = (size_t)m->opt_buffers * m->n_params;
-  ds->x = b + o_x;
-  ds->y = (int64_t *)(b + o_y);
+  for (int k = 0; k < CT_STAGE_SLOTS; k++) {
+    ds->x[k] = b + o_x + (size_t)k * slot;
+    ds->y[k] = (int64_t *)(b + o_x + (size_t)k * slot + x_bytes);
+  }
   ds->stats = (ct_step_stats *)(b + o_stats);
   ds->lp_round = need_round ? b + o_lp : NULL;
   ct_status s = ct_device_copy(dev, b + o_params, NULL, m->params, m->n_params * 4);
@@ -167,8 +171,14 @@ float *ct_model_optimizer_slab(ct_model *m, size_t *floats) {
   if (floats) *floats = m->dstate ? m->dstate->opt_floats : 0;
   return m->dstate ? m->dstate->opt_slab : NULL;
 }
-void *ct_model_stage_x(ct_model *m) { return m->dstate ? m->dstate->x : NULL; }
-int64_t *ct_model_stage_y(ct_model *m) { return m->dstate ? m->dstate->y : NULL; }
+void *ct_model_stage_x(ct_model *m) { return ct_model_stage_x_at(m, 0); }
+int64_t *ct_model_stage_y(ct_model *m) { return ct_model_stage_y_at(m, 0); }
+void *ct_model_stage_x_at(ct_model *m, int k) {
+  return m->dstate && k >= 0 && k < CT_STAGE_SLOTS ? m->dstate->x[k] : NULL;
+}
+int64_t *ct_model_stage_y_at(ct_model *m, int k) {
+  return m->dstate && k >= 0 && k < CT_STAGE_SLOTS ? m->dstate->y[k] : NULL;
+}
 ct_step_stats *ct_model_step_stats(ct_model *m) { return m->dstate ? m->dstate->stats : NULL; }
 
 void *ct_model_round_scratch(ct_model *m) { return m->dstate ? m->dstate->lp_round : NULL; }

@@ -51,12 +51,21 @@ void ct_model_device_release(ct_model *m);
  * holds them and the out-of-memory check counts them. */
 void ct_model_reserve_optimizer_state(ct_model *m, int buffers);
 
+/* Batch staging slots in the device block: the copy of batch k+1 lands
+ * in the other slot while step k still reads its own (src/train/
+ * device_step.c), so the copy can overlap compute. */
+#define CT_STAGE_SLOTS 2
+
 /* The resident model's pieces (NULL when not resident): the optimizer
  * slab (*floats set to its size), batch staging for x [max_batch, ...]
- * f32 and y [max_batch] int64, and the step statistics block. */
+ * f32 and y [max_batch] int64 (slot 0), and the step statistics block. */
 float *ct_model_optimizer_slab(ct_model *m, size_t *floats);
 void *ct_model_stage_x(ct_model *m);
 int64_t *ct_model_stage_y(ct_model *m);
+/* Staging slot k (0..CT_STAGE_SLOTS-1; other k give NULL) for x and y,
+ * shaped as ct_model_stage_x/y. NULL when the model is not resident. */
+void *ct_model_stage_x_at(ct_model *m, int k);
+int64_t *ct_model_stage_y_at(ct_model *m, int k);
 ct_step_stats *ct_model_step_stats(ct_model *m);
 /* Device scratch of n_params 16-bit values for O3 rounding when the model
  * has no low-precision weight copy to round through (NULL otherwise). */

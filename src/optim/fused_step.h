@@ -86,6 +86,11 @@ typedef struct ct_step_stats {
   /* Written by the host, never read back (the read-back copies the bytes
    * before it: CT_STEP_STATS_READBACK). */
   ct_step_args args;
+  /* The dropout mask key's step of the step queued next, written by the
+   * host before it (a copy in stream order, like args); the dropout
+   * kernels read it through dropout_step_from's pointer, so a replayed
+   * CUDA graph draws the current step's masks. Never read back. */
+  uint32_t dropout_step;
 } ct_step_stats;
 
 #define CT_STEP_STATS_READBACK offsetof(ct_step_stats, args)

@@ -36,24 +36,24 @@ ct_status ct_device_train_begin(ct_model *m, ct_device *dev, ct_optimizer *opt, 
   return ct_device_copy(dev, st, NULL, &h, sizeof h);
 }
 
-/* Copies the batch into the model's staging buffers and returns device
- * views of it (x shaped as the model takes it). ordered: the copy goes on
- * the compute stream behind every queued step (the host runs ahead and the
- * single staging buffer may still be read by the previous step); else on
- * the copy stream, overlapping what is queued (the caller synchronises per
- * step). */
-static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int ordered, ct_tensor *x, ct_tensor *y) {
+/* Copies the batch into staging slot `slot` of the model's block and
+ * returns device views of it (x shaped as the model takes it). The f32
+ * batch goes on the copy stream (the compute stream waits on its event),
+ * so it overlaps whatever is queued: the caller guarantees no queued step
+ * still reads that slot (ct_stage_wait_slot). ordered applies to the GPU
+ * data path only, whose uint8 buffer (src/data/gpu_data.c) is single: its
+ * copy then goes on the compute stream behind the queued steps. */
+static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int slot, int ordered, ct_tensor *x,
+                       ct_tensor *y) {
   const ct_backend *be = ct_device_backend(dev);
-  void *xd = ct_model_stage_x(m);
-  int64_t *yd = ct_model_stage_y(m);
+  void *xd = ct_model_stage_x_at(m, slot);
+  int64_t *yd = ct_model_stage_y_at(m, slot);
+  if (!xd || !yd) return ct_error(CT_ERR_INTERNAL, "device step: no staging slot %d", slot);
   size_t xb = ct_tensor_nbytes(&b->x), yb = (size_t)b->n * sizeof(int64_t);
   if (b->device_data) {
     /* GPU data path (--gpu-transforms, --data-on-gpu): the batch is raw
      * uint8 or only indices; the transform runs on the device. */
     CT_TRY(ct_gpu_data_stage(b->device_data, b, ordered, xd, yd, x));
-  } else if (ordered && be->copy_async) {
-    CT_TRY(be->copy_async(dev, xd, 1, b->x.data, 0, xb));
-    CT_TRY(be->copy_async(dev, yd, 1, b->y.data, 0, yb));
   } else if (be->copy_h2d_async) {
     CT_TRY(be->copy_h2d_async(dev, xd, b->x.data, xb));
     CT_TRY(be->copy_h2d_async(dev, yd, b->y.data, yb));
@@ -105,8 +105,10 @@ static ct_status loss_backward_dev(ct_device *dev, ct_loss_kind loss, const ct_t
 }
 
 /* Forward, loss, backward and the fused optimizer for the staged batch:
- * everything a graph captures. Nothing here depends on the step except
- * the dropout key (the audit refuses graphs for models with dropout).
+ * everything a graph captures. The only per-step value here is the
+ * dropout step; the pipeline makes the dropout kernels read it from
+ * stats->dropout_step (with_dropout_step), ct_device_train_step passes it
+ * as the key's kernel argument.
  * host_args: the optimizer's scalars travel as kernel arguments computed
  * from the host's counters (exact only when no step is in flight; the
  * path that also creates an SGD momentum buffer switched on late). */
@@ -152,7 +154,7 @@ ct_status ct_device_train_step(ct_model *m, ct_device *dev, ct_optimizer *opt, c
                                int64_t *top1, int64_t *top5, int *skipped) {
   ct_step_stats *st = ct_model_step_stats(m);
   ct_tensor x, y;
-  CT_TRY(stage(m, dev, b, 0, &x, &y));
+  CT_TRY(stage(m, dev, b, 0, 0, &x, &y));
   int host_args = needs_host_args(opt);
   if (!host_args) CT_TRY(ct_optimizer_write_step_args(opt, dev, st, clip));
   CT_TRY(step_body(m, dev, opt, &x, &y, loss, label_smoothing, step, host_args, clip));
@@ -173,7 +175,7 @@ ct_status ct_device_eval_batch(ct_model *m, ct_device *dev, const ct_batch *b, c
                                int64_t *top5) {
   ct_step_stats *st = ct_model_step_stats(m);
   ct_tensor x, y;
-  CT_TRY(stage(m, dev, b, 0, &x, &y));
+  CT_TRY(stage(m, dev, b, 0, 0, &x, &y));
   CT_TRY(ct_model_forward(m, &x, 0, 0, out));
   CT_TRY(loss_and_hits(dev, loss, label_smoothing, *out, &y, st));
   ct_step_stats h;
@@ -219,6 +221,20 @@ int ct_lag_ring_pop(ct_lag_ring *r, ct_step_result *out) {
   return r->e[i].slot;
 }
 
+int ct_stage_slot(const ct_lag_ring *r, int stage_slots) {
+  return stage_slots > 0 ? (int)(r->pushed % stage_slots) : 0;
+}
+
+int ct_stage_wait_slot(const ct_lag_ring *r, int stage_slots) {
+  /* The next step is number r->pushed; it reuses the staging slot of step
+   * pushed - stage_slots, which is still in flight iff at least
+   * stage_slots entries are. Steps finish in order on one stream, so
+   * waiting for that one is enough. */
+  if (stage_slots < 1 || r->count < stage_slots) return -1;
+  const int slots = CT_STEP_LAG_MAX + 1;
+  return r->e[(r->head + r->count - stage_slots) % slots].slot;
+}
+
 int ct_device_step_lag(int scaler_enabled, int sched_per_step, int wanted) {
   if (scaler_enabled && sched_per_step) return 0;
   return wanted < 0 ? 0 : wanted > CT_STEP_LAG_MAX ? CT_STEP_LAG_MAX : wanted;
@@ -227,7 +243,7 @@ int ct_device_step_lag(int scaler_enabled, int sched_per_step, int wanted) {
 /* ---- the CUDA graph audit ---- */
 
 static const ct_graph_arg graph_args[] = {
-    {"batch x, y", "fixed staging buffers in the model's block, filled by a copy queued before the launch", 1},
+    {"batch x, y", "one of two staging slots in the model's block (one graph per slot), filled on the copy stream before the launch", 1},
     {"loss scale (backward, unscale, skip)", "stats->scaler in device memory, updated by the scaler kernel", 1},
     {"learning rate, weight decay, momentum, betas, eps", "stats->args, copied from the host before each launch", 1},
     {"Adam bias corrections (step count)", "stats->args row picked with the device's stats->opt_steps", 1},
@@ -236,7 +252,8 @@ static const ct_graph_arg graph_args[] = {
     {"label smoothing, loss kind", "constant per run", 1},
     {"cuDNN/cuBLASLt workspaces, reduction partials", "the device's scratch buffer; a launch after it moved is refused and the step captured again", 1},
     {"activations, gradients, optimizer state", "fixed offsets in the model's block", 1},
-    {"dropout mask key (seed, layer, step)", "a kernel argument: would replay the captured step's masks", 0},
+    {"dropout mask step", "stats->dropout_step, copied from the host before each launch; the dropout kernels read it through a pointer", 1},
+    {"dropout seed, layer index, p", "constant per run (kernel arguments)", 1},
     {"batch norm num_batches_tracked", "host memory; the host counts each replayed training step", 1},
     {"SGD momentum buffer switched on after the move", "allocated by the host on first use", 0},
 };
@@ -248,14 +265,9 @@ const ct_graph_arg *ct_device_graph_args(size_t *count) {
 
 int ct_device_graph_audit(const ct_model *m, const ct_optimizer *opt, char *why, size_t cap) {
   if (cap) why[0] = 0;
-  for (int i = 0; i < m->n_layers; i++) {
-    const ct_layer *l = &m->layers[i];
-    const char *k = l->cls->kind;
-    if ((!strcmp(k, "dropout") || !strcmp(k, "dropout2d")) && l->fp[0] > 0) {
-      snprintf(why, cap, "layer '%s' (%s): its mask key (the step) is a kernel argument a replay would repeat", l->name, k);
-      return 0;
-    }
-  }
+  /* Dropout is fine: its step comes from stats->dropout_step (a backend
+   * without dropout_step_from is refused by ct_device_trainer_create). */
+  (void)m;
   if (opt && needs_host_args(opt)) {
     snprintf(why, cap, "SGD momentum was switched on after the optimizer state moved to the device");
     return 0;
@@ -265,6 +277,21 @@ int ct_device_graph_audit(const ct_model *m, const ct_optimizer *opt, char *why,
 
 /* ---- the pipeline ---- */
 
+int ct_model_has_dropout(const ct_model *m) {
+  for (int i = 0; i < m->n_layers; i++) {
+    const ct_layer *l = &m->layers[i];
+    const char *k = l->cls->kind;
+    if ((!strcmp(k, "dropout") || !strcmp(k, "dropout2d")) && l->fp[0] > 0) return 1;
+  }
+  return 0;
+}
+
+/* Why one graph per staging slot rather than one graph fed by a
+ * device-to-device copy from the slot into a fixed input buffer: the copy
+ * would need a third x/y buffer in the block (more memory in the plan, on
+ * the largest models tens of MB) and a device copy of every batch inside
+ * the graph, while a second graph costs one more capture and a few kB of
+ * graph memory. The graphs differ only in the staging addresses. */
 struct ct_device_trainer {
   ct_model *m;
   ct_device *dev;
@@ -277,9 +304,10 @@ struct ct_device_trainer {
   ct_lag_ring ring;
   ct_step_stats *slots;   /* [CT_STEP_LAG_MAX + 1] pinned host copies of the statistics */
   int pinned;
-  int graph_want, warmup_left, graph_on;
-  void *graph;
-  int64_t graph_n;        /* batch size the graph was captured with */
+  int dropout;            /* the model has dropout: write stats->dropout_step per step */
+  int graph_want, warmup_left;
+  void *graph[CT_STAGE_SLOTS];    /* one per staging slot: it captured that slot's addresses */
+  int64_t graph_n[CT_STAGE_SLOTS]; /* batch size each graph was captured with */
   char note[256];
 };
 
@@ -287,7 +315,9 @@ int ct_device_trainer_lag(const ct_device_trainer *t) { return t->lag; }
 
 int ct_device_trainer_graph_on(const ct_device_trainer *t, const char **note) {
   if (note) *note = t->note[0] ? t->note : NULL;
-  return t->graph != NULL;
+  for (int k = 0; k < CT_STAGE_SLOTS; k++)
+    if (t->graph[k]) return 1;
+  return 0;
 }
 
 ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *opt, ct_grad_scaler *gs,
@@ -315,9 +345,14 @@ ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *op
     free(t);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "device step: cannot allocate %zu bytes for the statistics read-back", bytes);
   }
+  t->dropout = ct_model_has_dropout(m) && be->dropout_step_from != NULL;
   t->graph_want = o->cuda_graph;
   t->warmup_left = o->warmup > 0 ? o->warmup : 2;
   if (t->graph_want && !ct_device_graph_audit(m, opt, t->note, sizeof t->note)) t->graph_want = 0;
+  if (t->graph_want && ct_model_has_dropout(m) && !be->dropout_step_from) {
+    snprintf(t->note, sizeof t->note, "device %s reads the dropout step only as a kernel argument", ct_device_name(dev));
+    t->graph_want = 0;
+  }
   *out = t;
   return CT_OK;
 }
@@ -325,14 +360,13 @@ ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *op
 void ct_device_trainer_destroy(ct_device_trainer *t) {
   if (!t) return;
   const ct_backend *be = ct_device_backend(t->dev);
-  if (t->graph) be->graph_free(t->dev, t->graph);
+  for (int k = 0; k < CT_STAGE_SLOTS; k++)
+    if (t->graph[k]) be->graph_free(t->dev, t->graph[k]);
   if (t->pinned) be->host_free(t->dev, t->slots);
   else free(t->slots);
   free(t);
 }
 
-/* Captures the step into a graph and launches it; on failure leaves the
- * step to run eagerly (the capture executed nothing) and notes why. */
 /* Batch norm's num_batches_tracked (host memory) for a training step the
  * host did not walk: a graph replay runs no layer code on the host. */
 static void count_bn_batches(ct_model *m) {
@@ -340,7 +374,27 @@ static void count_bn_batches(ct_model *m) {
     if (m->layers[i].counter) (*m->layers[i].counter)++;
 }
 
-static ct_status capture(ct_device_trainer *t, const ct_tensor *x, const ct_tensor *y, int64_t step, int *ran) {
+/* Runs (or captures, between graph_begin and graph_end) the step body with
+ * the dropout kernels reading the step from stats->dropout_step; the
+ * pointer is switched off again whatever happens, so nothing outside the
+ * pipeline (evaluation, ct_device_train_step) reads it. */
+static ct_status body_dev_step(ct_device_trainer *t, const ct_tensor *x, const ct_tensor *y, uint32_t step,
+                               int host_args) {
+  const ct_backend *be = ct_device_backend(t->dev);
+  ct_step_stats *st = ct_model_step_stats(t->m);
+  if (t->dropout) CT_TRY(be->dropout_step_from(t->dev, &st->dropout_step));
+  ct_status s = step_body(t->m, t->dev, t->opt, x, y, t->loss, t->ls, step, host_args, t->clip);
+  if (t->dropout) {
+    ct_status r = be->dropout_step_from(t->dev, NULL);
+    if (s == CT_OK) s = r;
+  }
+  return s;
+}
+
+/* Captures the step on staging slot k into graph[k] and launches it; on
+ * failure leaves the step to run eagerly (the capture executed nothing)
+ * and notes why. */
+static ct_status capture(ct_device_trainer *t, int k, const ct_tensor *x, const ct_tensor *y, int64_t step, int *ran) {
   const ct_backend *be = ct_device_backend(t->dev);
   *ran = 0;
   /* The capture walks the layers (counting batch norm batches) without
@@ -350,13 +404,13 @@ static ct_status capture(ct_device_trainer *t, const ct_tensor *x, const ct_tens
   if (counters) memcpy(counters, t->m->counters, t->m->n_counters * sizeof *counters);
   ct_status s = be->graph_begin(t->dev);
   if (s == CT_OK) {
-    ct_status bs = step_body(t->m, t->dev, t->opt, x, y, t->loss, t->ls, (uint32_t)step, 0, t->clip);
+    ct_status bs = body_dev_step(t, x, y, (uint32_t)step, 0);
     void *g = NULL;
     ct_status es = be->graph_end(t->dev, &g);
     s = bs != CT_OK ? bs : es;
     if (s == CT_OK) {
-      t->graph = g;
-      t->graph_n = x->shape[0];
+      t->graph[k] = g;
+      t->graph_n[k] = x->shape[0];
     } else if (g) {
       be->graph_free(t->dev, g);
     }
@@ -369,7 +423,7 @@ static ct_status capture(ct_device_trainer *t, const ct_tensor *x, const ct_tens
     return CT_OK;
   }
   free(counters);
-  CT_TRY(be->graph_launch(t->dev, t->graph));
+  CT_TRY(be->graph_launch(t->dev, t->graph[k]));
   *ran = 1;
   return CT_OK;
 }
@@ -398,26 +452,37 @@ ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step
       return ct_error(CT_ERR_INVALID_ARG, "device step: SGD momentum switched on with %d steps in flight", t->ring.count);
     CT_TRY(read_oldest(t, done, have));
   }
+  /* The staging slot's previous user must be done before the copy
+   * overwrites it (only possible with lag >= CT_STAGE_SLOTS). */
+  int k = ct_stage_slot(&t->ring, CT_STAGE_SLOTS), wait = ct_stage_wait_slot(&t->ring, CT_STAGE_SLOTS);
+  if (wait >= 0 && t->lag > 0) CT_TRY(be->event_wait(t->dev, wait));
   ct_tensor x, y;
   int ordered = t->lag > 0 || t->graph_want;
-  CT_TRY(stage(t->m, t->dev, b, ordered, &x, &y));
+  CT_TRY(stage(t->m, t->dev, b, k, ordered, &x, &y));
   if (!host_args) CT_TRY(ct_optimizer_write_step_args(t->opt, t->dev, st, t->clip));
+  if (t->dropout) {
+    /* Stream-ordered like the argument table: the step still queued reads
+     * its own value before this copy lands. A pageable source is staged
+     * before the call returns, so a local is fine. */
+    uint32_t ds = (uint32_t)step;
+    CT_TRY(ct_device_copy(t->dev, &st->dropout_step, NULL, &ds, sizeof ds));
+  }
   int ran = 0;
-  if (!host_args && t->graph && b->n == t->graph_n) {
-    ct_status s = be->graph_launch(t->dev, t->graph);
+  if (!host_args && t->graph[k] && b->n == t->graph_n[k]) {
+    ct_status s = be->graph_launch(t->dev, t->graph[k]);
     if (s == CT_OK) {
       ran = 1;
       count_bn_batches(t->m);
     } else {
       /* The scratch buffer moved (a larger evaluation batch): capture again. */
-      be->graph_free(t->dev, t->graph);
-      t->graph = NULL;
+      be->graph_free(t->dev, t->graph[k]);
+      t->graph[k] = NULL;
     }
   }
-  if (!ran && !host_args && t->graph_want && !t->graph && t->warmup_left <= 0 && b->n == t->m->max_batch)
-    CT_TRY(capture(t, &x, &y, step, &ran));
+  if (!ran && !host_args && t->graph_want && !t->graph[k] && t->warmup_left <= 0 && b->n == t->m->max_batch)
+    CT_TRY(capture(t, k, &x, &y, step, &ran));
   if (!ran) {
-    CT_TRY(step_body(t->m, t->dev, t->opt, &x, &y, t->loss, t->ls, (uint32_t)step, host_args, t->clip));
+    CT_TRY(body_dev_step(t, &x, &y, (uint32_t)step, host_args));
     if (t->warmup_left > 0) t->warmup_left--;
   }
   int slot = ct_lag_ring_push(&t->ring, b, step, b->n);

@@ -76,6 +76,21 @@ int ct_lag_ring_due(const ct_lag_ring *r);
  * the caller's) and returns its slot; -1 when empty. */
 int ct_lag_ring_pop(ct_lag_ring *r, ct_step_result *out);
 
+/* Double-buffered batch staging (the slots of nn/device_state.h): the
+ * staging slot the next pushed step uses (steps take slots in turn), and
+ * the read-back slot (event) the host must wait on before copying that
+ * step's batch, because the step that last used the staging slot is still
+ * in flight; -1 when nothing is. With lag <= 1 and two staging slots the
+ * host never waits here (the read-back already did); with lag 2 it waits
+ * for step k-1 before copying batch k+1, so step k stays queued. Pure host
+ * logic, tested on the CPU. */
+int ct_stage_slot(const ct_lag_ring *r, int stage_slots);
+int ct_stage_wait_slot(const ct_lag_ring *r, int stage_slots);
+
+/* Whether a model has an active dropout layer (p > 0): its masks need the
+ * step from device memory under a CUDA graph. */
+int ct_model_has_dropout(const ct_model *m);
+
 /* How far behind the read-back may run: 0 when the loss scaler is on and
  * a per-step scheduler must know each skip before the next step's
  * learning rate exists (the LR is a host value), else `wanted` (clamped to
@@ -87,9 +102,9 @@ int ct_device_step_lag(int scaler_enabled, int sched_per_step, int wanted);
 /* Whether m's step can be captured as a CUDA graph and replayed: every
  * argument that changes per step must reach the kernels through device
  * memory. Returns 1, or 0 with a one-line reason in why (the first
- * argument that would be replayed stale: a dropout layer's mask key, batch
- * norm's host-incremented num_batches_tracked, an SGD momentum buffer not
- * yet allocated). */
+ * argument that would be replayed stale: today only an SGD momentum
+ * buffer not yet allocated; dropout's step is read from device memory and
+ * batch norm's counter is counted on the host per replay). */
 int ct_device_graph_audit(const ct_model *m, const ct_optimizer *opt, char *why, size_t cap);
 
 /* The per-step inputs of a captured step and where a replay takes each

@@ -8,11 +8,18 @@
  *    same steps with an immediate commit, across an inf/NaN skip, for
  *    Adam, AdamW+amsgrad and SGD with momentum; taking row 0 (what a
  *    host-side count would give) does not;
- *  - the CUDA graph audit on zoo models and its argument list. */
+ *  - double-buffered staging: which staging slot each step takes and when
+ *    the host must wait before overwriting one, simulated against a model
+ *    of the device (a step finishes only when the host waited for it or a
+ *    later step), for lag 0, 1 and 2;
+ *  - the CUDA graph audit on zoo models (dropout models accepted: the mask
+ *    step comes from device memory) and its argument list. */
 #include "test_util.h"
 
 #include "ctrain/model.h"
+#include "nn/device_state.h"
 #include "optim/optimizer_device.h"
+#include "optim/optimizer_impl.h"
 #include "train/device_step.h"
 
 static uint64_t rs = 0xD1B54A32D192ED03ull;
@@ -170,11 +177,97 @@ static void audit(const char *model, int want_ok, const char *want_word) {
   ct_model_destroy(m);
 }
 
+/* Simulates the trainer's staging with `lag` and the ring: the device
+ * finishes step j when the host waits on j's event (or on a later step's:
+ * one stream, in order). Before staging step j into slot s, the previous
+ * user of s must have finished; the wait slot must name that step's event,
+ * never a later one (that would wait needlessly). */
+static void stage_case(int lag) {
+  ct_lag_ring r;
+  ct_lag_ring_init(&r, lag);
+  ct_batch b;
+  enum { NSTEP = 40 };
+  int64_t user[CT_STAGE_SLOTS];          /* step that last staged into slot s, -1 none */
+  int64_t ev_step[CT_STEP_LAG_MAX + 1];  /* step whose stats event is in read-back slot e */
+  int64_t done = -1;                     /* steps <= done have finished on the device */
+  int waits = 0, slot_use[CT_STAGE_SLOTS] = {0};
+  for (int s = 0; s < CT_STAGE_SLOTS; s++) user[s] = -1;
+  for (int e = 0; e <= CT_STEP_LAG_MAX; e++) ev_step[e] = -1;
+  for (int64_t j = 0; j < NSTEP; j++) {
+    ct_step_result out;
+    if (r.count == CT_STEP_LAG_MAX + 1) {
+      int e = ct_lag_ring_pop(&r, &out);
+      if (ev_step[e] > done) done = ev_step[e];
+    }
+    int k = ct_stage_slot(&r, CT_STAGE_SLOTS), w = ct_stage_wait_slot(&r, CT_STAGE_SLOTS);
+    CHECK(k == (int)(j % CT_STAGE_SLOTS));
+    slot_use[k]++;
+    if (w >= 0) {
+      waits++;
+      CHECK_MSG(ev_step[w] == user[k], "lag %d step %lld: waits on step %lld's event, slot %d was used by %lld", lag,
+                (long long)j, (long long)ev_step[w], k, (long long)user[k]);
+      if (ev_step[w] > done) done = ev_step[w];
+    }
+    CHECK_MSG(user[k] <= done, "lag %d step %lld: staging slot %d overwritten while step %lld may still read it", lag,
+              (long long)j, k, (long long)user[k]);
+    user[k] = j;
+    int e = ct_lag_ring_push(&r, &b, j, 1);
+    CHECK(e >= 0);
+    ev_step[e] = j;
+    if (ct_lag_ring_due(&r)) {
+      int pe = ct_lag_ring_pop(&r, &out);
+      CHECK(out.step == ev_step[pe]);
+      if (ev_step[pe] > done) done = ev_step[pe];
+    }
+  }
+  for (int s = 0; s < CT_STAGE_SLOTS; s++) CHECK(slot_use[s] == NSTEP / CT_STAGE_SLOTS);
+  /* Two slots: lag 0 and 1 never wait (the read-back already did), lag 2
+   * waits before every step once two are in flight. */
+  if (lag < CT_STAGE_SLOTS) CHECK_MSG(waits == 0, "lag %d: %d staging waits, expected none", lag, waits);
+  else CHECK_MSG(waits == NSTEP - lag, "lag %d: %d staging waits, expected %d", lag, waits, NSTEP - lag);
+}
+
+static void test_staging(void) {
+  for (int lag = 0; lag <= CT_STEP_LAG_MAX; lag++) stage_case(lag);
+  /* With one slot (the old single buffer) every in-flight step blocks. */
+  ct_lag_ring r;
+  ct_batch b;
+  ct_lag_ring_init(&r, 1);
+  CHECK(ct_stage_wait_slot(&r, 1) == -1);
+  int e = ct_lag_ring_push(&r, &b, 0, 1);
+  CHECK(ct_stage_wait_slot(&r, 1) == e);
+  CHECK(ct_stage_wait_slot(&r, 2) == -1);
+}
+
 static void test_graph_audit(void) {
   audit("mlp", 1, NULL);
   audit("lenet5", 1, NULL);
-  audit("cnn", 0, "dropout");
+  audit("cnn", 1, NULL); /* dropout: the mask step is read from device memory */
   audit("resnet18", 1, NULL); /* its counters stay on the host, which counts replays */
+  {
+    ct_model_options mo = {1, 28, 28, 10, 1};
+    ct_model *m;
+    CHECK_OK(ct_model_create("cnn", &mo, &m));
+    CHECK(ct_model_has_dropout(m));
+    ct_model_destroy(m);
+    CHECK_OK(ct_model_create("mlp", &mo, &m));
+    CHECK(!ct_model_has_dropout(m));
+    ct_model_destroy(m);
+  }
+  /* A late SGD momentum buffer is still refused. */
+  {
+    ct_model_options mo = {1, 28, 28, 10, 1};
+    ct_model *m;
+    CHECK_OK(ct_model_create("mlp", &mo, &m));
+    ct_optim_config c = ct_optim_config_default(CT_OPTIM_SGD);
+    ct_optimizer *o;
+    CHECK_OK(ct_optimizer_create(&c, 16, &o));
+    o->cfg.momentum = 0.9; /* switched on after the state moved: no buffer */
+    char why[256];
+    CHECK(ct_device_graph_audit(m, o, why, sizeof why) == 0 && strstr(why, "momentum"));
+    ct_optimizer_destroy(o);
+    ct_model_destroy(m);
+  }
   size_t n;
   const ct_graph_arg *a = ct_device_graph_args(&n);
   int stale = 0;
@@ -183,14 +276,19 @@ static void test_graph_audit(void) {
     stale += !a[i].replay_ok;
   }
   /* Every argument a replay would get wrong is one the audit refuses:
-   * dropout's key and a late momentum buffer. */
-  CHECK_MSG(stale == 2, "%d arguments replay stale, the audit knows 2", stale);
+   * a late momentum buffer (dropout's step now comes from the device). */
+  CHECK_MSG(stale == 1, "%d arguments replay stale, the audit knows 1", stale);
+  int dropout_row = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strstr(a[i].name, "dropout") && strstr(a[i].source, "dropout_step")) dropout_row = a[i].replay_ok;
+  CHECK_MSG(dropout_row, "no replayable dropout step row in the argument table");
 }
 
 int main(void) {
   test_ring();
   test_lag_policy();
   test_args_table();
+  test_staging();
   test_graph_audit();
   return test_summary("test_device_lag");
 }

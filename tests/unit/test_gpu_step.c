@@ -2,7 +2,11 @@
  * with the scale read from the device's scaler against the host-scale
  * backward, the lagged pipeline against the synchronous step (identical
  * weights), N steps replayed from a CUDA graph against N eager steps
- * (identical weights), and the cuBLASLt plan cache (repeated and
+ * (identical weights), the same for cnn (dropout: the mask step read from
+ * device memory under the graph, two graphs for the two staging slots;
+ * synchronous = kernel-argument step, lagged eager, lag 2, graph), and the
+ * dropout kernels with the step from device memory against the key's step
+ * (bitwise), and the cuBLASLt plan cache (repeated and
  * interleaved shapes give the first call's bits and match the reference),
  * and the fused GPU linear regression against ct_linreg_fit.
  * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
@@ -70,12 +74,13 @@ static void test_loss_bwd_dev(ct_device *d) {
 
 enum { B = 32, STEPS = 6 };
 
-/* A resident mlp trained STEPS steps through the pipeline (lag, graph as
- * given) or through ct_device_train_step (sync); returns its parameters. */
-static float *train(ct_device *gpu, int mode, int64_t *np_out, const char **note) {
+/* A resident model trained STEPS steps through the pipeline (mode 1:
+ * eager, 2: graph, 3: eager with lag 2) or through ct_device_train_step
+ * (mode 0, sync); returns its parameters. */
+static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out, const char **note) {
   ct_model_options mo = {1, 28, 28, 10, 3};
   ct_model *m;
-  CHECK_OK(ct_model_create("mlp", &mo, &m));
+  CHECK_OK(ct_model_create(model, &mo, &m));
   ct_model_reserve_optimizer_state(m, 2);
   CHECK_OK(ct_model_prepare(m, gpu, B, 1));
   ct_optim_config oc = ct_optim_config_default(CT_OPTIM_ADAM);
@@ -110,10 +115,10 @@ static float *train(ct_device *gpu, int mode, int64_t *np_out, const char **note
       CHECK_OK(ct_device_train_step(m, gpu, o, &b[s], CT_LOSS_CROSS_ENTROPY, 0, 1.0, (uint32_t)s, &gs, &lv, &t1, &t5, &sk));
     }
   } else {
-    ct_device_train_opts dto = {1, mode == 2, 2};
+    ct_device_train_opts dto = {mode == 3 ? 2 : 1, mode == 2, 2};
     ct_device_trainer *t;
     CHECK_OK(ct_device_trainer_create(m, gpu, o, &gs, CT_LOSS_CROSS_ENTROPY, 0, 1.0, 0, &dto, &t));
-    CHECK(ct_device_trainer_lag(t) == 1);
+    CHECK(ct_device_trainer_lag(t) == (mode == 3 ? 2 : 1));
     int got = 0;
     for (int s = 0; s < STEPS; s++) {
       ct_step_result r;
@@ -139,14 +144,44 @@ static float *train(ct_device *gpu, int mode, int64_t *np_out, const char **note
   return p;
 }
 
-static void test_pipeline_and_graph(ct_device *gpu) {
-  int64_t n0, n1, n2;
+static void test_pipeline_and_graph(ct_device *gpu, const char *model) {
+  int64_t n0, n1, n2, n3;
   const char *note = NULL;
-  float *p0 = train(gpu, 0, &n0, &note), *p1 = train(gpu, 1, &n1, &note), *p2 = train(gpu, 2, &n2, &note);
-  CHECK(n0 == n1 && n1 == n2);
-  CHECK_MSG(!memcmp(p0, p1, (size_t)n0 * 4), "lagged pipeline weights differ from the synchronous step's");
-  CHECK_MSG(!memcmp(p0, p2, (size_t)n0 * 4), "graph-replayed weights differ from the eager steps'");
-  free(p0), free(p1), free(p2);
+  float *p0 = train(gpu, model, 0, &n0, &note), *p1 = train(gpu, model, 1, &n1, &note);
+  float *p2 = train(gpu, model, 2, &n2, &note), *p3 = train(gpu, model, 3, &n3, &note);
+  CHECK(n0 == n1 && n1 == n2 && n2 == n3);
+  CHECK_MSG(!memcmp(p0, p1, (size_t)n0 * 4), "%s: lagged pipeline weights differ from the synchronous step's", model);
+  CHECK_MSG(!memcmp(p0, p2, (size_t)n0 * 4), "%s: graph-replayed weights differ from the eager steps'", model);
+  CHECK_MSG(!memcmp(p0, p3, (size_t)n0 * 4), "%s: lag 2 (staging waits) weights differ from the synchronous step's",
+            model);
+  free(p0), free(p1), free(p2), free(p3);
+}
+
+/* Dropout with the step read through dropout_step_from == the key's step,
+ * bit for bit, and a different step gives a different mask (the pointer
+ * is really read). */
+static void test_dropout_step_dev(ct_device *d) {
+  const ct_backend *be = ct_device_backend(d);
+  enum { NX = 4099 };
+  float x[NX], h1[NX], h2[NX];
+  for (int i = 0; i < NX; i++) x[i] = frand() + 1.5f;
+  float *dx = up(d, x, sizeof x), *y1 = up(d, x, sizeof x), *y2 = up(d, x, sizeof x);
+  uint32_t step = 41;
+  uint32_t *ds = up(d, &step, sizeof step);
+  ct_tensor tx = ct_tensor_1d(dx, CT_F32, NX), t1 = ct_tensor_1d(y1, CT_F32, NX), t2 = ct_tensor_1d(y2, CT_F32, NX);
+  tx.device = t1.device = t2.device = d;
+  ct_dropout_key k = {1234, 3, 41}, wrong = {1234, 3, 7};
+  CHECK_OK(be->dropout_fwd(d, 0.3f, 1, k, &tx, &t1));
+  CHECK_OK(be->dropout_step_from(d, ds));
+  CHECK_OK(be->dropout_fwd(d, 0.3f, 1, wrong, &tx, &t2)); /* key.step ignored */
+  CHECK_OK(be->dropout_step_from(d, NULL));
+  CHECK_OK(ct_device_copy(NULL, h1, d, y1, sizeof h1));
+  CHECK_OK(ct_device_copy(NULL, h2, d, y2, sizeof h2));
+  CHECK_MSG(!memcmp(h1, h2, sizeof h1), "dropout with the step from device memory differs from the key's step");
+  CHECK_OK(be->dropout_bwd(d, 0.3f, 1, wrong, &tx, &t2)); /* pointer off again: step 7 */
+  CHECK_OK(ct_device_copy(NULL, h2, d, y2, sizeof h2));
+  CHECK_MSG(memcmp(h1, h2, sizeof h1) != 0, "step 7 and step 41 gave the same mask; the test is blind");
+  ct_device_free(d, dx), ct_device_free(d, y1), ct_device_free(d, y2), ct_device_free(d, ds);
 }
 
 /* cuBLASLt plans: shapes in the order A B A C B A give, for each shape,
@@ -228,7 +263,9 @@ int main(void) {
     return 77;
   }
   test_loss_bwd_dev(d);
-  test_pipeline_and_graph(d);
+  test_dropout_step_dev(d);
+  test_pipeline_and_graph(d, "mlp");
+  test_pipeline_and_graph(d, "cnn");
   test_blas_cache(d);
   test_linreg(d);
   ct_device_close(d);

@@ -43,9 +43,13 @@ __global__ void k_act_bwd(int act, float alpha, const void *x, int xt, const voi
   }
 }
 
-/* mode 0: copy, 1: zero, 2: mask and scale. */
+/* mode 0: copy, 1: zero, 2: mask and scale. step_dev: the step from
+ * device memory (a captured graph replays the address, not the value);
+ * NULL: the step argument. Either way the Philox inputs are the same. */
 __global__ void k_dropout(int mode, float pf, double scale, int64_t group, uint64_t seed, uint32_t layer,
-                          uint32_t step, const void *x, int xt, void *y, int yt, int64_t n) {
+                          uint32_t step, const uint32_t *step_dev, const void *x, int xt, void *y, int yt,
+                          int64_t n) {
+  if (mode == 2 && step_dev) step = *step_dev;
   CT_GRID_STRIDE(i, n) {
     float v;
     if (mode == 0) {
@@ -184,8 +188,9 @@ static ct_status dropout_apply(ct_device *d, const char *op, float p, int64_t gr
   if (!n) return CT_OK;
   int mode = p == 0 ? 0 : p >= 1 ? 1 : 2;
   double scale = mode == 2 ? 1.0 / (1.0 - (double)p) : 1.0;
-  k_dropout<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(mode, p, scale, group, key.seed, key.layer, key.step, x->data,
-                                                        x->dtype, y->data, y->dtype, n);
+  k_dropout<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(mode, p, scale, group, key.seed, key.layer, key.step,
+                                                        cuda_dropout_step(d), x->data, x->dtype, y->data, y->dtype,
+                                                        n);
   CUDA_LAUNCHED(op);
   return CT_OK;
 }

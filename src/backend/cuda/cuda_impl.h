@@ -62,6 +62,9 @@ typedef struct cuda_dev {
    * statistics read-back (cuda_graph.c); freed at close. */
   struct cuda_blas_cache *blas_cache;
   struct cuda_step_events *step_events;
+  /* Device address the dropout kernels read the mask step from (NULL: the
+   * key's step); set by dropout_step_from around a device training step. */
+  const uint32_t *dropout_step;
 } cuda_dev;
 
 static inline cuda_dev *cuda_dev_of(ct_device *d) { return (cuda_dev *)d->impl; }
@@ -234,6 +237,9 @@ ct_status cuda_graph_end(ct_device *d, void **graph);
 ct_status cuda_graph_launch(ct_device *d, void *graph);
 void cuda_graph_free(ct_device *d, void *graph);
 ct_status cuda_linreg_fit(ct_device *d, const float *x, const float *y, int64_t n, int features,
+/* dropout_step_from (cuda_backend.c) and what the dropout kernels read. */
+ct_status cuda_dropout_step_from(ct_device *d, const uint32_t *step);
+const uint32_t *cuda_dropout_step(ct_device *d);
                           const struct ct_fused_optim_args *args, int64_t steps, float *params, float *state,
                           double *loss_history);
 
