@@ -112,8 +112,8 @@ ct_status ct_optimizer_step(ct_optimizer *o, float *params, const float *grads) 
     if (o->cfg.momentum != 0) o->momentum_buffer_ready = 1;
     o->steps++;
   } else {
-    o->steps++;
     ct_optim_adam_pass(o, params, grads);
+    o->steps++;
   }
   return CT_OK;
 }

@@ -19,8 +19,9 @@ struct ct_optimizer {
   unsigned dev_owned;        /* bit i: buffer i (momentum, exp_avg, exp_avg_sq, max) is its own allocation */
 };
 
-/* The fused passes; the caller has validated pointers and increments
- * o->steps first for Adam (PyTorch bumps step before bias correction). */
+/* The fused passes (optimizer_step.c); the caller has validated pointers
+ * and increments o->steps after the pass: the arguments are those of step
+ * o->steps + 1, as for the device (ct_optim_fused_args). */
 void ct_optim_sgd_pass(struct ct_optimizer *o, float *params, const float *grads);
 void ct_optim_adam_pass(struct ct_optimizer *o, float *params, const float *grads);
 
