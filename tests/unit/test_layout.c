@@ -13,17 +13,13 @@
 
 #include "nn/layout.h"
 #include "nn/model_impl.h"
+#include "step_harness.h"
 
 typedef struct run_out {
-  float *out, *grads, *eval_out;
-  size_t n_out, n_par;
-  int blocked;       /* layers whose output is C16 */
-  int bad_blocked;   /* C16 where the rules forbid it */
+  step_result s;
+  int blocked;     /* layers whose output is C16 */
+  int bad_blocked; /* C16 where the rules forbid it */
 } run_out;
-
-static void rand_fill(float *p, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i++) p[i] = 2.0f * ct_rng_uniform_at(seed, 7, 0, 0, i) - 1.0f;
-}
 
 /* A C16 output that breaks the rules of layout.h. */
 static int forbidden(const ct_model *m, int i) {
@@ -45,8 +41,7 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
   ct_model_options opt = {c, h, w, 10, 5};
   ct_model *m = NULL;
   int rc = -1;
-  float *x = NULL;
-  if (ct_model_create(name, &opt, &m) != CT_OK) return -1;
+  if (ct_model_create(name, &opt, &m) != CT_OK) goto done;
   /* No dropout: its masks are the same either way, but zeros hide errors. */
   for (int i = 0; i < m->n_layers; i++)
     if (m->layers[i].cls == &ct_layer_dropout || m->layers[i].cls == &ct_layer_dropout2d) m->layers[i].fp[0] = 0.0f;
@@ -59,46 +54,9 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
       CHECK_MSG(m->layers[i].dy.layout == CT_LAYOUT_C16, "%s: layer %d's gradient is not blocked like its output",
                 name, i);
     }
-  int64_t per = (int64_t)c * h * w, K = ct_model_output_size(m);
-  x = malloc(sizeof(float) * (size_t)(N * per));
-  rand_fill(x, (size_t)(N * per), 11);
-  ct_tensor xt = ct_tensor_4d(x, CT_F32, N, c, h, w);
-  int64_t y[16];
-  for (int i = 0; i < N; i++) y[i] = (i * 7 + 3) % K;
-  ct_tensor yt = ct_tensor_1d(y, CT_I64, N);
-  const ct_tensor *out;
-  ct_tensor dout;
-  double lv;
   /* fp32: two steps with an update between them; bf16: one (see compare). */
-  int steps = prec == CT_PRECISION_FP32 ? 2 : 1;
-  for (int step = 0; step < steps; step++) {
-    if (ct_model_forward(m, &xt, 1, (uint32_t)step, &out) != CT_OK) goto done;
-    if (step == steps - 1) {
-      r->n_out = (size_t)(N * K);
-      r->out = malloc(sizeof(float) * r->n_out);
-      memcpy(r->out, out->data, sizeof(float) * r->n_out);
-    }
-    if (ct_loss_forward(dev, CT_LOSS_CROSS_ENTROPY, out, &yt, 0.0f, &lv) != CT_OK) goto done;
-    if (ct_model_output_grad(m, &dout) != CT_OK || ct_model_zero_grad(m) != CT_OK) goto done;
-    if (ct_loss_backward(dev, CT_LOSS_CROSS_ENTROPY, out, &yt, 0.0f, 1.0f, &dout) != CT_OK) goto done;
-    if (ct_model_backward(m, &dout) != CT_OK) goto done;
-    if (step < steps - 1) {
-      size_t n;
-      float *p = ct_model_params(m, &n), *g = ct_model_grads(m, &n);
-      for (size_t i = 0; i < n; i++) p[i] -= 0.05f * g[i];
-    }
-  }
-  float *g = ct_model_grads(m, &r->n_par);
-  r->grads = malloc(sizeof(float) * r->n_par);
-  memcpy(r->grads, g, sizeof(float) * r->n_par);
-  if (ct_model_prepare(m, dev, N / 2, 0) != CT_OK) goto done;
-  xt.shape[0] = N / 2;
-  if (ct_model_forward(m, &xt, 0, 0, &out) != CT_OK) goto done;
-  r->eval_out = malloc(sizeof(float) * (size_t)(N / 2 * K));
-  memcpy(r->eval_out, out->data, sizeof(float) * (size_t)(N / 2 * K));
-  rc = 0;
+  rc = step_run(dev, m, c, h, w, N, prec == CT_PRECISION_FP32 ? 2 : 1, &r->s);
 done:
-  free(x);
   ct_model_destroy(m);
   ct_layout_set_enabled(1);
   return rc;
@@ -111,7 +69,7 @@ static double norm_rel_err(const float *a, const float *b, size_t n) {
   return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
-static void free_run(run_out *r) { free(r->out), free(r->grads), free(r->eval_out); }
+static void free_run(run_out *r) { step_result_free(&r->s); }
 
 static void compare(ct_device *dev, const char *name, int c, int h, int w, int64_t N, ct_precision prec,
                     int min_blocked) {
@@ -131,16 +89,17 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
    * one step, normwise, at bf16's tolerance; a layout mistake gives
    * errors of order 1. */
   int fp32 = prec == CT_PRECISION_FP32;
-  double eo = fp32 ? test_max_rel_err_f32(a.out, b.out, a.n_out, 1e-3) : norm_rel_err(a.out, b.out, a.n_out);
-  double eg = fp32 ? test_max_rel_err_f32(a.grads, b.grads, a.n_par, 1e-3) : norm_rel_err(a.grads, b.grads, a.n_par);
-  double ee = fp32 ? test_max_rel_err_f32(a.eval_out, b.eval_out, a.n_out / 2, 1e-3)
-                   : norm_rel_err(a.eval_out, b.eval_out, a.n_out / 2);
+  double eo = fp32 ? test_max_rel_err_f32(a.s.out, b.s.out, a.s.n_out, 1e-3) : norm_rel_err(a.s.out, b.s.out, a.s.n_out);
+  double eg = fp32 ? test_max_rel_err_f32(a.s.grads, b.s.grads, a.s.n_par, 1e-3)
+                   : norm_rel_err(a.s.grads, b.s.grads, a.s.n_par);
+  double ee = fp32 ? test_max_rel_err_f32(a.s.eval_out, b.s.eval_out, a.s.n_eval, 1e-3)
+                   : norm_rel_err(a.s.eval_out, b.s.eval_out, a.s.n_eval);
   double tol = fp32 ? 1e-6 : 1e-2;
   CHECK_MSG(eo <= tol, "%s: output differs blocked vs plain (rel %g)", name, eo);
   CHECK_MSG(eg <= tol, "%s: parameter gradients differ (rel %g)", name, eg);
   CHECK_MSG(ee <= tol, "%s: inference output after re-prepare differs (rel %g)", name, ee);
   double gsum = 0;
-  for (size_t i = 0; i < a.n_par; i++) gsum += fabs(a.grads[i]);
+  for (size_t i = 0; i < a.s.n_par; i++) gsum += fabs(a.s.grads[i]);
   CHECK_MSG(gsum > 0, "%s: all-zero gradients, the comparison proves nothing", name);
   printf("%-12s %s: %d blocked activations, rel err out %.2g grads %.2g eval %.2g\n", name,
          prec == CT_PRECISION_FP32 ? "fp32" : "bf16", a.blocked, eo, eg, ee);
