@@ -24,8 +24,12 @@ typedef struct ct_device ct_device;
  * CT_LAYOUT_PLAIN (NCHW). CT_LAYOUT_C16 is [N][C/16][H][W][16] (oneDNN's
  * nChw16c; C a multiple of 16): the executor keeps activations between
  * consecutive convolutions and max pools of the cpu device in it, so the
- * oneDNN kernels, which compute in that order, need no reorders. */
-typedef enum ct_layout { CT_LAYOUT_PLAIN = 0, CT_LAYOUT_C16 = 1 } ct_layout;
+ * oneDNN kernels, which compute in that order, need no reorders.
+ * CT_LAYOUT_NHWC is [N][H][W][C] (channels last, any C; PyTorch's
+ * torch.channels_last): the cuda device keeps such activations in it,
+ * the order cuDNN's tensor-core convolutions compute in. The shape stays
+ * [N, C, H, W] either way; only the element order differs. */
+typedef enum ct_layout { CT_LAYOUT_PLAIN = 0, CT_LAYOUT_C16 = 1, CT_LAYOUT_NHWC = 2 } ct_layout;
 
 typedef struct ct_tensor {
   void *data;
@@ -33,7 +37,7 @@ typedef struct ct_tensor {
   int ndim;
   int64_t shape[CT_MAX_DIMS];
   ct_device *device; /* NULL means host memory */
-  ct_layout layout;  /* CT_LAYOUT_PLAIN unless the executor chose C16 */
+  ct_layout layout;  /* CT_LAYOUT_PLAIN unless the executor chose C16/NHWC */
 } ct_tensor;
 
 /* A descriptor over existing memory; shape has ndim entries. */

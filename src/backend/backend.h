@@ -5,8 +5,8 @@
  * reference, virtual CPU devices and CUDA plug in the same way.
  *
  * Conventions for every op:
- *  - tensors are dense row-major; images are NCHW (or channel-blocked
- *    CT_LAYOUT_C16 where the backend says it accepts it); shapes are taken from
+ *  - tensors are dense row-major; images are NCHW (or CT_LAYOUT_C16 /
+ *    CT_LAYOUT_NHWC where the backend's act_layout says it accepts it); shapes are taken from
  *    the descriptors and checked by the caller (layers), not re-validated;
  *  - outputs are overwritten, except weight/bias gradients, which are
  *    computed as  g = beta * g + grad  with beta 0 or 1 so that gradient
@@ -69,9 +69,12 @@ struct ct_xf_batch;
 
 struct ct_backend {
   const char *name;
-  /* 1 if conv2d, max pooling and the elementwise ops accept activations in
-   * CT_LAYOUT_C16 (see src/nn/layout.h); other ops always get plain ones. */
-  int c16_layouts;
+  /* The layout the executor may keep activations between convolutions,
+   * max pools and elementwise activations in (src/nn/layout.h):
+   * CT_LAYOUT_C16 (cpu), CT_LAYOUT_NHWC (cuda), or CT_LAYOUT_PLAIN for
+   * none. conv2d, max pooling and the elementwise ops then accept it;
+   * other ops always get plain tensors. */
+  ct_layout act_layout;
 
   /* ---- device lifetime and memory (NULL = host memory, no state) ---- */
   /* Sets up backend-private state in the device (engine, stream, handles). */

@@ -48,7 +48,7 @@ static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
 }
 
 static ct_layout layout_of(const ct_model *m, int i) {
-  return i >= 0 && m->eb.c16[i] ? CT_LAYOUT_C16 : CT_LAYOUT_PLAIN;
+  return i >= 0 ? (ct_layout)m->eb.c16[i] : CT_LAYOUT_PLAIN;
 }
 
 /* Sets every layer's x/y descriptors to batch n (data pointers later). */

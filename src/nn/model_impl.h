@@ -15,7 +15,7 @@ typedef struct ct_exec_bufs {
   int *grad; /* [L] dL/dy of layer i */
   int *ws;   /* [L] workspace kept from forward to backward */
   int *tmp;  /* [2L] temporary dx of input edge j of layer i */
-  int *c16;  /* [L] layer i's y and dy are CT_LAYOUT_C16 (nn/layout.h) */
+  int *c16;  /* [L] ct_layout of layer i's y and dy (nn/layout.h; C16 or NHWC) */
   /* Mixed precision (all -1 under O0): input edge j of layer i cast to the
    * layer's dtype, that edge's gradient in the layer's dtype before it is
    * cast back, and an fp32 copy of the output (and of its gradient) for

@@ -8,7 +8,7 @@
 
 static ct_backend cpu_table = {
     .name = "cpu",
-    .c16_layouts = 1,
+    .act_layout = CT_LAYOUT_C16,
     .open = cpu_dev_open,
     .close = cpu_dev_close,
 

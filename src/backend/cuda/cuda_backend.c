@@ -8,6 +8,7 @@
 
 static ct_backend cuda_table = {
     .name = "cuda",
+    .act_layout = CT_LAYOUT_NHWC,
     .open = cuda_open,
     .close = cuda_close,
     .alloc = cuda_alloc,

@@ -1,5 +1,5 @@
 /* 2-D convolution on cuDNN (the legacy descriptor API, which cuDNN 9 still
- * ships): NCHW tensors, cross-correlation, groups, dilation. The algorithm
+ * ships): NCHW or NHWC tensors, cross-correlation, groups, dilation. The algorithm
  * is cuDNN's heuristic first choice (cudnnGet*Algorithm_v7, which runs
  * nothing), restricted to plain FMA math for f32 unless the device allows
  * TF32; the workspace comes from the device's scratch buffer. Bias and the
@@ -9,7 +9,17 @@
  * Dtypes: both inputs f32, bf16 or f16 (alike); the output the input dtype
  * (cuDNN computes in f32 either way) or f32. bf16/f16 inputs with an f32
  * output are widened into scratch and run as an f32 convolution, which is
- * exact for the widened values. */
+ * exact for the widened values.
+ *
+ * Layouts: x, y and their gradients may each be CT_LAYOUT_PLAIN or
+ * CT_LAYOUT_NHWC (src/nn/layout.h: the first convolution reads the plain
+ * model input and writes NHWC, the last one may write plain for a
+ * flatten). A call where any of them is NHWC runs entirely channels-last,
+ * filter included (KRSC), as PyTorch's channels_last convolutions do:
+ * cuDNN's tensor-core kernels want all three operands NHWC, and a mixed
+ * call would drop to slower algorithms or none. Plain operands (and the
+ * PyTorch-ordered weight and its gradient) are transposed into scratch
+ * and back by cuda_relayout. Any other layout is refused. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,12 +84,13 @@ void cuda_conv_cache_free(ct_device *d) {
 }
 
 static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs, const int64_t *wsh,
-                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench) {
+                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int nhwc) {
   memset(k, 0, sizeof(int) * 24);
   k[0] = (int)kind, k[1] = (int)rt, k[2] = (int)math, k[3] = bench;
   for (int i = 0; i < 4; i++) k[4 + i] = (int)xs[i], k[8 + i] = (int)wsh[i], k[12 + i] = (int)ys[i];
   k[16] = p->stride_h, k[17] = p->stride_w, k[18] = p->pad_h, k[19] = p->pad_w, k[20] = p->dil_h, k[21] = p->dil_w;
   k[22] = p->groups;
+  k[23] = nhwc;
 }
 
 /* cuDNN's ranked list (heuristic or measured): the first supported entry;
@@ -94,21 +105,22 @@ static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const in
 
 static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                             const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                            cudnnMathType_t math, int bench, conv_plan *out) {
+                            cudnnMathType_t math, int bench, int nhwc, conv_plan *out) {
   const char *op = kind_name[kind];
   const cudnnDataType_t dt = dnn_type(rt);
+  const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   ct_status s = CT_OK;
   conv_plan c;
   memset(&c, 0, sizeof c);
   c.algo = -1;
-  make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench);
+  make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench, nhwc);
   DNN(cudnnCreateTensorDescriptor(&c.xd));
   DNN(cudnnCreateTensorDescriptor(&c.yd));
   DNN(cudnnCreateFilterDescriptor(&c.wd));
   DNN(cudnnCreateConvolutionDescriptor(&c.cv));
-  DNN(cudnnSetTensor4dDescriptor(c.xd, CUDNN_TENSOR_NCHW, dt, (int)xs[0], (int)xs[1], (int)xs[2], (int)xs[3]));
-  DNN(cudnnSetTensor4dDescriptor(c.yd, CUDNN_TENSOR_NCHW, dt, (int)ys[0], (int)ys[1], (int)ys[2], (int)ys[3]));
-  DNN(cudnnSetFilter4dDescriptor(c.wd, dt, CUDNN_TENSOR_NCHW, (int)wsh[0], (int)wsh[1], (int)wsh[2], (int)wsh[3]));
+  DNN(cudnnSetTensor4dDescriptor(c.xd, fmt, dt, (int)xs[0], (int)xs[1], (int)xs[2], (int)xs[3]));
+  DNN(cudnnSetTensor4dDescriptor(c.yd, fmt, dt, (int)ys[0], (int)ys[1], (int)ys[2], (int)ys[3]));
+  DNN(cudnnSetFilter4dDescriptor(c.wd, dt, fmt, (int)wsh[0], (int)wsh[1], (int)wsh[2], (int)wsh[3]));
   DNN(cudnnSetConvolution2dDescriptor(c.cv, p->pad_h, p->pad_w, p->stride_h, p->stride_w, p->dil_h, p->dil_w,
                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   DNN(cudnnSetConvolutionGroupCount(c.cv, p->groups));
@@ -164,9 +176,10 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
   }
   if (c.algo < 0) {
     s = ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, %lld, "
-                 "%lld, %lld] groups %d in %s",
+                 "%lld, %lld] groups %d in %s %s",
                  op, (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], (long long)wsh[0],
-                 (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(rt));
+                 (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(rt),
+                 nhwc ? "NHWC" : "NCHW");
   }
 done:
   if (s != CT_OK) {
@@ -180,10 +193,10 @@ done:
 /* The cached plan for this call, built on a miss. */
 static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                           const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                          cudnnMathType_t math, const conv_plan **out) {
+                          cudnnMathType_t math, int nhwc, const conv_plan **out) {
   cuda_dev *cd = cuda_dev_of(d);
   int key[24];
-  make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark);
+  make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc);
   struct cuda_conv_cache *c = cd->conv_cache;
   for (int i = 0; c && i < c->n; i++)
     if (!memcmp(c->p[i].key, key, sizeof key)) {
@@ -202,21 +215,39 @@ static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
     c->p = np;
     c->cap = cap;
   }
-  CT_TRY(plan_build(d, h, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, &c->p[c->n]));
+  CT_TRY(plan_build(d, h, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, &c->p[c->n]));
   *out = &c->p[c->n++];
   return CT_OK;
+}
+
+/* One operand of a pass: data, dtype, layout (1 = NHWC) and its shape as
+ * [N, C, HW] for cuda_relayout. */
+typedef struct conv_arg {
+  const void *p;
+  ct_dtype t;
+  int nhwc;
+  int64_t n, c, hw;
+} conv_arg;
+
+static conv_arg arg_of(const void *p, ct_dtype t, int nhwc, const int64_t *s) {
+  conv_arg a = {p, t, nhwc, s[0], s[1], s[2] * s[3]};
+  return a;
 }
 
 /* Runs one convolution pass. Shapes: xs = x [N,C,H,W], wsh = w
  * [O,C/groups,KH,KW], ys = y [N,O,OH,OW]. Operands by kind:
  *   fwd:         in1 = x,  in2 = w,  out = y
  *   bwd_data:    in1 = dy, in2 = w,  out = dx
- *   bwd_filter:  in1 = x,  in2 = dy, out = dw (out = beta*out + grad) */
+ *   bwd_filter:  in1 = x,  in2 = dy, out = dw (out = beta*out + grad)
+ * Each operand carries its own layout; the pass runs NHWC when any does,
+ * and operands in the other layout or a narrower dtype are staged in
+ * scratch (inputs before, the output after the cuDNN call). */
 static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
-                           const int64_t *wsh, const int64_t *ys, const void *in1, ct_dtype t1, const void *in2,
-                           ct_dtype t2, void *out, ct_dtype ot, float beta) {
+                           const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, void *out, conv_arg oa,
+                           float beta) {
   const char *op = kind_name[kind];
   cuda_dev *cd = cuda_dev_of(d);
+  const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
   if (!cuda_float_dtype(t1) || t1 != t2 || (ot != t1 && ot != CT_F32))
     return ct_error(CT_ERR_UNSUPPORTED,
                     "cuda %s: dtypes %s, %s -> %s; cuDNN takes two f32, bf16 or f16 inputs of one dtype and writes "
@@ -236,40 +267,60 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
 
   /* widen: 16-bit inputs with an f32 output run as f32 */
   const ct_dtype rt = ot;
-  const int widen = t1 != rt;
+  const int nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
   const cudnnMathType_t math = rt == CT_F32 ? (cd->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
   const conv_plan *c = NULL;
-  CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, &c));
+  CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, nhwc, &c));
 
   ct_status s = CT_OK;
-  const size_t wsb = c->wsb;
-  const int64_t *s1 = kind == CONV_BWD_DATA ? ys : xs, *s2 = kind == CONV_BWD_FILTER ? ys : wsh;
-  const int64_t n1 = numel4(s1), n2 = numel4(s2);
-  size_t off1 = round256(wsb), off2 = off1 + (widen ? round256((size_t)n1 * 4) : 0);
-  size_t total = off2 + (widen ? round256((size_t)n2 * 4) : 0);
+  const size_t wsb = c->wsb, es = ct_dtype_size(rt);
+  const int st1 = t1 != rt || in1.nhwc != nhwc, st2 = t2 != rt || in2.nhwc != nhwc, sto = oa.nhwc != nhwc;
+  const int64_t n1 = in1.n * in1.c * in1.hw, n2 = in2.n * in2.c * in2.hw, no = oa.n * oa.c * oa.hw;
+  size_t off1 = round256(wsb), off2 = off1 + (st1 ? round256((size_t)n1 * es) : 0);
+  size_t offo = off2 + (st2 ? round256((size_t)n2 * es) : 0);
+  size_t total = offo + (sto ? round256((size_t)no * es) : 0);
   void *scr = NULL;
   if (total) CT_TRY(cuda_scratch(d, total, &scr));
   void *ws = wsb ? scr : NULL;
-  const void *a = in1, *b = in2;
-  if (widen) {
-    void *wa = (char *)scr + off1, *wb = (char *)scr + off2;
-    CT_TRY(cuda_convert(d, in1, t1, wa, CT_F32, n1));
-    CT_TRY(cuda_convert(d, in2, t2, wb, CT_F32, n2));
-    a = wa;
-    b = wb;
+  const void *a = in1.p, *b = in2.p;
+  void *dst = out;
+  if (st1) {
+    void *sa = (char *)scr + off1;
+    if (in1.nhwc == nhwc) CT_TRY(cuda_convert(d, in1.p, t1, sa, rt, n1));
+    else CT_TRY(cuda_relayout(d, in1.p, t1, in1.nhwc, sa, rt, nhwc, in1.n, in1.c, in1.hw, 0.f));
+    a = sa;
   }
+  if (st2) {
+    void *sb = (char *)scr + off2;
+    if (in2.nhwc == nhwc) CT_TRY(cuda_convert(d, in2.p, t2, sb, rt, n2));
+    else CT_TRY(cuda_relayout(d, in2.p, t2, in2.nhwc, sb, rt, nhwc, in2.n, in2.c, in2.hw, 0.f));
+    b = sb;
+  }
+  if (sto) dst = (char *)scr + offo;
   const float one = 1.f, zero = 0.f;
+  /* A staged output is written whole here and accumulated on the way out. */
+  const float *pbeta = beta != 0.f && !sto ? &beta : &zero;
   if (kind == CONV_FWD)
     DNN(cudnnConvolutionForward(h, &one, c->xd, a, c->wd, b, c->cv, (cudnnConvolutionFwdAlgo_t)c->algo, ws, wsb, &zero,
-                                c->yd, out));
+                                c->yd, dst));
   else if (kind == CONV_BWD_DATA)
     DNN(cudnnConvolutionBackwardData(h, &one, c->wd, b, c->yd, a, c->cv, (cudnnConvolutionBwdDataAlgo_t)c->algo, ws,
-                                     wsb, &zero, c->xd, out));
+                                     wsb, &zero, c->xd, dst));
   else
     DNN(cudnnConvolutionBackwardFilter(h, &one, c->xd, a, c->yd, b, c->cv, (cudnnConvolutionBwdFilterAlgo_t)c->algo, ws,
-                                       wsb, beta != 0.f ? &beta : &zero, c->wd, out));
+                                       wsb, pbeta, c->wd, dst));
+  if (sto) s = cuda_relayout(d, dst, rt, nhwc, out, ot, oa.nhwc, oa.n, oa.c, oa.hw, kind == CONV_BWD_FILTER ? beta : 0.f);
 done:
   return s;
+}
+
+/* 1 for NHWC, 0 for plain; anything else (C16 is the cpu's) is refused. */
+static ct_status nhwc_of(const char *op, const char *what, const ct_tensor *t, int *out) {
+  if (t->layout != CT_LAYOUT_PLAIN && t->layout != CT_LAYOUT_NHWC)
+    return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: %s has layout %d; cuDNN here takes NCHW (plain) or NHWC", op, what,
+                    (int)t->layout);
+  *out = t->layout == CT_LAYOUT_NHWC;
+  return CT_OK;
 }
 
 static ct_status check4(const char *op, const ct_tensor *a, const ct_tensor *b, const ct_tensor *c) {
@@ -284,26 +335,47 @@ ct_status cuda_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tens
   CT_TRY(cuda_check_float("conv2d_fwd", b, 3));
   if ((int)act < 0 || act >= CT_ACT_COUNT)
     return ct_error(CT_ERR_INVALID_ARG, "cuda conv2d_fwd: unknown activation %d", (int)act);
-  CT_TRY(conv_exec(d, CONV_FWD, p, x->shape, w->shape, y->shape, x->data, x->dtype, w->data, w->dtype, y->data,
-                   y->dtype, 0.f));
+  int xn = 0, yn = 0, wn = 0;
+  CT_TRY(nhwc_of("conv2d_fwd", "x", x, &xn));
+  CT_TRY(nhwc_of("conv2d_fwd", "y", y, &yn));
+  CT_TRY(nhwc_of("conv2d_fwd", "w", w, &wn));
+  if (wn) return ct_error(CT_ERR_UNSUPPORTED, "cuda conv2d_fwd: the weight must be plain [O, C/groups, KH, KW]");
+  CT_TRY(conv_exec(d, CONV_FWD, p, x->shape, w->shape, y->shape, arg_of(x->data, x->dtype, xn, x->shape),
+                   arg_of(w->data, w->dtype, 0, w->shape), y->data, arg_of(y->data, y->dtype, yn, y->shape), 0.f));
+  /* Channel of element i: (i / HW) % C in NCHW, i % C in NHWC. */
   return cuda_bias_act(d, y->data, y->dtype, ct_tensor_numel(y), b ? b->data : NULL, b ? b->dtype : CT_F32,
-                       y->shape[1], y->shape[2] * y->shape[3], act);
+                       y->shape[1], yn ? 1 : y->shape[2] * y->shape[3], act);
 }
 
 ct_status cuda_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
                                ct_tensor *dx) {
   CT_TRY(check4("conv2d_bwd_data", dx, w, dy));
-  return conv_exec(d, CONV_BWD_DATA, p, dx->shape, w->shape, dy->shape, dy->data, dy->dtype, w->data, w->dtype,
-                   dx->data, dx->dtype, 0.f);
+  int dyn = 0, dxn = 0, wn = 0;
+  CT_TRY(nhwc_of("conv2d_bwd_data", "dy", dy, &dyn));
+  CT_TRY(nhwc_of("conv2d_bwd_data", "dx", dx, &dxn));
+  CT_TRY(nhwc_of("conv2d_bwd_data", "w", w, &wn));
+  if (wn) return ct_error(CT_ERR_UNSUPPORTED, "cuda conv2d_bwd_data: the weight must be plain [O, C/groups, KH, KW]");
+  return conv_exec(d, CONV_BWD_DATA, p, dx->shape, w->shape, dy->shape, arg_of(dy->data, dy->dtype, dyn, dy->shape),
+                   arg_of(w->data, w->dtype, 0, w->shape), dx->data, arg_of(dx->data, dx->dtype, dxn, dx->shape), 0.f);
 }
 
 ct_status cuda_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
                                   ct_tensor *dw, ct_tensor *db, float beta) {
   CT_TRY(check4("conv2d_bwd_weights", x, dw, dy));
   CT_TRY(cuda_check_float("conv2d_bwd_weights", db, 4));
-  CT_TRY(conv_exec(d, CONV_BWD_FILTER, p, x->shape, dw->shape, dy->shape, x->data, x->dtype, dy->data, dy->dtype,
-                   dw->data, dw->dtype, beta));
+  int xn = 0, dyn = 0, wn = 0;
+  CT_TRY(nhwc_of("conv2d_bwd_weights", "x", x, &xn));
+  CT_TRY(nhwc_of("conv2d_bwd_weights", "dy", dy, &dyn));
+  CT_TRY(nhwc_of("conv2d_bwd_weights", "dw", dw, &wn));
+  if (wn) return ct_error(CT_ERR_UNSUPPORTED, "cuda conv2d_bwd_weights: dw must be plain [O, C/groups, KH, KW]");
+  CT_TRY(conv_exec(d, CONV_BWD_FILTER, p, x->shape, dw->shape, dy->shape, arg_of(x->data, x->dtype, xn, x->shape),
+                   arg_of(dy->data, dy->dtype, dyn, dy->shape), dw->data, arg_of(dw->data, dw->dtype, 0, dw->shape),
+                   beta));
   if (!db) return CT_OK;
+  /* NHWC dy is [N*OH*OW][O]: the channel sum over one block of one. */
+  if (dyn)
+    return cuda_channel_sum(d, dy->data, dy->dtype, dy->shape[0] * dy->shape[2] * dy->shape[3], dy->shape[1], 1,
+                            db->data, db->dtype, beta);
   return cuda_channel_sum(d, dy->data, dy->dtype, dy->shape[0], dy->shape[1], dy->shape[2] * dy->shape[3], db->data,
                           db->dtype, beta);
 }

@@ -199,6 +199,11 @@ ct_status cuda_channel_sum(ct_device *d, const void *x, ct_dtype xt, int64_t out
                            void *out, ct_dtype ot, float beta);
 /* dst (dt) = src (st) converted elementwise, n elements, float dtypes. */
 ct_status cuda_convert(ct_device *d, const void *src, ct_dtype st, void *dst, ct_dtype dt, int64_t n);
+/* dst = beta * dst + src over a [N, C, HW] tensor, each side in its own
+ * order (plain: [N][C][HW]; nhwc: [N][HW][C]) and float dtype, converted
+ * through f32 (exact for beta 0); cuda_relayout.cu. */
+ct_status cuda_relayout(ct_device *d, const void *src, ct_dtype st, int src_nhwc, void *dst, ct_dtype dt,
+                        int dst_nhwc, int64_t N, int64_t C, int64_t HW, float beta);
 
 /* ---- device-resident training (cuda_optim.cu, cuda_device.c) ---- */
 struct ct_step_stats;

@@ -6,14 +6,20 @@
  * outputs whose window holds it, in double) instead of scattering with
  * atomics, so they are deterministic and need no zeroed f32 buffer. The
  * max-pool workspace is the reference's: one int32 flat index (h*W+w) per
- * output element, in device memory. */
+ * output element, in device memory, stored in the output's element order.
+ *
+ * Layouts: x and y (dx and dy) are both plain NCHW or both NHWC
+ * (CT_LAYOUT_NHWC, src/nn/layout.h); in NHWC consecutive threads take
+ * consecutive channels of one pixel, so every load and store is a
+ * contiguous channel vector. Other layouts are refused. */
 #include "backend/cuda/cuda_common.cuh"
 
 #define STREAM(d) cuda_stream(d)
 
 typedef struct pool_geom {
-  int64_t planes, H, W, OH, OW;
+  int64_t planes, C, H, W, OH, OW;
   int kh, kw, sh, sw, ph, pw, cip;
+  int nhwc;
 } pool_geom;
 
 static ct_status check_pool(const char *op, const ct_pool2d_params *p, const ct_tensor *big, const ct_tensor *small,
@@ -22,6 +28,10 @@ static ct_status check_pool(const char *op, const ct_pool2d_params *p, const ct_
   CT_TRY(cuda_check_float(op, small, 2));
   if (big->ndim != 4 || small->ndim != 4 || big->shape[0] != small->shape[0] || big->shape[1] != small->shape[1])
     return ct_error(CT_ERR_SHAPE, "cuda %s: expected 4-D NCHW tensors with equal N and C", op);
+  if (big->layout != small->layout || (big->layout != CT_LAYOUT_PLAIN && big->layout != CT_LAYOUT_NHWC))
+    return ct_error(CT_ERR_UNSUPPORTED,
+                    "cuda %s: layouts %d and %d; the pooling kernels take both plain (NCHW) or both NHWC", op,
+                    (int)big->layout, (int)small->layout);
   if (p && (p->kernel_h < 1 || p->kernel_w < 1 || p->stride_h < 1 || p->stride_w < 1 || p->pad_h < 0 || p->pad_w < 0))
     return ct_error(CT_ERR_INVALID_ARG,
                     "cuda %s: kernel=(%d,%d) stride=(%d,%d) padding=(%d,%d); kernel and stride must be >= 1 and "
@@ -33,6 +43,8 @@ static ct_status check_pool(const char *op, const ct_pool2d_params *p, const ct_
     return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: plane of %lld elements exceeds int32 indices", op,
                     (long long)(big->shape[2] * big->shape[3]));
   g->planes = big->shape[0] * big->shape[1];
+  g->C = big->shape[1];
+  g->nhwc = big->layout == CT_LAYOUT_NHWC;
   g->H = big->shape[2];
   g->W = big->shape[3];
   g->OH = small->shape[2];
@@ -50,6 +62,28 @@ static ct_status check_pool(const char *op, const ct_pool2d_params *p, const ct_
 __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* Element i of an [N, C, Hd, Wd] tensor in g's layout: its plane
+ * (n*C + c) and pixel (h, w); and the memory index of (plane, h, w). In
+ * NCHW these are the old pl = i / (Hd*Wd) and pl*Hd*Wd + h*Wd + w. */
+__device__ __forceinline__ void split(const pool_geom &g, int64_t i, int64_t Hd, int64_t Wd, int64_t *pl, int64_t *h,
+                                      int64_t *w) {
+  if (g.nhwc) {
+    int64_t c = i % g.C, px = i / g.C;
+    *w = px % Wd;
+    *h = (px / Wd) % Hd;
+    *pl = px / (Wd * Hd) * g.C + c;
+  } else {
+    *w = i % Wd;
+    *h = (i / Wd) % Hd;
+    *pl = i / (Wd * Hd);
+  }
+}
+
+__device__ __forceinline__ int64_t at(const pool_geom &g, int64_t pl, int64_t h, int64_t w, int64_t Hd, int64_t Wd) {
+  if (g.nhwc) return ((pl / g.C * Hd + h) * Wd + w) * g.C + pl % g.C;
+  return (pl * Hd + h) * Wd + w;
+}
+
 /* Outputs along one dim whose (unclipped) window [o*s - pad, o*s - pad + k)
  * can hold input i: a superset; callers re-check the clipped window. */
 __device__ __forceinline__ void cover(int64_t i, int k, int s, int pad, int64_t O, int64_t *lo, int64_t *hi) {
@@ -61,17 +95,17 @@ __device__ __forceinline__ void cover(int64_t i, int k, int s, int pad, int64_t 
 __global__ void k_maxpool_fwd(pool_geom g, const void *x, int xt, void *y, int yt, int32_t *ws) {
   const int64_t n = g.planes * g.OH * g.OW;
   CT_GRID_STRIDE(o, n) {
-    int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
+    int64_t ow, oh, pl;
+    split(g, o, g.OH, g.OW, &pl, &oh, &ow);
     int64_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
     int64_t h1 = imin(h0 + g.kh, g.H), w1 = imin(w0 + g.kw, g.W);
     h0 = imax(h0, 0);
     w0 = imax(w0, 0);
     float best = -INFINITY;
     int32_t arg = (h0 < h1 && w0 < w1) ? (int32_t)(h0 * g.W + w0) : -1;
-    const int64_t base = pl * g.H * g.W;
     for (int64_t ih = h0; ih < h1; ih++)
       for (int64_t iw = w0; iw < w1; iw++) {
-        float v = ct_ld(x, xt, base + ih * g.W + iw);
+        float v = ct_ld(x, xt, at(g, pl, ih, iw, g.H, g.W));
         if (v > best || isnan(v)) {
           best = v;
           arg = (int32_t)(ih * g.W + iw);
@@ -85,7 +119,8 @@ __global__ void k_maxpool_fwd(pool_geom g, const void *x, int xt, void *y, int y
 __global__ void k_maxpool_bwd(pool_geom g, const void *dy, int dyt, const int32_t *ws, void *dx, int dxt) {
   const int64_t n = g.planes * g.H * g.W;
   CT_GRID_STRIDE(i, n) {
-    int64_t iw = i % g.W, ih = (i / g.W) % g.H, pl = i / (g.W * g.H);
+    int64_t iw, ih, pl;
+    split(g, i, g.H, g.W, &pl, &ih, &iw);
     int64_t oh0, oh1, ow0, ow1;
     cover(ih, g.kh, g.sh, g.ph, g.OH, &oh0, &oh1);
     cover(iw, g.kw, g.sw, g.pw, g.OW, &ow0, &ow1);
@@ -93,7 +128,7 @@ __global__ void k_maxpool_bwd(pool_geom g, const void *dy, int dyt, const int32_
     double s = 0;
     for (int64_t oh = oh0; oh <= oh1; oh++)
       for (int64_t ow = ow0; ow <= ow1; ow++) {
-        int64_t o = (pl * g.OH + oh) * g.OW + ow;
+        int64_t o = at(g, pl, oh, ow, g.OH, g.OW);
         if (ws[o] == me) s += ct_ld(dy, dyt, o);
       }
     ct_st(dx, dxt, i, (float)s);
@@ -116,13 +151,13 @@ __device__ __forceinline__ int64_t avg_window(const pool_geom &g, int64_t oh, in
 __global__ void k_avgpool_fwd(pool_geom g, const void *x, int xt, void *y, int yt) {
   const int64_t n = g.planes * g.OH * g.OW;
   CT_GRID_STRIDE(o, n) {
-    int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
+    int64_t ow, oh, pl;
+    split(g, o, g.OH, g.OW, &pl, &oh, &ow);
     int64_t h0, h1, w0, w1;
     int64_t div = avg_window(g, oh, ow, &h0, &h1, &w0, &w1);
-    const int64_t base = pl * g.H * g.W;
     double s = 0;
     for (int64_t ih = h0; ih < h1; ih++)
-      for (int64_t iw = w0; iw < w1; iw++) s += ct_ld(x, xt, base + ih * g.W + iw);
+      for (int64_t iw = w0; iw < w1; iw++) s += ct_ld(x, xt, at(g, pl, ih, iw, g.H, g.W));
     ct_st(y, yt, o, (float)(h0 < h1 && w0 < w1 && div > 0 ? s / (double)div : 0.0));
   }
 }
@@ -130,7 +165,8 @@ __global__ void k_avgpool_fwd(pool_geom g, const void *x, int xt, void *y, int y
 __global__ void k_avgpool_bwd(pool_geom g, const void *dy, int dyt, void *dx, int dxt) {
   const int64_t n = g.planes * g.H * g.W;
   CT_GRID_STRIDE(i, n) {
-    int64_t iw = i % g.W, ih = (i / g.W) % g.H, pl = i / (g.W * g.H);
+    int64_t iw, ih, pl;
+    split(g, i, g.H, g.W, &pl, &ih, &iw);
     int64_t oh0, oh1, ow0, ow1;
     cover(ih, g.kh, g.sh, g.ph, g.OH, &oh0, &oh1);
     cover(iw, g.kw, g.sw, g.pw, g.OW, &ow0, &ow1);
@@ -141,7 +177,7 @@ __global__ void k_avgpool_bwd(pool_geom g, const void *dy, int dyt, void *dx, in
         int64_t div = avg_window(g, oh, ow, &h0, &h1, &w0, &w1);
         if (!(h0 < h1 && w0 < w1 && div > 0)) continue;
         if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1) continue;
-        s += (double)ct_ld(dy, dyt, (pl * g.OH + oh) * g.OW + ow) / (double)div;
+        s += (double)ct_ld(dy, dyt, at(g, pl, oh, ow, g.OH, g.OW)) / (double)div;
       }
     ct_st(dx, dxt, i, (float)s);
   }
@@ -159,16 +195,16 @@ __device__ __forceinline__ void bin_cover(int64_t i, int64_t n, int64_t out, int
 __global__ void k_adaptive_fwd(pool_geom g, int is_max, const void *x, int xt, void *y, int yt, int32_t *idx) {
   const int64_t n = g.planes * g.OH * g.OW;
   CT_GRID_STRIDE(o, n) {
-    int64_t ow = o % g.OW, oh = (o / g.OW) % g.OH, pl = o / (g.OW * g.OH);
+    int64_t ow, oh, pl;
+    split(g, o, g.OH, g.OW, &pl, &oh, &ow);
     int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
     int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
-    const int64_t base = pl * g.H * g.W;
     if (is_max) {
       float best = -INFINITY;
       int32_t arg = (int32_t)(h0 * g.W + w0);
       for (int64_t ih = h0; ih < h1; ih++)
         for (int64_t iw = w0; iw < w1; iw++) {
-          float v = ct_ld(x, xt, base + ih * g.W + iw);
+          float v = ct_ld(x, xt, at(g, pl, ih, iw, g.H, g.W));
           if (v > best || isnan(v)) {
             best = v;
             arg = (int32_t)(ih * g.W + iw);
@@ -179,7 +215,7 @@ __global__ void k_adaptive_fwd(pool_geom g, int is_max, const void *x, int xt, v
     } else {
       double s = 0;
       for (int64_t ih = h0; ih < h1; ih++)
-        for (int64_t iw = w0; iw < w1; iw++) s += ct_ld(x, xt, base + ih * g.W + iw);
+        for (int64_t iw = w0; iw < w1; iw++) s += ct_ld(x, xt, at(g, pl, ih, iw, g.H, g.W));
       ct_st(y, yt, o, (float)(s / (double)((h1 - h0) * (w1 - w0))));
     }
   }
@@ -188,7 +224,8 @@ __global__ void k_adaptive_fwd(pool_geom g, int is_max, const void *x, int xt, v
 __global__ void k_adaptive_bwd(pool_geom g, const void *dy, int dyt, const int32_t *idx, void *dx, int dxt) {
   const int64_t n = g.planes * g.H * g.W;
   CT_GRID_STRIDE(i, n) {
-    int64_t iw = i % g.W, ih = (i / g.W) % g.H, pl = i / (g.W * g.H);
+    int64_t iw, ih, pl;
+    split(g, i, g.H, g.W, &pl, &ih, &iw);
     int64_t oh0, oh1, ow0, ow1;
     bin_cover(ih, g.H, g.OH, &oh0, &oh1);
     bin_cover(iw, g.W, g.OW, &ow0, &ow1);
@@ -200,7 +237,7 @@ __global__ void k_adaptive_bwd(pool_geom g, const void *dy, int dyt, const int32
       for (int64_t ow = ow0; ow <= ow1; ow++) {
         int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
         if (iw < w0 || iw >= w1) continue;
-        int64_t o = (pl * g.OH + oh) * g.OW + ow;
+        int64_t o = at(g, pl, oh, ow, g.OH, g.OW);
         if (idx)
           s += idx[o] == me ? (double)ct_ld(dy, dyt, o) : 0.0;
         else
