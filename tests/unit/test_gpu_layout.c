@@ -1,0 +1,244 @@
+/* Channels-last (CT_LAYOUT_NHWC) activations on CUDA (src/nn/layout.h,
+ * cuda_conv.c, cuda_pool.cu): conv2d forward/backward-data/backward-
+ * weights (every plain/NHWC mix of input and output, bias, fused ReLU,
+ * accumulating weight gradient) and max/average pooling forward and
+ * backward with NHWC tensors against the ref device on plain tensors; and
+ * one SGD training step of cnn, alexnet and resnet18 with the layout
+ * choice on vs off (fp32 at 1e-4 on the updated weights, bf16 and fp16 at
+ * 2e-2: cuDNN may pick other algorithms for NHWC, so not bitwise).
+ * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+#include "test_util.h"
+
+#include "backend/backend.h"
+#include "nn/device_state.h"
+#include "nn/layout.h"
+#include "nn/model_impl.h"
+#include "optim/optimizer_device.h"
+#include "train/device_step.h"
+
+static uint64_t rs = 424242;
+static float frand(void) {
+  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* max |a - b| / max(1e-30, max |b|) */
+static double nerr(const float *a, const float *b, size_t n) {
+  double m = 0, s = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (!(d <= m)) m = d;
+    if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
+  }
+  return m / s;
+}
+
+/* [N][C][HW] <-> [N][HW][C] on the host. */
+static void to_nhwc(const float *src, float *dst, int64_t N, int64_t C, int64_t HW) {
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t p = 0; p < HW; p++) dst[(n * HW + p) * C + c] = src[(n * C + c) * HW + p];
+}
+static void from_nhwc(const float *src, float *dst, int64_t N, int64_t C, int64_t HW) {
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t p = 0; p < HW; p++) dst[(n * C + c) * HW + p] = src[(n * HW + p) * C + c];
+}
+
+typedef struct buf {
+  ct_tensor h, g; /* host plain, device in its layout */
+  float *hv, *tmp;
+} buf;
+
+static buf mk(ct_device *gpu, int64_t a, int64_t b, int64_t c, int64_t d, int nhwc, int rnd) {
+  buf t;
+  int64_t n = a * b * c * d;
+  t.hv = calloc((size_t)n, 4), t.tmp = calloc((size_t)n, 4);
+  for (int64_t i = 0; rnd && i < n; i++) t.hv[i] = frand();
+  t.h = ct_tensor_4d(t.hv, CT_F32, a, b, c, d);
+  t.g = t.h;
+  t.g.device = gpu;
+  t.g.layout = nhwc ? CT_LAYOUT_NHWC : CT_LAYOUT_PLAIN;
+  t.g.data = ct_device_alloc(gpu, (size_t)n * 4);
+  CHECK(t.g.data != NULL);
+  if (nhwc) to_nhwc(t.hv, t.tmp, a, b, c * d);
+  else memcpy(t.tmp, t.hv, (size_t)n * 4);
+  CHECK_OK(ct_device_copy(gpu, t.g.data, NULL, t.tmp, (size_t)n * 4));
+  return t;
+}
+
+/* The device result, back in plain order. */
+static float *down(ct_device *gpu, buf *t) {
+  int64_t n = ct_tensor_numel(&t->h);
+  float *out = malloc((size_t)n * 4);
+  CHECK_OK(ct_device_sync(gpu));
+  CHECK_OK(ct_device_copy(NULL, t->tmp, gpu, t->g.data, (size_t)n * 4));
+  if (t->g.layout == CT_LAYOUT_NHWC) from_nhwc(t->tmp, out, t->h.shape[0], t->h.shape[1], t->h.shape[2] * t->h.shape[3]);
+  else memcpy(out, t->tmp, (size_t)n * 4);
+  return out;
+}
+
+static void rm(ct_device *gpu, buf *t) {
+  ct_device_free(gpu, t->g.data);
+  free(t->hv), free(t->tmp);
+}
+
+static void conv_case(ct_device *gpu, ct_device *ref, int xn, int yn, int groups) {
+  const ct_backend *G = ct_device_backend(gpu), *R = ct_device_backend(ref);
+  ct_conv2d_params p = {2, 1, 1, 1, 1, 1, groups};
+  int64_t N = 3, C = 6, H = 11, W = 9, O = 12, K = 3;
+  int64_t OH = (H + 2 - K) / 2 + 1, OW = (W + 2 - K) / 1 + 1;
+  buf x = mk(gpu, N, C, H, W, xn, 1), w = mk(gpu, O, C / groups, K, K, 0, 1), b = mk(gpu, 1, 1, 1, O, 0, 1);
+  buf y = mk(gpu, N, O, OH, OW, yn, 0), dy = mk(gpu, N, O, OH, OW, yn, 1), dx = mk(gpu, N, C, H, W, xn, 0);
+  buf dw = mk(gpu, O, C / groups, K, K, 0, 1), db = mk(gpu, 1, 1, 1, O, 0, 1);
+  ct_tensor b1 = b.h, b1g = b.g, db1 = db.h, db1g = db.g;
+  b1.ndim = b1g.ndim = db1.ndim = db1g.ndim = 1, b1.shape[0] = b1g.shape[0] = db1.shape[0] = db1g.shape[0] = O;
+  CHECK_OK(G->conv2d_fwd(gpu, &p, &x.g, &w.g, &b1g, CT_ACT_RELU, &y.g));
+  CHECK_OK(R->conv2d_fwd(ref, &p, &x.h, &w.h, &b1, CT_ACT_RELU, &y.h));
+  float *r = down(gpu, &y);
+  CHECK_MSG(nerr(r, y.hv, (size_t)ct_tensor_numel(&y.h)) <= 1e-5, "conv fwd x %s y %s groups %d: err %g",
+            xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW", groups, nerr(r, y.hv, (size_t)ct_tensor_numel(&y.h)));
+  free(r);
+  CHECK_OK(G->conv2d_bwd_data(gpu, &p, &dy.g, &w.g, &dx.g));
+  CHECK_OK(R->conv2d_bwd_data(ref, &p, &dy.h, &w.h, &dx.h));
+  r = down(gpu, &dx);
+  CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-5, "conv bwd data x %s y %s: err %g",
+            xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW", nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)));
+  free(r);
+  /* beta 1: the staged NHWC weight gradient must be added, not stored. */
+  CHECK_OK(G->conv2d_bwd_weights(gpu, &p, &x.g, &dy.g, &dw.g, &db1g, 1.f));
+  CHECK_OK(R->conv2d_bwd_weights(ref, &p, &x.h, &dy.h, &dw.h, &db1, 1.f));
+  r = down(gpu, &dw);
+  CHECK_MSG(nerr(r, dw.hv, (size_t)ct_tensor_numel(&dw.h)) <= 1e-5, "conv bwd weights x %s y %s: err %g",
+            xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW", nerr(r, dw.hv, (size_t)ct_tensor_numel(&dw.h)));
+  free(r);
+  r = down(gpu, &db);
+  CHECK_MSG(nerr(r, db.hv, (size_t)O) <= 1e-5, "conv bias grad x %s y %s", xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW");
+  free(r);
+  rm(gpu, &x), rm(gpu, &w), rm(gpu, &b), rm(gpu, &y), rm(gpu, &dy), rm(gpu, &dx), rm(gpu, &dw), rm(gpu, &db);
+}
+
+static void pool_case(ct_device *gpu, ct_device *ref, int is_max) {
+  const ct_backend *G = ct_device_backend(gpu), *R = ct_device_backend(ref);
+  ct_pool2d_params p = {3, 3, 2, 2, 1, 1, 0, 1};
+  int64_t N = 2, C = 5, H = 9, W = 8, OH = (H + 2 - 3) / 2 + 1, OW = (W + 2 - 3) / 2 + 1;
+  buf x = mk(gpu, N, C, H, W, 1, 1), y = mk(gpu, N, C, OH, OW, 1, 0), dy = mk(gpu, N, C, OH, OW, 1, 1);
+  buf dx = mk(gpu, N, C, H, W, 1, 0);
+  void *wsg = NULL, *wsr = NULL;
+  if (is_max) {
+    wsg = ct_device_alloc(gpu, G->maxpool2d_workspace_bytes(gpu, &p, &x.g, &y.g));
+    wsr = malloc(R->maxpool2d_workspace_bytes(ref, &p, &x.h, &y.h));
+    CHECK_OK(G->maxpool2d_fwd(gpu, &p, &x.g, &y.g, wsg));
+    CHECK_OK(R->maxpool2d_fwd(ref, &p, &x.h, &y.h, wsr));
+    CHECK_OK(G->maxpool2d_bwd(gpu, &p, &dy.g, wsg, &dx.g));
+    CHECK_OK(R->maxpool2d_bwd(ref, &p, &dy.h, wsr, &dx.h));
+  } else {
+    CHECK_OK(G->avgpool2d_fwd(gpu, &p, &x.g, &y.g));
+    CHECK_OK(R->avgpool2d_fwd(ref, &p, &x.h, &y.h));
+    CHECK_OK(G->avgpool2d_bwd(gpu, &p, &dy.g, &dx.g));
+    CHECK_OK(R->avgpool2d_bwd(ref, &p, &dy.h, &dx.h));
+  }
+  float *r = down(gpu, &y);
+  CHECK_MSG(nerr(r, y.hv, (size_t)ct_tensor_numel(&y.h)) <= 1e-6, "%s pool NHWC fwd", is_max ? "max" : "avg");
+  free(r);
+  r = down(gpu, &dx);
+  CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-6, "%s pool NHWC bwd", is_max ? "max" : "avg");
+  free(r);
+  /* A mixed pair is refused, never misread. */
+  y.g.layout = CT_LAYOUT_PLAIN;
+  CHECK(G->avgpool2d_fwd(gpu, &p, &x.g, &y.g) == CT_ERR_UNSUPPORTED);
+  x.g.layout = y.g.layout = CT_LAYOUT_C16;
+  CHECK(G->maxpool2d_fwd(gpu, &p, &x.g, &y.g, NULL) == CT_ERR_UNSUPPORTED);
+  ct_device_free(gpu, wsg), free(wsr);
+  rm(gpu, &x), rm(gpu, &y), rm(gpu, &dy), rm(gpu, &dx);
+}
+
+/* One device training step; returns the updated weights (host copy). */
+static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec, int nhwc,
+                         int *n_nhwc, size_t *np) {
+  ct_layout_set_enabled(nhwc);
+  ct_model_options mo = {c, h, w, 10, 7};
+  ct_model *m = NULL;
+  float *pg = NULL;
+  CHECK_OK(ct_model_create(name, &mo, &m));
+  if (!m) return NULL;
+  for (int i = 0; i < m->n_layers; i++)
+    if (m->layers[i].cls == &ct_layer_dropout || m->layers[i].cls == &ct_layer_dropout2d) m->layers[i].fp[0] = 0.0f;
+  if (prec != CT_PRECISION_FP32) CHECK_OK(ct_model_set_precision(m, prec, CT_OPT_O1));
+  enum { B = 4 };
+  ct_model_reserve_optimizer_state(m, 1);
+  CHECK_OK(ct_model_prepare(m, gpu, B, 1));
+  *n_nhwc = 0;
+  for (int i = 0; i < m->n_layers; i++) *n_nhwc += m->layers[i].y.layout == CT_LAYOUT_NHWC;
+  int64_t per = (int64_t)c * h * w;
+  float *x = malloc(sizeof(float) * (size_t)(B * per));
+  rs = 99;
+  for (int64_t i = 0; i < B * per; i++) x[i] = frand();
+  int64_t y[B] = {1, 4, 7, 2};
+  ct_batch b;
+  memset(&b, 0, sizeof b);
+  int64_t xs[4] = {B, c, h, w};
+  b.x = ct_tensor_view(x, CT_F32, 4, xs);
+  b.y = ct_tensor_1d(y, CT_I64, B);
+  b.n = B;
+  ct_optim_config oc = ct_optim_config_default(CT_OPTIM_SGD);
+  ct_optimizer *o = NULL;
+  CHECK_OK(ct_optimizer_create(&oc, (size_t)ct_model_param_count(m), &o));
+  ct_grad_scaler gs;
+  ct_grad_scaler_init(&gs, 0, 0, 1.0);
+  double loss = 0;
+  int64_t t1 = 0, t5 = 0;
+  int skipped = 1;
+  CHECK_OK(ct_device_train_begin(m, gpu, o, &gs));
+  CHECK_OK(ct_device_train_step(m, gpu, o, &b, CT_LOSS_CROSS_ENTROPY, 0, 0, 0, &gs, &loss, &t1, &t5, &skipped));
+  CHECK(!skipped);
+  *np = (size_t)ct_model_param_count(m);
+  pg = malloc(*np * 4);
+  CHECK_OK(ct_device_sync(gpu));
+  CHECK_OK(ct_device_copy(NULL, pg, gpu, ct_model_params(m, NULL), *np * 4));
+  ct_optimizer_destroy(o);
+  ct_model_destroy(m);
+  free(x);
+  ct_layout_set_enabled(1);
+  return pg;
+}
+
+static void compare_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec, int min_nhwc) {
+  int na = 0, nb = 0;
+  size_t npa = 0, npb = 0;
+  float *a = train_step(gpu, name, c, h, w, prec, 1, &na, &npa);
+  float *b = train_step(gpu, name, c, h, w, prec, 0, &nb, &npb);
+  double tol = prec == CT_PRECISION_FP32 ? 1e-4 : 2e-2;
+  CHECK_MSG(na >= min_nhwc, "%s: %d NHWC activations, expected at least %d", name, na, min_nhwc);
+  CHECK_MSG(nb == 0, "%s: layout choice off, still %d NHWC activations", name, nb);
+  if (a && b && npa == npb) {
+    double e = nerr(a, b, npa);
+    CHECK_MSG(e <= tol, "%s prec %d: weights after one step differ NHWC vs plain (%g)", name, (int)prec, e);
+    printf("%-9s prec %d: %d NHWC activations, weights err %.3g\n", name, (int)prec, na, e);
+  }
+  free(a), free(b);
+}
+
+int main(void) {
+  ct_device *gpu, *ref;
+  if (ct_device_open("cuda", &gpu) != CT_OK) {
+    printf("skipped: %s\n", ct_last_error());
+    return 77;
+  }
+  CHECK_OK(ct_device_open("ref", &ref));
+  CHECK(ct_device_backend(gpu)->act_layout == CT_LAYOUT_NHWC);
+  for (int xn = 0; xn < 2; xn++)
+    for (int yn = 0; yn < 2; yn++) conv_case(gpu, ref, xn, yn, 1);
+  conv_case(gpu, ref, 1, 1, 2);
+  pool_case(gpu, ref, 1);
+  pool_case(gpu, ref, 0);
+  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP32, 2);
+  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_BF16, 2);
+  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP16, 2);
+  compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_FP32, 6);
+  compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_BF16, 6);
+  compare_step(gpu, "resnet18", 3, 32, 32, CT_PRECISION_FP32, 0);
+  ct_device_close(ref);
+  ct_device_close(gpu);
+  return test_summary("gpu_layout");
+}
