@@ -143,9 +143,6 @@ struct ct_backend {
    * matching stats->opt_steps); kind and n fix the launch. */
   ct_status (*fused_optim_step_dev)(ct_device *d, int kind, int64_t n, float *params, const float *grads, float *s0,
                                     float *s1, float *s2, const struct ct_step_stats *stats);
-  /* Stream capture of everything queued on the compute stream between
-   * graph_begin and graph_end into an executable graph (*graph; NULL and
-   * an error when capture or instantiation failed, the stream then back
   /* From now on dropout_fwd/dropout_bwd take the mask key's step from
    * device memory *step (a uint32_t the host writes, in stream order,
    * before each step) instead of key.step; NULL switches back. The seed,
@@ -153,6 +150,9 @@ struct ct_backend {
    * same as with key.step = *step; a CUDA graph captured meanwhile replays
    * with the step current at each launch. */
   ct_status (*dropout_step_from)(ct_device *d, const uint32_t *step);
+  /* Stream capture of everything queued on the compute stream between
+   * graph_begin and graph_end into an executable graph (*graph; NULL and
+   * an error when capture or instantiation failed, the stream then back
    * to normal); graph_launch replays it on the compute stream. A graph is
    * bound to the addresses it captured: graph_launch fails with
    * CT_ERR_INVALID_ARG if the device's scratch buffer (cuDNN/cuBLASLt

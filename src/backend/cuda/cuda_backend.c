@@ -74,8 +74,8 @@ static ct_backend cuda_table = {
     .cross_entropy_bwd_dev = cuda_cross_entropy_bwd_dev,
     .nll_bwd_dev = cuda_nll_bwd_dev,
     .fused_optim_step_dev = cuda_fused_optim_step_dev,
-    .graph_begin = cuda_graph_begin,
     .dropout_step_from = cuda_dropout_step_from,
+    .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
@@ -83,7 +83,6 @@ static ct_backend cuda_table = {
     .transform_u8 = cuda_transform_u8,
 };
 
-const ct_backend *ct_cuda_backend(void) { return &cuda_table; }
 /* Here because the device struct is visible to C files only. */
 ct_status cuda_dropout_step_from(ct_device *d, const uint32_t *step) {
   cuda_dev_of(d)->dropout_step = step;
@@ -91,5 +90,6 @@ ct_status cuda_dropout_step_from(ct_device *d, const uint32_t *step) {
 }
 const uint32_t *cuda_dropout_step(ct_device *d) { return cuda_dev_of(d)->dropout_step; }
 
+const ct_backend *ct_cuda_backend(void) { return &cuda_table; }
 
 int ct_cuda_list_devices(char *buf, size_t n) { return cuda_list_devices(buf, n); }

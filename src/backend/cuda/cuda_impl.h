@@ -237,14 +237,14 @@ ct_status cuda_nll_bwd_dev(ct_device *d, const ct_tensor *targets, const struct 
                            ct_tensor *dlogp);
 ct_status cuda_fused_optim_step_dev(ct_device *d, int kind, int64_t n, float *params, const float *grads, float *s0,
                                     float *s1, float *s2, const struct ct_step_stats *stats);
+/* dropout_step_from (cuda_backend.c) and what the dropout kernels read. */
+ct_status cuda_dropout_step_from(ct_device *d, const uint32_t *step);
+const uint32_t *cuda_dropout_step(ct_device *d);
 ct_status cuda_graph_begin(ct_device *d);
 ct_status cuda_graph_end(ct_device *d, void **graph);
 ct_status cuda_graph_launch(ct_device *d, void *graph);
 void cuda_graph_free(ct_device *d, void *graph);
 ct_status cuda_linreg_fit(ct_device *d, const float *x, const float *y, int64_t n, int features,
-/* dropout_step_from (cuda_backend.c) and what the dropout kernels read. */
-ct_status cuda_dropout_step_from(ct_device *d, const uint32_t *step);
-const uint32_t *cuda_dropout_step(ct_device *d);
                           const struct ct_fused_optim_args *args, int64_t steps, float *params, float *state,
                           double *loss_history);
 
