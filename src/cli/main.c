@@ -35,6 +35,8 @@ int main(int argc, char **argv) {
    * re-executing once; an explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT wins. */
   if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
     setenv("GOMP_SPINCOUNT", "30000", 1);
+    /* LLVM's libomp ignores GOMP_SPINCOUNT: sleep at once there, as before. */
+    if (!getenv("KMP_BLOCKTIME")) setenv("KMP_BLOCKTIME", "0", 1);
     execv("/proc/self/exe", argv); /* returns only on failure: go on */
   }
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

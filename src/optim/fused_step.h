@@ -161,8 +161,10 @@ CT_HD void ct_fused_adam_elem(const ct_fused_optim_args *a, float *p, float g, f
     *vmax = vd;
   }
   float denom = sqrtf(vd) / a->bc2_sqrt + a->eps;
-  float delta = a->neg_step_size * (mi / denom);
-  *p = pi + delta;
+  /* Written as the fused multiply-add gcc forms from p + step*(m/denom)
+   * with FMA hardware (and that matched torch.optim bit for bit), so no
+   * compiler or flag can round it differently on the CPU or the GPU. */
+  *p = fmaf(a->neg_step_size, mi / denom, pi);
 }
 
 /* GradScaler.update() (amp_update_scale_cuda_kernel), the rule of

@@ -428,6 +428,32 @@ static ct_status capture(ct_device_trainer *t, int k, const ct_tensor *x, const 
   return CT_OK;
 }
 
+/* The per-step scalars the device reads (the optimizer's argument table,
+ * dropout's mask step), queued on the compute stream before the step, in
+ * stream order, so a step still queued reads its own values. They travel
+ * from the pinned statistics slot this step will be read back into: a
+ * copy from pageable memory may make the driver wait for the stream
+ * (CUDA's API synchronization notes), which would undo running ahead. A
+ * slot's args and dropout_step are not part of the read-back, and the host
+ * refills a slot only after the step that last used it has finished (it
+ * waits for step k before queuing step k + lag + 1 <= k + 3). */
+static ct_status upload_step_scalars(ct_device_trainer *t, ct_step_stats *st, int64_t step, int host_args) {
+  const ct_backend *be = ct_device_backend(t->dev);
+  ct_step_stats *h = &t->slots[t->ring.pushed % (CT_STEP_LAG_MAX + 1)];
+  int async = t->pinned && be->copy_async;
+  if (!host_args) {
+    ct_optim_step_args(t->opt, t->clip, &h->args);
+    CT_TRY(async ? be->copy_async(t->dev, &st->args, 1, &h->args, 0, sizeof h->args)
+                 : ct_device_copy(t->dev, &st->args, NULL, &h->args, sizeof h->args));
+  }
+  if (t->dropout) {
+    h->dropout_step = (uint32_t)step;
+    CT_TRY(async ? be->copy_async(t->dev, &st->dropout_step, 1, &h->dropout_step, 0, sizeof h->dropout_step)
+                 : ct_device_copy(t->dev, &st->dropout_step, NULL, &h->dropout_step, sizeof h->dropout_step));
+  }
+  return CT_OK;
+}
+
 /* Waits for the oldest step in flight and fills *done. */
 static ct_status read_oldest(ct_device_trainer *t, ct_step_result *done, int *have) {
   *have = 0;
@@ -459,14 +485,7 @@ ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step
   ct_tensor x, y;
   int ordered = t->lag > 0 || t->graph_want;
   CT_TRY(stage(t->m, t->dev, b, k, ordered, &x, &y));
-  if (!host_args) CT_TRY(ct_optimizer_write_step_args(t->opt, t->dev, st, t->clip));
-  if (t->dropout) {
-    /* Stream-ordered like the argument table: the step still queued reads
-     * its own value before this copy lands. A pageable source is staged
-     * before the call returns, so a local is fine. */
-    uint32_t ds = (uint32_t)step;
-    CT_TRY(ct_device_copy(t->dev, &st->dropout_step, NULL, &ds, sizeof ds));
-  }
+  CT_TRY(upload_step_scalars(t, st, step, host_args));
   int ran = 0;
   if (!host_args && t->graph[k] && b->n == t->graph_n[k]) {
     ct_status s = be->graph_launch(t->dev, t->graph[k]);

@@ -53,7 +53,12 @@ static ct_backend cpu_table = {
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static void init_table(void) { ct_backend_fill_defaults(&cpu_table); }
+static void init_table(void) {
+  ct_backend_fill_defaults(&cpu_table);
+  /* oneDNN blocks channels by 16 with AVX-512 and by 8 below it; C16
+   * activations on an AVX2 machine would only add reorders. */
+  if (!__builtin_cpu_supports("avx512f")) cpu_table.act_layout = CT_LAYOUT_PLAIN;
+}
 
 const ct_backend *ct_cpu_backend(void) {
   pthread_once(&once, init_table);
