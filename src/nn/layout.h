@@ -9,15 +9,17 @@
  * backend asks for (ct_backend's act_layout: CT_LAYOUT_C16 on the cpu,
  * CT_LAYOUT_NHWC on cuda) when every layer that touches it accepts it: it
  * is produced by a convolution, a max pool or an elementwise activation
- * (NHWC also: an average pool), it has 4 dims, it is not the model's
- * output, every reader is a convolution (any input layout) or one of
- * those layers whose own output takes the same layout, and
+ * (NHWC also: an average pool; C16 also: an f32 batch norm and a residual
+ * add), it has 4 dims, it is not the model's output, every reader is a
+ * convolution (any input layout) or one of those layers whose own output
+ * takes the same layout (and, for a layer with two inputs, whose inputs
+ * all do), and
  *   C16:  channels are a multiple of 16, dtype f32/bf16;
  *   NHWC: any channel count, dtype f32/bf16/f16.
- * Everything else stays plain, so the loss, losses' callers, batch norm,
- * dropout (whose masks follow the plain element order), adaptive pooling
- * and flatten see NCHW as before. Gradients take their activation's
- * layout. */
+ * Everything else stays plain, so the loss, losses' callers, dropout (whose
+ * masks follow the plain element order), adaptive pooling, flatten and
+ * batch norm on CUDA or in bf16 see NCHW as before. Gradients take their
+ * activation's layout. */
 #ifndef CTRAIN_NN_LAYOUT_H
 #define CTRAIN_NN_LAYOUT_H
 

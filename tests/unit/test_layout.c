@@ -35,7 +35,7 @@ static int forbidden(const ct_model *m, int i) {
 }
 
 static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N, ct_precision prec, int blocked,
-               run_out *r) {
+               int steps, run_out *r) {
   memset(r, 0, sizeof *r);
   ct_layout_set_enabled(blocked);
   ct_model_options opt = {c, h, w, 10, 5};
@@ -54,8 +54,7 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
       CHECK_MSG(m->layers[i].dy.layout == CT_LAYOUT_C16, "%s: layer %d's gradient is not blocked like its output",
                 name, i);
     }
-  /* fp32: two steps with an update between them; bf16: one (see compare). */
-  rc = step_run(dev, m, c, h, w, N, prec == CT_PRECISION_FP32 ? 2 : 1, &r->s);
+  rc = step_run(dev, m, c, h, w, N, steps, &r->s);
 done:
   ct_model_destroy(m);
   ct_layout_set_enabled(1);
@@ -71,10 +70,19 @@ static double norm_rel_err(const float *a, const float *b, size_t n) {
 
 static void free_run(run_out *r) { step_result_free(&r->s); }
 
+/* exact: no batch norm takes the layout, so fp32 must agree to the last
+ * bit; with batch norm blocked, its sums run in another order (in double
+ * there, in float partials on plain tensors) and fp32 agrees normwise. */
 static void compare(ct_device *dev, const char *name, int c, int h, int w, int64_t N, ct_precision prec,
-                    int min_blocked) {
+                    int min_blocked, int exact) {
   run_out a, b;
-  int ra = run(dev, name, c, h, w, N, prec, 1, &a), rb = run(dev, name, c, h, w, N, prec, 0, &b);
+  /* Two steps with an update between them where the results must be
+   * equal to the last bit; otherwise one, so that rounding differences are
+   * not amplified by an update (batch norm over a handful of values per
+   * channel, as in ResNet-18's last stage, turns 1e-7 into 1e-1 in a step;
+   * ResNet-18 runs at 64x64 here so that stage sees 16 values). */
+  int steps = prec == CT_PRECISION_FP32 && exact ? 2 : 1;
+  int ra = run(dev, name, c, h, w, N, prec, 1, steps, &a), rb = run(dev, name, c, h, w, N, prec, 0, steps, &b);
   CHECK_MSG(ra == 0 && rb == 0, "%s: %s", name, ct_last_error());
   if (ra || rb) return;
   CHECK_MSG(a.blocked >= min_blocked, "%s: %d blocked activations, expected at least %d", name, a.blocked,
@@ -88,13 +96,13 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
    * ulp, where the plain kernel is correctly rounded), so bf16 compares
    * one step, normwise, at bf16's tolerance; a layout mistake gives
    * errors of order 1. */
-  int fp32 = prec == CT_PRECISION_FP32;
+  int fp32 = prec == CT_PRECISION_FP32 && exact;
   double eo = fp32 ? test_max_rel_err_f32(a.s.out, b.s.out, a.s.n_out, 1e-3) : norm_rel_err(a.s.out, b.s.out, a.s.n_out);
   double eg = fp32 ? test_max_rel_err_f32(a.s.grads, b.s.grads, a.s.n_par, 1e-3)
                    : norm_rel_err(a.s.grads, b.s.grads, a.s.n_par);
   double ee = fp32 ? test_max_rel_err_f32(a.s.eval_out, b.s.eval_out, a.s.n_eval, 1e-3)
                    : norm_rel_err(a.s.eval_out, b.s.eval_out, a.s.n_eval);
-  double tol = fp32 ? 1e-6 : 1e-2;
+  double tol = fp32 ? 1e-6 : prec == CT_PRECISION_FP32 ? 1e-5 : 1e-2;
   CHECK_MSG(eo <= tol, "%s: output differs blocked vs plain (rel %g)", name, eo);
   CHECK_MSG(eg <= tol, "%s: parameter gradients differ (rel %g)", name, eg);
   CHECK_MSG(ee <= tol, "%s: inference output after re-prepare differs (rel %g)", name, ee);
@@ -132,18 +140,24 @@ int main(void) {
   CHECK(fd >= 0);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (f) fputs(model_text, f), fclose(f);
-  compare(dev, "cnn", 1, 28, 28, 6, CT_PRECISION_FP32, 2); /* conv1, pool1 */
-  compare(dev, "cnn", 1, 28, 28, 6, CT_PRECISION_BF16, 2);
-  compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_FP32, 8);
-  compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_BF16, 8);
-  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, 4);
-  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_BF16, 4);
+  compare(dev, "cnn", 1, 28, 28, 6, CT_PRECISION_FP32, 2, 1); /* conv1, pool1 */
+  compare(dev, "cnn", 1, 28, 28, 6, CT_PRECISION_BF16, 2, 1);
+  compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_FP32, 8, 1);
+  compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_BF16, 8, 1);
+  /* Batch norm (f32) and residual adds take the layout; under bf16 the
+   * policy runs batch norm in bf16, which reads plain tensors only. */
+  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, 4, 0);
+  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_BF16, 0, 0);
+  compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_FP32, 40, 0);
+  compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_BF16, 0, 0);
+  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, 4, 1);
+  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_BF16, 4, 1);
   remove(path);
   ct_device_close(dev);
   /* The reference device never blocks (its kernels read NCHW only). */
   CHECK_OK(ct_device_open("ref", &dev));
   run_out r;
-  CHECK(run(dev, "cnn", 1, 28, 28, 4, CT_PRECISION_FP32, 1, &r) == 0);
+  CHECK(run(dev, "cnn", 1, 28, 28, 4, CT_PRECISION_FP32, 1, 1, &r) == 0);
   CHECK_MSG(r.blocked == 0, "ref device: %d activations blocked", r.blocked);
   free_run(&r);
   ct_device_close(dev);

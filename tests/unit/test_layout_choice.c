@@ -83,7 +83,12 @@ static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int
   int nhwc = count(m, lay, CT_LAYOUT_NHWC);
   CHECK_MSG(nhwc_violations(name, m, lay) == 0, "%s: NHWC rules broken", name);
   CHECK_MSG(nhwc >= min_nhwc, "%s: %d NHWC activations, expected at least %d", name, nhwc, min_nhwc);
-  CHECK_MSG(nhwc >= c16, "%s: NHWC (%d) keeps fewer activations than C16 (%d)", name, nhwc, c16);
+  /* NHWC's rules are wider than C16's except for batch norm and residual
+   * adds, which only the cpu backend keeps blocked. */
+  int bn_or_add = 0;
+  for (int i = 0; i < L; i++)
+    bn_or_add |= m->layers[i].cls == &ct_layer_batchnorm || m->layers[i].cls == &ct_layer_add;
+  if (!bn_or_add) CHECK_MSG(nhwc >= c16, "%s: NHWC (%d) keeps fewer activations than C16 (%d)", name, nhwc, c16);
   ct_model_choose_layouts_for(m, CT_LAYOUT_PLAIN, lay);
   CHECK_MSG(count(m, lay, CT_LAYOUT_NHWC) == 0 && count(m, lay, CT_LAYOUT_C16) == 0,
             "%s: PLAIN capability chose a layout", name);
