@@ -66,21 +66,28 @@ extern "C" ct_status cuda_grad_stats(ct_device *d, const ct_tensor *grads, ct_st
   return CT_OK;
 }
 
+/* Unscale, clip and update this thread's elements with the arguments a
+ * (the caller has checked that the step is not skipped). */
+__device__ __forceinline__ void fused_update(const ct_fused_optim_args *a, float *p, const float *g, float *s0,
+                                             float *s1, float *s2, const ct_step_stats *st) {
+  const float inv = ct_fused_inv_scale(&st->scaler);
+  float cf = 1.0f;
+  const int clip = ct_fused_clip(a, st, &cf);
+  CT_GRID_STRIDE(i, a->n) {
+    float gi = ct_fused_grad(g[i], inv, clip, cf);
+    if (a->kind == 0)
+      ct_fused_sgd_elem(a, &p[i], gi, s0 ? &s0[i] : (float *)0);
+    else
+      ct_fused_adam_elem(a, &p[i], gi, &s0[i], &s1[i], s2 ? &s2[i] : (float *)0);
+  }
+}
+
 /* The argument block travels by value (kernel parameter space), so the
  * host may reuse its copy at once. */
 __global__ void k_fused_optim(ct_fused_optim_args a, float *p, const float *g, float *s0, float *s1, float *s2,
                               const ct_step_stats *st) {
   if (ct_fused_skip(st)) return;
-  const float inv = ct_fused_inv_scale(&st->scaler);
-  float cf = 1.0f;
-  const int clip = ct_fused_clip(&a, st, &cf);
-  CT_GRID_STRIDE(i, a.n) {
-    float gi = ct_fused_grad(g[i], inv, clip, cf);
-    if (a.kind == 0)
-      ct_fused_sgd_elem(&a, &p[i], gi, s0 ? &s0[i] : (float *)0);
-    else
-      ct_fused_adam_elem(&a, &p[i], gi, &s0[i], &s1[i], s2 ? &s2[i] : (float *)0);
-  }
+  fused_update(&a, p, g, s0, s1, s2, st);
 }
 
 /* The same pass with its scalars read from device memory (the row of
@@ -92,16 +99,7 @@ __global__ void k_fused_optim_dev(float *p, const float *g, float *s0, float *s1
   if (ct_fused_skip(st)) return;
   if (threadIdx.x == 0) a = *ct_step_args_pick(&st->args, st->opt_steps);
   __syncthreads();
-  const float inv = ct_fused_inv_scale(&st->scaler);
-  float cf = 1.0f;
-  const int clip = ct_fused_clip(&a, st, &cf);
-  CT_GRID_STRIDE(i, a.n) {
-    float gi = ct_fused_grad(g[i], inv, clip, cf);
-    if (a.kind == 0)
-      ct_fused_sgd_elem(&a, &p[i], gi, s0 ? &s0[i] : (float *)0);
-    else
-      ct_fused_adam_elem(&a, &p[i], gi, &s0[i], &s1[i], s2 ? &s2[i] : (float *)0);
-  }
+  fused_update(&a, p, g, s0, s1, s2, st);
 }
 
 extern "C" ct_status cuda_fused_optim_step_dev(ct_device *d, int kind, int64_t n, float *params, const float *grads,
