@@ -11,29 +11,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_conv.h"
+#include "bench_util.h"
 #include "ctrain/ctrain.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Process CPU seconds (all threads). On a shared, loaded machine wall time
- * is inflated by preemption; CPU time / threads (with
- * OMP_WAIT_POLICY=passive so idle threads do not spin) estimates the
- * uncontended wall time. Both are printed. */
-static double cpu_now(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
-         1e-6 * (double)u.ru_stime.tv_usec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static ct_tensor mk(ct_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d) {
   int64_t s[4] = {a, b, c, d};
@@ -82,7 +61,7 @@ static void bench(ct_device *d, int64_t N, int runs, ct_dtype dt, int blocked) {
   for (int k = 0; k < NT; k++) t[k] = malloc(sizeof(double) * (size_t)runs), ct[k] = malloc(sizeof(double) * (size_t)runs);
   for (int i = -2; i < runs; i++) {
     double s[NT + 1], c[NT + 1];
-#define MARK(k) (s[k] = now(), c[k] = cpu_now())
+#define MARK(k) (s[k] = bench_now(), c[k] = bench_cpu_now())
     MARK(0);
     CK(be->conv2d_fwd(d, &p, &x, &w1, &b1, CT_ACT_RELU, &y1));
     MARK(1);
@@ -106,8 +85,8 @@ static void bench(ct_device *d, int64_t N, int runs, ct_dtype dt, int blocked) {
   printf("%s, %s layouts, N=%lld, median of %d:\n", ct_dtype_name(dt), blocked ? "blocked (oneDNN any)" : "plain NCHW",
          (long long)N, runs);
   for (int k = 0; k < NT; k++) {
-    qsort(t[k], (size_t)runs, sizeof(double), cmp);
-    qsort(ct[k], (size_t)runs, sizeof(double), cmp);
+    bench_sort(t[k], runs);
+    bench_sort(ct[k], runs);
     double m = t[k][runs / 2], cm = ct[k][runs / 2];
     total += m, ctotal += cm;
     if (k != PF && k != PB) conv += m, cconv += cm;

@@ -26,31 +26,12 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "ctrain/ctrain.h"
 #include "ctrain/linreg.h"
 #include "train/linreg_device.h"
 
 #define F 2
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Process CPU seconds of all threads: on a shared machine CPU time /
- * threads estimates the uncontended wall time (see bench_matmul.c). */
-static double cpu_now(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
-         1e-6 * (double)u.ru_stime.tv_usec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static int save(const char *path, long long n, const float *x, const float *y, const float *init) {
   FILE *f = fopen(path, "wb");
@@ -143,18 +124,18 @@ int main(int argc, char **argv) {
   }
   for (int k = -1; k < runs; k++) { /* one warm-up fit: page faults, thread pool */
     memcpy(params, init, sizeof init);
-    double t0 = now(), c0 = cpu_now();
+    double t0 = bench_now(), c0 = bench_cpu_now();
     ct_status s = on_dev ? ct_linreg_fit_device(dev, &ddata, &cfg, steps, params, hist)
                          : ct_linreg_fit(&data, &cfg, steps, params, hist);
-    double t1 = now(), c1 = cpu_now();
+    double t1 = bench_now(), c1 = bench_cpu_now();
     if (s != CT_OK) {
       fprintf(stderr, "ct_linreg_fit: %s\n", ct_last_error());
       return 1;
     }
     if (k >= 0) t[k] = t1 - t0, ct[k] = (c1 - c0) / omp_get_max_threads();
   }
-  qsort(t, (size_t)runs, sizeof *t, cmp);
-  qsort(ct, (size_t)runs, sizeof *ct, cmp);
+  bench_sort(t, runs);
+  bench_sort(ct, runs);
   double med = t[runs / 2], cmed = ct[runs / 2];
   double final_loss;
   if (ct_linreg_loss_grad(&data, params, &final_loss, NULL) != CT_OK) {

@@ -19,18 +19,8 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "bench_util.h"
 #include "ctrain/ctrain.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* Best and median GFLOP/s of `runs` S^3 products after two warm-ups. */
 static int gemm(ct_device *d, int64_t S, int runs, double *best, double *median) {
@@ -47,15 +37,15 @@ static int gemm(ct_device *d, int64_t S, int runs, double *best, double *median)
   for (int64_t i = 0; i < S * S; i++) ((float *)b.data)[i] = ct_rng_uniform(&r) - 0.5f;
   double *g = malloc(sizeof(double) * (size_t)runs);
   for (int i = -2; i < runs; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     if (be->matmul(d, 0, 0, &a, &b, 1.f, 0.f, &c) != CT_OK) {
       fprintf(stderr, "matmul: %s\n", ct_last_error());
       return 1;
     }
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     if (i >= 0) g[i] = 2.0 * (double)S * (double)S * (double)S / dt * 1e-9;
   }
-  qsort(g, (size_t)runs, sizeof *g, cmp);
+  bench_sort(g, runs);
   *best = g[runs - 1], *median = g[runs / 2];
   free(g);
   ct_tensor_free(&a), ct_tensor_free(&b), ct_tensor_free(&c);
@@ -77,10 +67,10 @@ static int triad(size_t n, int runs, double *best, double *median) {
   for (long long i = 0; i < N; i++) a[i] = 0.0, b[i] = 1.0 + (double)(i & 7), c[i] = 0.5;
   const double s = 3.0;
   for (int k = -1; k < runs; k++) {
-    double t0 = now();
+    double t0 = bench_now();
 #pragma omp parallel for simd schedule(static)
     for (long long i = 0; i < N; i++) a[i] = b[i] + s * c[i];
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     if (k >= 0) g[k] = 3.0 * sizeof(double) * (double)n / dt * 1e-9;
   }
   /* Read a result so the loop cannot be dropped, and check it. */
@@ -88,7 +78,7 @@ static int triad(size_t n, int runs, double *best, double *median) {
     fprintf(stderr, "triad: wrong result\n");
     return 1;
   }
-  qsort(g, (size_t)runs, sizeof *g, cmp);
+  bench_sort(g, runs);
   *best = g[runs - 1], *median = g[runs / 2];
   free(a), free(b), free(c), free(g);
   return 0;

@@ -15,29 +15,8 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "bench_util.h"
 #include "ctrain/ctrain.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Process CPU seconds (all threads). On a shared, loaded machine wall time
- * is inflated by preemption; CPU time / threads (with
- * OMP_WAIT_POLICY=passive so idle threads do not spin) estimates the
- * uncontended wall time. Both are printed. */
-static double cpu_now(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
-         1e-6 * (double)u.ru_stime.tv_usec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 /* A tensor like t on d (t itself on a host device). */
 static int to_dev(ct_device *d, const ct_tensor *t, ct_tensor *out) {
@@ -82,18 +61,18 @@ static int run(ct_device *d, ct_dtype in, long long M, long long K, long long N,
   }
   double *t = malloc(sizeof(double) * (size_t)runs), *ct = malloc(sizeof(double) * (size_t)runs);
   for (int i = -2; i < runs; i++) { /* two warm-up runs: primitive creation, page faults */
-    double t0 = now(), c0 = cpu_now();
+    double t0 = bench_now(), c0 = bench_cpu_now();
     ct_status s = be->matmul(d, 0, 0, &ai, &bi, 1.f, 0.f, &dc);
     if (s == CT_OK && on_dev) s = ct_device_sync(d);
-    double t1 = now(), c1 = cpu_now();
+    double t1 = bench_now(), c1 = bench_cpu_now();
     if (s != CT_OK) {
       fprintf(stderr, "matmul: %s\n", ct_last_error());
       return 1;
     }
     if (i >= 0) t[i] = t1 - t0, ct[i] = (c1 - c0) / omp_get_max_threads();
   }
-  qsort(t, (size_t)runs, sizeof *t, cmp);
-  qsort(ct, (size_t)runs, sizeof *ct, cmp);
+  bench_sort(t, runs);
+  bench_sort(ct, runs);
   double med = t[runs / 2], cmed = ct[runs / 2], flop = 2.0 * (double)M * (double)K * (double)N;
   printf("matmul %s on %s %lldx%lld @ %lldx%lld: median %.4f s (min %.4f, max %.4f) over %d runs = %.1f GFLOP/s\n",
          ct_dtype_name(in), ct_device_name(d), M, K, K, N, med, t[0], t[runs - 1], runs, flop / med * 1e-9);

@@ -23,34 +23,11 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "ctrain/ctrain.h"
 #include "nn/fuse.h"
 #include "nn/layout.h"
 #include "nn/model_impl.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Process CPU seconds (all threads); see bench_matmul.c for why. */
-static double cpu_now(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
-         1e-6 * (double)u.ru_stime.tv_usec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 #define CK(x)                                             \
   do {                                                    \
@@ -91,7 +68,7 @@ static const char *const phase_name[STEP_PHASES] = {"forward", "loss", "zero_gra
 
 /* Wall time of phase p of the current step when the phases are recorded. */
 static void mark(step_ctx *c, int p, double *t) {
-  double n = now();
+  double n = bench_now();
   if (c->phase[p]) c->phase[p][c->timed] = n - *t;
   *t = n;
 }
@@ -99,7 +76,7 @@ static void mark(step_ctx *c, int p, double *t) {
 static double step(step_ctx *c, uint32_t k) {
   const ct_tensor *out;
   ct_tensor dout;
-  double lv, t = now();
+  double lv, t = bench_now();
   CK(ct_model_forward(c->m, &c->x, 1, k, &out));
   mark(c, 0, &t);
   CK(ct_loss_forward(c->dev, CT_LOSS_CROSS_ENTROPY, out, &c->y, 0.0f, &lv));
@@ -127,23 +104,23 @@ static void profile(step_ctx *c, int runs, int threads) {
     step(c, (uint32_t)r);
     for (int i = 0; i < L; i++) {
       ct_layer *l = &m->layers[i];
-      double t0 = cpu_now();
+      double t0 = bench_cpu_now();
       CK(l->cls->forward(l, &e));
-      tf[i * runs + r] = (cpu_now() - t0) / threads;
+      tf[i * runs + r] = (bench_cpu_now() - t0) / threads;
     }
     for (int i = L - 1; i >= 0; i--) {
       ct_layer *l = &m->layers[i];
       l->grad_beta = 1.0f;
-      double t0 = cpu_now();
+      double t0 = bench_cpu_now();
       CK(l->cls->backward(l, &e));
-      tb[i * runs + r] = (cpu_now() - t0) / threads;
+      tb[i * runs + r] = (bench_cpu_now() - t0) / threads;
     }
   }
   double sf = 0, sb = 0;
   printf("per-layer medians of cpu-time/threads over %d runs (ms):\n  %-4s %-12s %-22s %9s %9s\n", runs, "#", "kind", "name", "forward",
          "backward");
   for (int i = 0; i < L; i++) {
-    double f = median(tf + i * runs, runs) * 1e3, b = median(tb + i * runs, runs) * 1e3;
+    double f = bench_median(tf + i * runs, runs) * 1e3, b = bench_median(tb + i * runs, runs) * 1e3;
     sf += f, sb += b;
     printf("  %-4d %-12s %-22s %9.3f %9.3f%s\n", i, m->layers[i].cls->kind, m->layers[i].name, f, b,
            m->layers[i].act ? "  (+act)" : "");
@@ -241,14 +218,14 @@ int main(int argc, char **argv) {
   double loss = 0;
   for (int i = 0; i < steps; i++) {
     sc.timed = i;
-    double c0 = cpu_now(), t0 = now();
+    double c0 = bench_cpu_now(), t0 = bench_now();
     loss = step(&sc, (uint32_t)(warmup + i));
-    t[i] = now() - t0;
-    ct[i] = (cpu_now() - c0) / threads;
+    t[i] = bench_now() - t0;
+    ct[i] = (bench_cpu_now() - c0) / threads;
   }
   double tmin = t[0], tmax = t[0];
   for (int i = 0; i < steps; i++) tmin = t[i] < tmin ? t[i] : tmin, tmax = t[i] > tmax ? t[i] : tmax;
-  double med = median(t, steps), cmed = median(ct, steps);
+  double med = bench_median(t, steps), cmed = bench_median(ct, steps);
   double flop = 3.0 * 2.0 * forward_macs(m) * batch; /* training step = 3x forward */
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -270,7 +247,7 @@ int main(int argc, char **argv) {
   if (prof) {
     printf("phases of the step, median wall ms over the %d timed steps:", steps);
     for (int p = 0; p < STEP_PHASES; p++) {
-      printf(" %s %.3f", phase_name[p], median(sc.phase[p], steps) * 1e3);
+      printf(" %s %.3f", phase_name[p], bench_median(sc.phase[p], steps) * 1e3);
       free(sc.phase[p]);
       sc.phase[p] = NULL;
     }
