@@ -154,13 +154,30 @@ ct_status cuda_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tens
 ct_status cuda_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y, int32_t *idx);
 ct_status cuda_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx);
 
-/* ---- batch norm, softmax, losses, reductions (cuda_reduce.cu) ---- */
+/* ---- batch norm (cuda_bnorm.c: cuDNN; cuda_reduce.cu: own kernels) ---- */
+/* The backend's batchnorm_fwd/bwd: x, y (dy, dx) all plain or all NHWC
+ * (4-D); cuDNN where it takes the call, else the own kernels. */
 ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
                              const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
                              float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd);
 ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                              const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
                              ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
+/* The own kernels behind them, for what cuDNN refuses: the same
+ * contracts on x viewed as [N, C, S] (S = product of the extents after C),
+ * nhwc 1 for channels-last element order ((n*S + s)*C + c), any float
+ * dtype per tensor. Arguments are validated by the callers in
+ * cuda_bnorm.c (dtypes, layout, sizes, eval with running stats). */
+ct_status cuda_bn_fwd_kernels(ct_device *d, int training, int nhwc, int64_t N, int64_t C, int64_t S,
+                              const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                              ct_tensor *running_mean, ct_tensor *running_var, float momentum, float eps,
+                              ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd);
+ct_status cuda_bn_bwd_kernels(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
+                              const ct_tensor *dy, const ct_tensor *gamma, const ct_tensor *save_mean,
+                              const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta,
+                              float beta_acc);
+
+/* ---- softmax, losses, reductions (cuda_reduce.cu) ---- */
 ct_status cuda_softmax_fwd(ct_device *d, int log, const ct_tensor *x, ct_tensor *y);
 ct_status cuda_softmax_bwd(ct_device *d, int log, const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
 ct_status cuda_cross_entropy_fwd(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,

@@ -1,5 +1,6 @@
-/* Reductions of the CUDA backend: batch norm (two passes per channel, as
- * src/backend/cpu/cpu_bnorm.c and the reference), row softmax, the losses
+/* Reductions of the CUDA backend: batch norm's own kernels (two passes per
+ * channel, as src/backend/cpu/cpu_bnorm.c and the reference; the fallback
+ * of cuda_bnorm.c's cuDNN path), row softmax, the losses
  * (mean reduction, result in a 1-element device tensor) and the optimizer
  * reductions sumsq and nonfinite. Every sum is accumulated in double in a
  * fixed order (block tree, then one finishing block), so results do not
@@ -19,26 +20,40 @@ __device__ __forceinline__ int64_t target_at(const void *t, int tt, int64_t i) {
   return tt == CT_I64 ? ((const int64_t *)t)[i] : (int64_t)((const int32_t *)t)[i];
 }
 
-/* ---- batch norm ---- */
+/* ---- batch norm: the own kernels ----
+ * cuda_bnorm.c runs batch norm on cuDNN and calls these for what cuDNN
+ * refuses (non-f32 parameters or statistics, an epsilon below
+ * CUDNN_BN_MIN_EPSILON, more elements than cuDNN's int descriptors hold,
+ * CUDNN_STATUS_NOT_SUPPORTED). Element (n, c, s) of x [N, C, S] is at
+ * (n*C + c)*S + s in plain order and at (n*S + s)*C + c channels-last
+ * (nhwc). One block per channel reads its channel with a stride of C in
+ * NHWC, so a warp touches 32 different cache lines per load: poor
+ * coalescing, acceptable for a fallback, not for the hot path. */
+
+__device__ __forceinline__ int64_t bn_at(int nhwc, int64_t k, int64_t c, int64_t C, int64_t S) {
+  if (nhwc) return k * C + c; /* k = n*S + s */
+  int64_t n = k / S;
+  return (n * C + c) * S + (k - n * S);
+}
+
+__device__ __forceinline__ int64_t bn_chan(int nhwc, int64_t e, int64_t C, int64_t S) {
+  return nhwc ? e % C : (e / S) % C;
+}
 
 /* One block per channel: stats[c] = mean, stats[C + c] = invstd. */
-__global__ void k_bn_stats(int training, const void *x, int xt, int64_t N, int64_t C, int64_t S, void *rm, int rmt,
-                           void *rv, int rvt, double momentum, double eps, void *sm, int smt, void *si, int sit,
-                           double *stats) {
+__global__ void k_bn_stats(int training, int nhwc, const void *x, int xt, int64_t N, int64_t C, int64_t S, void *rm,
+                           int rmt, void *rv, int rvt, double momentum, double eps, void *sm, int smt, void *si,
+                           int sit, double *stats) {
   __shared__ double sh[CT_THREADS / 32];
   const int64_t c = blockIdx.x, cnt = N * S;
   double mean, invstd;
   if (training) {
     double s = 0;
-    for (int64_t k = threadIdx.x; k < cnt; k += blockDim.x) {
-      int64_t n = k / S, i = k - n * S;
-      s += ct_ld(x, xt, (n * C + c) * S + i);
-    }
+    for (int64_t k = threadIdx.x; k < cnt; k += blockDim.x) s += ct_ld(x, xt, bn_at(nhwc, k, c, C, S));
     mean = ct_block_sum(s, sh) / (double)cnt;
     double ss = 0;
     for (int64_t k = threadIdx.x; k < cnt; k += blockDim.x) {
-      int64_t n = k / S, i = k - n * S;
-      double dv = ct_ld(x, xt, (n * C + c) * S + i) - mean;
+      double dv = ct_ld(x, xt, bn_at(nhwc, k, c, C, S)) - mean;
       ss += dv * dv;
     }
     double var = ct_block_sum(ss, sh) / (double)cnt;
@@ -61,25 +76,25 @@ __global__ void k_bn_stats(int training, const void *x, int xt, int64_t N, int64
   }
 }
 
-__global__ void k_bn_apply(const void *x, int xt, int64_t n, int64_t C, int64_t S, const double *stats,
+__global__ void k_bn_apply(int nhwc, const void *x, int xt, int64_t n, int64_t C, int64_t S, const double *stats,
                            const void *gamma, int gt, const void *beta, int bt, void *y, int yt) {
   CT_GRID_STRIDE(k, n) {
-    int64_t c = (k / S) % C;
+    int64_t c = bn_chan(nhwc, k, C, S);
     double g = gamma ? (double)ct_ld(gamma, gt, c) : 1.0, b = beta ? (double)ct_ld(beta, bt, c) : 0.0;
     ct_st(y, yt, k, (float)(((double)ct_ld(x, xt, k) - stats[c]) * stats[C + c] * g + b));
   }
 }
 
 /* One block per channel: sums[c] = sum dy, sums[C + c] = sum dy * xhat. */
-__global__ void k_bn_bwd_sums(const void *x, int xt, const void *dy, int dyt, int64_t N, int64_t C, int64_t S,
-                              const void *sm, int smt, const void *si, int sit, void *dg, int dgt, void *db, int dbt,
-                              float beta_acc, double *sums) {
+__global__ void k_bn_bwd_sums(int nhwc, const void *x, int xt, const void *dy, int dyt, int64_t N, int64_t C,
+                              int64_t S, const void *sm, int smt, const void *si, int sit, void *dg, int dgt, void *db,
+                              int dbt, float beta_acc, double *sums) {
   __shared__ double sh[CT_THREADS / 32];
   const int64_t c = blockIdx.x, cnt = N * S;
   const double mean = ct_ld(sm, smt, c), invstd = ct_ld(si, sit, c);
   double sdy = 0, sdyx = 0;
   for (int64_t k = threadIdx.x; k < cnt; k += blockDim.x) {
-    int64_t n = k / S, i = k - n * S, e = (n * C + c) * S + i;
+    int64_t e = bn_at(nhwc, k, c, C, S);
     double g = ct_ld(dy, dyt, e);
     sdy += g;
     sdyx += g * ((double)ct_ld(x, xt, e) - mean) * invstd;
@@ -94,80 +109,66 @@ __global__ void k_bn_bwd_sums(const void *x, int xt, const void *dy, int dyt, in
   }
 }
 
-__global__ void k_bn_bwd_dx(const void *x, int xt, const void *dy, int dyt, int64_t n, int64_t C, int64_t S, double cnt,
-                            const void *sm, int smt, const void *si, int sit, const void *gamma, int gt,
+__global__ void k_bn_bwd_dx(int nhwc, const void *x, int xt, const void *dy, int dyt, int64_t n, int64_t C, int64_t S,
+                            double cnt, const void *sm, int smt, const void *si, int sit, const void *gamma, int gt,
                             const double *sums, void *dx, int dxt) {
   CT_GRID_STRIDE(k, n) {
-    int64_t c = (k / S) % C;
+    int64_t c = bn_chan(nhwc, k, C, S);
     double mean = ct_ld(sm, smt, c), invstd = ct_ld(si, sit, c), g = gamma ? (double)ct_ld(gamma, gt, c) : 1.0;
     double xhat = ((double)ct_ld(x, xt, k) - mean) * invstd;
     ct_st(dx, dxt, k, (float)(g * invstd * ((double)ct_ld(dy, dyt, k) - sums[c] / cnt - xhat * sums[C + c] / cnt)));
   }
 }
 
-static ct_status bn_dims(const char *op, const ct_tensor *x, int64_t *N, int64_t *C, int64_t *S) {
-  if (x->ndim < 2) return ct_error(CT_ERR_SHAPE, "cuda %s: x must have at least 2 dims [N, C, ...]", op);
-  *N = x->shape[0];
-  *C = x->shape[1];
-  *S = ct_tensor_numel(x) / (*N * *C > 0 ? *N * *C : 1);
-  if (*C > 0x7fffffff) return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: %lld channels exceed the grid", op, (long long)*C);
-  return CT_OK;
-}
+#define TT(t) ((t) ? (t)->data : NULL), ((t) ? (int)(t)->dtype : 0)
 
-extern "C" ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
-                                        const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var,
-                                        float momentum, float eps, ct_tensor *y, ct_tensor *save_mean,
-                                        ct_tensor *save_invstd) {
-  const ct_tensor *all[] = {x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd};
-  for (int i = 0; i < 8; i++) CT_TRY(cuda_check_float("batchnorm_fwd", all[i], i + 1));
-  int64_t N = 0, C = 0, S = 0;
-  CT_TRY(bn_dims("batchnorm_fwd", x, &N, &C, &S));
-  if (!training && (!running_mean || !running_var))
-    return ct_error(CT_ERR_INVALID_ARG, "cuda batchnorm_fwd: eval mode needs running_mean and running_var");
+extern "C" ct_status cuda_bn_fwd_kernels(ct_device *d, int training, int nhwc, int64_t N, int64_t C, int64_t S,
+                                         const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                                         ct_tensor *running_mean, ct_tensor *running_var, float momentum, float eps,
+                                         ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd) {
+  if (C > 0x7fffffff)
+    return ct_error(CT_ERR_UNSUPPORTED, "cuda batchnorm_fwd: %lld channels exceed the grid", (long long)C);
   CT_TRY(cuda_enter(d));
   if (C == 0 || N == 0 || S == 0) return CT_OK;
   void *scr;
   CT_TRY(cuda_scratch(d, (size_t)C * 2 * sizeof(double), &scr));
   double *stats = (double *)scr;
-#define TT(t) ((t) ? (t)->data : NULL), ((t) ? (int)(t)->dtype : 0)
-  k_bn_stats<<<(unsigned)C, CT_THREADS, 0, STREAM(d)>>>(training, x->data, x->dtype, N, C, S, TT(running_mean),
+  k_bn_stats<<<(unsigned)C, CT_THREADS, 0, STREAM(d)>>>(training, nhwc, x->data, x->dtype, N, C, S, TT(running_mean),
                                                         TT(running_var), (double)momentum, (double)eps,
                                                         TT(training ? save_mean : NULL),
                                                         TT(training ? save_invstd : NULL), stats);
   CUDA_LAUNCHED("batchnorm_fwd stats");
-  int64_t n = ct_tensor_numel(x);
-  k_bn_apply<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(x->data, x->dtype, n, C, S, stats, TT(gamma), TT(beta),
+  int64_t n = N * C * S;
+  k_bn_apply<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(nhwc, x->data, x->dtype, n, C, S, stats, TT(gamma), TT(beta),
                                                          y->data, y->dtype);
   CUDA_LAUNCHED("batchnorm_fwd apply");
   return CT_OK;
 }
 
-extern "C" ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
-                                        const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
-                                        ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc) {
-  const ct_tensor *all[] = {x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta};
-  for (int i = 0; i < 8; i++) CT_TRY(cuda_check_float("batchnorm_bwd", all[i], i + 1));
-  if (!save_mean || !save_invstd)
-    return ct_error(CT_ERR_INVALID_ARG, "cuda batchnorm_bwd: save_mean and save_invstd from the training forward are required");
-  int64_t N = 0, C = 0, S = 0;
-  CT_TRY(bn_dims("batchnorm_bwd", x, &N, &C, &S));
+extern "C" ct_status cuda_bn_bwd_kernels(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
+                                         const ct_tensor *dy, const ct_tensor *gamma, const ct_tensor *save_mean,
+                                         const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma,
+                                         ct_tensor *dbeta, float beta_acc) {
+  if (C > 0x7fffffff)
+    return ct_error(CT_ERR_UNSUPPORTED, "cuda batchnorm_bwd: %lld channels exceed the grid", (long long)C);
   CT_TRY(cuda_enter(d));
   if (C == 0 || N == 0 || S == 0) return CT_OK;
   void *scr;
   CT_TRY(cuda_scratch(d, (size_t)C * 2 * sizeof(double), &scr));
   double *sums = (double *)scr;
-  k_bn_bwd_sums<<<(unsigned)C, CT_THREADS, 0, STREAM(d)>>>(x->data, x->dtype, dy->data, dy->dtype, N, C, S,
+  k_bn_bwd_sums<<<(unsigned)C, CT_THREADS, 0, STREAM(d)>>>(nhwc, x->data, x->dtype, dy->data, dy->dtype, N, C, S,
                                                            TT(save_mean), TT(save_invstd), TT(dgamma), TT(dbeta),
                                                            beta_acc, sums);
   CUDA_LAUNCHED("batchnorm_bwd sums");
   if (!dx) return CT_OK;
-  int64_t n = ct_tensor_numel(x);
-  k_bn_bwd_dx<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(x->data, x->dtype, dy->data, dy->dtype, n, C, S,
+  int64_t n = N * C * S;
+  k_bn_bwd_dx<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(nhwc, x->data, x->dtype, dy->data, dy->dtype, n, C, S,
                                                           (double)(N * S), TT(save_mean), TT(save_invstd), TT(gamma),
                                                           sums, dx->data, dx->dtype);
   CUDA_LAUNCHED("batchnorm_bwd dx");
   return CT_OK;
 }
+#undef TT
 
 /* ---- softmax over the last dim (one block per row) ---- */
 
