@@ -93,15 +93,28 @@ static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const in
   k[23] = nhwc;
 }
 
-/* cuDNN's ranked list (heuristic or measured): the first supported entry;
- * strict f32 (FMA) refuses tensor-op entries. */
+/* 1 for the math types that use tensor cores. */
+static int tensor_op_math(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+/* cuDNN's ranked list (heuristic or measured): the first supported entry.
+ * Strict f32 (FMA) prefers entries ranked without tensor cores; whether
+ * cuDNN labels those FMA or DEFAULT is not documented, so both count, and
+ * only when none is left does the best other entry run (under the FMA
+ * descriptor, which keeps it off the tensor cores). The workspace is the
+ * larger of the entry's and cudnnGet*WorkspaceSize's for the math type the
+ * call will use, which is why the math type is set before that query. */
 #define PICK(perf, n)                                                                         \
-  for (int i_ = 0; i_ < (n) && c.algo < 0; i_++)                                              \
-    if ((perf)[i_].status == CUDNN_STATUS_SUCCESS &&                                          \
-        !(math == CUDNN_FMA_MATH && (perf)[i_].mathType != CUDNN_FMA_MATH && bench)) {        \
-      c.algo = (int)(perf)[i_].algo;                                                          \
-      pmath = (perf)[i_].mathType;                                                            \
-    }
+  for (int pass_ = 0; pass_ < 2 && c.algo < 0; pass_++)                                       \
+    for (int i_ = 0; i_ < (n) && c.algo < 0; i_++)                                            \
+      if ((perf)[i_].status == CUDNN_STATUS_SUCCESS &&                                        \
+          (pass_ == 1 || math != CUDNN_FMA_MATH || !tensor_op_math((perf)[i_].mathType))) {   \
+        c.algo = (int)(perf)[i_].algo;                                                        \
+        pmath = (perf)[i_].mathType;                                                          \
+        pmem = (perf)[i_].memory;                                                             \
+      }                                                                                       \
+  if (c.algo >= 0 && math != CUDNN_FMA_MATH && pmath != math) DNN(cudnnSetConvolutionMathType(c.cv, pmath))
 
 static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                             const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
@@ -137,6 +150,7 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
   {
     int n = 0;
     cudnnMathType_t pmath = math;
+    size_t pmem = 0;
     /* The Find calls run every candidate on cuDNN-allocated buffers: the
      * stream must be idle, and they cost a few ms per shape, once. */
     if (bench) {
@@ -170,9 +184,9 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
         DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.xd, c.yd, c.cv, c.wd,
                                                            (cudnnConvolutionBwdFilterAlgo_t)c.algo, &c.wsb));
     }
-    /* FMA (strict f32) stays as requested; otherwise run with the math
-     * type the algorithm was ranked under. */
-    if (c.algo >= 0 && math != CUDNN_FMA_MATH && pmath != math) DNN(cudnnSetConvolutionMathType(c.cv, pmath));
+    /* FMA (strict f32) stayed as requested (PICK); otherwise the call runs
+     * with the math type the algorithm was ranked under. */
+    if (pmem > c.wsb) c.wsb = pmem;
   }
   if (c.algo < 0) {
     s = ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, %lld, "
