@@ -22,8 +22,8 @@ __device__ __forceinline__ int64_t target_at(const void *t, int tt, int64_t i) {
 
 /* ---- batch norm: the own kernels ----
  * cuda_bnorm.c runs batch norm on cuDNN and calls these for what cuDNN
- * refuses (non-f32 parameters or statistics, an epsilon below
- * CUDNN_BN_MIN_EPSILON, more elements than cuDNN's int descriptors hold,
+ * refuses (non-f32 parameters or statistics, activations of different
+ * dtypes, an epsilon below CUDNN_BN_MIN_EPSILON, more elements than cuDNN's int descriptors hold,
  * CUDNN_STATUS_NOT_SUPPORTED). Element (n, c, s) of x [N, C, S] is at
  * (n*C + c)*S + s in plain order and at (n*S + s)*C + c channels-last
  * (nhwc). One block per channel reads its channel with a stride of C in
