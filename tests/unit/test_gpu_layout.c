@@ -4,8 +4,9 @@
  * accumulating weight gradient) and max/average pooling forward and
  * backward with NHWC tensors against the ref device on plain tensors; and
  * one SGD training step of cnn, alexnet and resnet18 with the layout
- * choice on vs off (fp32 at 1e-4 on the updated weights, bf16 and fp16 at
- * 2e-2: cuDNN may pick other algorithms for NHWC, so not bitwise).
+ * choice on vs off (the weight updates compared normwise: fp32 at 1e-3,
+ * bf16 and fp16 at 5e-2: cuDNN may pick other algorithms for NHWC, so not
+ * bitwise).
  * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
 #include "test_util.h"
 
@@ -153,10 +154,13 @@ static void pool_case(ct_device *gpu, ct_device *ref, int is_max) {
   rm(gpu, &x), rm(gpu, &y), rm(gpu, &dy), rm(gpu, &dx);
 }
 
-/* One device training step; returns the updated weights (host copy). */
+/* One device training step; returns the update (weights after minus
+ * weights before, host copy). The update, not the weights, is compared:
+ * SGD at lr 0.01 moves a weight by far less than the tolerances below, so
+ * two sets of weights would agree even if one layer's gradient were
+ * garbage. */
 static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec, int nhwc,
                          int *n_nhwc, size_t *np) {
-  ct_layout_set_enabled(nhwc);
   ct_model_options mo = {c, h, w, 10, 7};
   ct_model *m = NULL;
   float *pg = NULL;
@@ -165,9 +169,13 @@ static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, 
   for (int i = 0; i < m->n_layers; i++)
     if (m->layers[i].cls == &ct_layer_dropout || m->layers[i].cls == &ct_layer_dropout2d) m->layers[i].fp[0] = 0.0f;
   if (prec != CT_PRECISION_FP32) CHECK_OK(ct_model_set_precision(m, prec, CT_OPT_O1));
+  CHECK_OK(ct_model_set_memory_format(m, nhwc ? CT_MEMORY_FORMAT_CHANNELS_LAST : CT_MEMORY_FORMAT_CONTIGUOUS));
   enum { B = 4 };
   ct_model_reserve_optimizer_state(m, 1);
   CHECK_OK(ct_model_prepare(m, gpu, B, 1));
+  *np = (size_t)ct_model_param_count(m);
+  float *p0 = malloc(*np * 4);
+  CHECK_OK(ct_device_copy(NULL, p0, gpu, ct_model_params(m, NULL), *np * 4));
   *n_nhwc = 0;
   for (int i = 0; i < m->n_layers; i++) *n_nhwc += m->layers[i].y.layout == CT_LAYOUT_NHWC;
   int64_t per = (int64_t)c * h * w;
@@ -192,14 +200,14 @@ static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, 
   CHECK_OK(ct_device_train_begin(m, gpu, o, &gs));
   CHECK_OK(ct_device_train_step(m, gpu, o, &b, CT_LOSS_CROSS_ENTROPY, 0, 0, 0, &gs, &loss, &t1, &t5, &skipped));
   CHECK(!skipped);
-  *np = (size_t)ct_model_param_count(m);
   pg = malloc(*np * 4);
   CHECK_OK(ct_device_sync(gpu));
   CHECK_OK(ct_device_copy(NULL, pg, gpu, ct_model_params(m, NULL), *np * 4));
+  for (size_t i = 0; i < *np; i++) pg[i] -= p0[i];
+  free(p0);
   ct_optimizer_destroy(o);
   ct_model_destroy(m);
   free(x);
-  ct_layout_set_enabled(1);
   return pg;
 }
 
@@ -208,13 +216,19 @@ static void compare_step(ct_device *gpu, const char *name, int c, int h, int w, 
   size_t npa = 0, npb = 0;
   float *a = train_step(gpu, name, c, h, w, prec, 1, &na, &npa);
   float *b = train_step(gpu, name, c, h, w, prec, 0, &nb, &npb);
-  double tol = prec == CT_PRECISION_FP32 ? 1e-4 : 2e-2;
+  /* Normwise on the updates: f32 1e-3 (cuDNN's NHWC and NCHW algorithms
+   * round differently), 16-bit 5e-2 (an activation may round to another
+   * 16-bit neighbour); a wrong gradient is off by O(1). */
+  double tol = prec == CT_PRECISION_FP32 ? 1e-3 : 5e-2;
   CHECK_MSG(na >= min_nhwc, "%s: %d NHWC activations, expected at least %d", name, na, min_nhwc);
   CHECK_MSG(nb == 0, "%s: layout choice off, still %d NHWC activations", name, nb);
   if (a && b && npa == npb) {
+    double mx = 0;
+    for (size_t i = 0; i < npb; i++) mx = fmax(mx, fabs((double)b[i]));
+    CHECK_MSG(mx > 0, "%s prec %d: the plain step changed no weight; the comparison is blind", name, (int)prec);
     double e = nerr(a, b, npa);
-    CHECK_MSG(e <= tol, "%s prec %d: weights after one step differ NHWC vs plain (%g)", name, (int)prec, e);
-    printf("%-9s prec %d: %d NHWC activations, weights err %.3g\n", name, (int)prec, na, e);
+    CHECK_MSG(e <= tol, "%s prec %d: updates of one step differ NHWC vs plain (%g)", name, (int)prec, e);
+    printf("%-9s prec %d: %d NHWC activations, update err %.3g\n", name, (int)prec, na, e);
   }
   free(a), free(b);
 }

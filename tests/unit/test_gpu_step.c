@@ -93,6 +93,8 @@ static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out
   ct_grad_scaler_init(&gs, 1, 1, 65536.0);
   gs.growth_interval = 2;
   CHECK_OK(ct_device_train_begin(m, gpu, o, &gs));
+  float *p_init = malloc(np * 4);
+  CHECK_OK(ct_device_copy(NULL, p_init, gpu, ct_model_params(m, NULL), np * 4));
   static float x[STEPS][B * 28 * 28];
   static int64_t y[STEPS][B];
   ct_batch b[STEPS];
@@ -136,8 +138,15 @@ static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out
     ct_device_trainer_destroy(t);
   }
   CHECK(ct_optimizer_steps(o) + gs.skipped_steps == STEPS);
+  /* The four modes are compared with each other only: if every step were
+   * skipped (or the update never ran) they would agree on the initial
+   * weights. Most steps must be taken and the weights must move. */
+  CHECK_MSG(ct_optimizer_steps(o) >= STEPS - 2, "%s mode %d: only %lld of %d steps taken", model, mode,
+            (long long)ct_optimizer_steps(o), STEPS);
   float *p = malloc(np * 4);
   CHECK_OK(ct_device_copy(NULL, p, gpu, ct_model_params(m, NULL), np * 4));
+  CHECK_MSG(memcmp(p, p_init, np * 4) != 0, "%s mode %d: the weights did not change", model, mode);
+  free(p_init);
   *np_out = (int64_t)np;
   ct_optimizer_destroy(o);
   ct_model_destroy(m);

@@ -67,6 +67,30 @@ static void test_fused_kernels(ct_device *d) {
   ct_fused_scaler_update(&hs.scaler, hs.nonfinite);
   CHECK_MSG(maxrel(p, out, N) <= 4e-7, "fused AdamW on the GPU differs from the host reference by %g", maxrel(p, out, N));
   CHECK(ds.scaler.growth_tracker == hs.scaler.growth_tracker && ds.scaler.scale == hs.scaler.scale);
+  /* A second step with one inf gradient: the device must skip it (no
+   * parameter moves, bit for bit), back the scale off and count the skip,
+   * as the host reference does. The first step alone never exercises the
+   * skip branch. */
+  float *before = malloc(N * 4), *m_before = malloc(N * 4), *dm_back = malloc(N * 4);
+  memcpy(before, out, N * 4);
+  CHECK_OK(ct_device_copy(NULL, m_before, d, dm, N * 4));
+  g[N / 3] = INFINITY;
+  CHECK_OK(ct_device_copy(d, dg, NULL, g, N * 4));
+  CHECK_OK(be->grad_stats(d, &tg, dst));
+  CHECK_OK(be->fused_optim_step(d, &a, dp, dg, dm, dv, NULL, dst));
+  CHECK_OK(be->scaler_update(d, dst));
+  CHECK_OK(ct_device_copy(NULL, &ds, d, dst, sizeof ds));
+  CHECK_OK(ct_device_copy(NULL, out, d, dp, N * 4));
+  CHECK_OK(ct_device_copy(NULL, dm_back, d, dm, N * 4));
+  ct_optim_fused_stats_host(g, N, &hs);
+  ct_fused_scaler_update(&hs.scaler, hs.nonfinite);
+  CHECK_MSG(ds.nonfinite == 1 && hs.nonfinite == 1, "inf gradient: device flag %d, host %d", ds.nonfinite, hs.nonfinite);
+  CHECK_MSG(!memcmp(before, out, N * 4) && !memcmp(m_before, dm_back, N * 4),
+            "a step with an inf gradient changed the parameters or exp_avg on the GPU");
+  CHECK_MSG(ds.scaler.scale == hs.scaler.scale && ds.scaler.scale == 256.0f && ds.scaler.skipped_steps == 1,
+            "after the skipped step: device scale %g (host %g, want 256), skipped %lld", (double)ds.scaler.scale,
+            (double)hs.scaler.scale, (long long)ds.scaler.skipped_steps);
+  free(before), free(m_before), free(dm_back);
   ct_device_free(d, dp), ct_device_free(d, dg), ct_device_free(d, dm), ct_device_free(d, dv), ct_device_free(d, dst);
   ct_optimizer_destroy(o);
   free(p), free(g), free(m), free(v), free(out);
@@ -113,6 +137,11 @@ static void test_resident_step(ct_device *gpu) {
   CHECK_OK(ct_loss_backward(cpu, CT_LOSS_CROSS_ENTROPY, out, &b.y, 0, 1.0f, &dout));
   CHECK_OK(ct_model_backward(mc, &dout));
   float *pc = ct_model_params(mc, &np);
+  /* Both models start from the same weights (same seed); keep them to
+   * compare the updates: the weights themselves would agree within 1e-4
+   * even if the GPU had not updated at all (lr 0.01 x small gradients). */
+  float *p0 = malloc(np * 4);
+  memcpy(p0, pc, np * 4);
   CHECK_OK(ct_optimizer_step(o1, pc, ct_model_grads(mc, NULL)));
   /* GPU: the device step. */
   ct_grad_scaler gs;
@@ -127,6 +156,16 @@ static void test_resident_step(ct_device *gpu) {
   float *pg = malloc(np * 4);
   CHECK_OK(ct_device_copy(NULL, pg, gpu, ct_model_params(mg, NULL), np * 4));
   CHECK_MSG(maxrel(pc, pg, np) <= 1e-4, "params after one step differ by %g", maxrel(pc, pg, np));
+  /* The updates (new - old), normwise: conv algorithms differ in rounding
+   * (~1e-6 relative on the gradients), a missing or wrong update is O(1). */
+  double num = 0, den = 0;
+  for (size_t i = 0; i < np; i++) {
+    double uc = (double)pc[i] - p0[i], ug = (double)pg[i] - p0[i];
+    num = fmax(num, fabs(uc - ug));
+    den = fmax(den, fabs(uc));
+  }
+  CHECK_MSG(den > 0, "the CPU step did not change any weight; the comparison is blind");
+  CHECK_MSG(num <= 1e-3 * den, "updates after one step differ: max |du| %g, max |u| %g", num, den);
   CHECK(ct_optimizer_steps(o2) == 1);
   /* Weights saved from the device equal the device copy. */
   const char *tmp = getenv("CTRAIN_TEST_TMP");
@@ -140,7 +179,7 @@ static void test_resident_step(ct_device *gpu) {
   ct_model_destroy(mc);
   ct_model_destroy(mg);
   ct_device_close(cpu);
-  free(x), free(pg);
+  free(x), free(pg), free(p0);
 }
 
 static void test_oom(ct_device *gpu) {
