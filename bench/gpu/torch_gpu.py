@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import time
+import types
 
 import torch
 import torch.nn as nn
@@ -23,7 +24,31 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ctrain_models  # noqa: E402
 
 
+TORCHVISION_MODELS = ("alexnet", "vgg11_bn", "resnet18", "resnet50")
+
+
+def need_torchvision(name):
+    """ctrain_models.build imports torchvision for every model; the twins
+    written out in ctrain_models.py do not use it, so on a machine without
+    torchvision those rows still run (a stand-in module is registered)."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        if name in TORCHVISION_MODELS:
+            print(f"torch_gpu.py: {name} needs torchvision, which is not installed", file=sys.stderr)
+            sys.exit(1)
+        sys.modules["torchvision"] = types.ModuleType("torchvision")
+
+
+def grad_scaler(enabled):
+    # torch.cuda.amp.GradScaler is deprecated from PyTorch 2.4 on.
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
 def train_speed(a):
+    need_torchvision(a.model)
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
@@ -36,7 +61,7 @@ def train_speed(a):
     y = torch.randint(0, a.classes, (a.batch,), device=dev)
     lossf = nn.CrossEntropyLoss()
     amp_dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(a.mode)
-    scaler = torch.cuda.amp.GradScaler(enabled=a.mode == "amp_fp16")
+    scaler = grad_scaler(a.mode == "amp_fp16")
 
     def step():
         opt.zero_grad(set_to_none=True)
