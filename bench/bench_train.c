@@ -10,11 +10,12 @@
  * Usage: bench_train --model NAME [--batch 128] [--input CxHxW]
  *                    [--classes 10] [--steps 20] [--warmup 3]
  *                    [--threads 2] [--precision fp32|bf16] [--profile]
- *                    [--no-fuse] [--plain-layouts]
+ *                    [--no-fuse] [--memory-format auto|contiguous|channels-last]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
- * --no-fuse turns off the ReLU folding of src/nn/fuse.c; --plain-layouts
- * keeps every activation NCHW (no channel-blocked ones, src/nn/layout.h).
+ * --no-fuse turns off the ReLU folding of src/nn/fuse.c; --memory-format
+ * picks the activation layouts (src/nn/layout.h; contiguous keeps every
+ * activation NCHW; --plain-layouts is kept as its old spelling).
  * Last line: "RESULT key=value ..." for bench/run.sh. */
 #include <omp.h>
 #include <stdio.h>
@@ -26,7 +27,6 @@
 #include "bench_util.h"
 #include "ctrain/ctrain.h"
 #include "nn/fuse.h"
-#include "nn/layout.h"
 #include "nn/model_impl.h"
 
 #define CK(x)                                             \
@@ -134,6 +134,7 @@ int main(int argc, char **argv) {
   int batch = 128, classes = 10, steps = 20, warmup = 3, threads = 2, prof = 0;
   int c = 0, h = 0, w = 0;
   const char *prec = "fp32";
+  ct_memory_format fmt = CT_MEMORY_FORMAT_AUTO;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--profile")) {
@@ -145,7 +146,7 @@ int main(int argc, char **argv) {
       continue;
     }
     if (!strcmp(a, "--plain-layouts")) {
-      ct_layout_set_enabled(0);
+      fmt = CT_MEMORY_FORMAT_CONTIGUOUS;
       continue;
     }
     if (!v) {
@@ -160,7 +161,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--warmup")) warmup = atoi(v);
     else if (!strcmp(a, "--threads")) threads = atoi(v);
     else if (!strcmp(a, "--precision")) prec = v;
-    else if (!strcmp(a, "--input")) {
+    else if (!strcmp(a, "--memory-format")) {
+      if (ct_memory_format_parse(v, &fmt) != CT_OK) {
+        fprintf(stderr, "%s\n", ct_last_error());
+        return 2;
+      }
+    } else if (!strcmp(a, "--input")) {
       if (sscanf(v, "%dx%dx%d", &c, &h, &w) != 3) {
         fprintf(stderr, "--input wants CxHxW, got '%s'\n", v);
         return 2;
@@ -187,6 +193,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "--precision wants fp32 or bf16, got '%s'\n", prec);
     return 2;
   }
+  CK(ct_model_set_memory_format(m, fmt));
   CK(ct_model_prepare(m, dev, batch, 1));
   int ic, ih, iw;
   ct_model_input_shape(m, &ic, &ih, &iw);

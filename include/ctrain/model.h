@@ -66,6 +66,28 @@ float *ct_model_params(ct_model *m, size_t *n);
 float *ct_model_grads(ct_model *m, size_t *n);
 int64_t ct_model_param_count(const ct_model *m);
 
+/* Memory order of the activations between layers, PyTorch's memory_format.
+ * AUTO lets the device's backend choose (nChw16c on an AVX-512 CPU, NHWC on
+ * CUDA); CONTIGUOUS keeps every activation NCHW; CHANNELS_LAST keeps them
+ * NHWC wherever the layers allow (docs/ARCHITECTURE.md, "Activation
+ * layouts"). Inputs, outputs and everything a caller sees stay NCHW and
+ * results agree across formats to rounding. */
+typedef enum ct_memory_format {
+  CT_MEMORY_FORMAT_AUTO = 0,
+  CT_MEMORY_FORMAT_CONTIGUOUS,
+  CT_MEMORY_FORMAT_CHANNELS_LAST
+} ct_memory_format;
+
+/* Sets the memory format the next ct_model_prepare() lays activations out
+ * in (default AUTO). CT_ERR_INVALID_ARG for a value outside the enum;
+ * prepare fails with CT_ERR_UNSUPPORTED when the device's backend cannot
+ * keep the requested format (the reference backend computes NCHW only). */
+ct_status ct_model_set_memory_format(ct_model *m, ct_memory_format f);
+/* Parses "auto", "contiguous" (alias "nchw") or "channels-last" (aliases
+ * "channels_last", "nhwc"); CT_ERR_INVALID_ARG naming the text otherwise. */
+ct_status ct_memory_format_parse(const char *s, ct_memory_format *out);
+const char *ct_memory_format_name(ct_memory_format f);
+
 /* Binds the model to a device with a maximum batch and builds the memory
  * plan; training = 1 plans forward + backward. Re-preparing replaces the
  * previous plan. Moves parameters to the device. */

@@ -6,7 +6,7 @@
  *
  * Conventions for every op:
  *  - tensors are dense row-major; images are NCHW (or CT_LAYOUT_C16 /
- *    CT_LAYOUT_NHWC where the backend's act_layout says it accepts it); shapes are taken from
+ *    CT_LAYOUT_NHWC where the backend's act_layouts say it accepts it); shapes are taken from
  *    the descriptors and checked by the caller (layers), not re-validated;
  *  - outputs are overwritten, except weight/bias gradients, which are
  *    computed as  g = beta * g + grad  with beta 0 or 1 so that gradient
@@ -69,12 +69,17 @@ struct ct_xf_batch;
 
 struct ct_backend {
   const char *name;
-  /* The layout the executor may keep activations between convolutions,
-   * max pools and elementwise activations in (src/nn/layout.h):
-   * CT_LAYOUT_C16 (cpu), CT_LAYOUT_NHWC (cuda), or CT_LAYOUT_PLAIN for
-   * none. conv2d, max pooling and the elementwise ops then accept it;
+  /* Activation layouts (src/nn/layout.h). act_layout is the one the
+   * executor keeps activations between convolutions, pools, batch norms,
+   * elementwise activations and residual adds in by default (memory
+   * format `auto`): CT_LAYOUT_C16 on an AVX-512 cpu, CT_LAYOUT_NHWC on
+   * cuda, CT_LAYOUT_PLAIN for none. act_layouts is the set (bit
+   * 1u << ct_layout) of non-plain layouts those ops accept here, for
+   * activations whose dtype is in act_layout_dtypes (bit 1u << ct_dtype);
    * other ops always get plain tensors. */
   ct_layout act_layout;
+  unsigned act_layouts;
+  unsigned act_layout_dtypes;
 
   /* ---- device lifetime and memory (NULL = host memory, no state) ---- */
   /* Sets up backend-private state in the device (engine, stream, handles). */

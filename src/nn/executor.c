@@ -30,7 +30,7 @@ static int saves_output(const ct_layer *l) {
 }
 
 void ct_exec_bufs_free(ct_exec_bufs *b) {
-  free(b->act), free(b->root), free(b->grad), free(b->ws), free(b->tmp), free(b->xcast), free(b->dxcast), free(b->c16);
+  free(b->act), free(b->root), free(b->grad), free(b->ws), free(b->tmp), free(b->xcast), free(b->dxcast), free(b->layout);
   memset(b, 0, sizeof *b);
 }
 
@@ -48,7 +48,7 @@ static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
 }
 
 static ct_layout layout_of(const ct_model *m, int i) {
-  return i >= 0 ? (ct_layout)m->eb.c16[i] : CT_LAYOUT_PLAIN;
+  return i >= 0 ? (ct_layout)m->eb.layout[i] : CT_LAYOUT_PLAIN;
 }
 
 /* Sets every layer's x/y descriptors to batch n (data pointers later). */
@@ -101,16 +101,20 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   b->tmp = malloc(sizeof(int) * (size_t)L * 2);
   b->xcast = malloc(sizeof(int) * (size_t)L * 2);
   b->dxcast = malloc(sizeof(int) * (size_t)L * 2);
-  b->c16 = malloc(sizeof(int) * (size_t)L);
+  b->layout = malloc(sizeof(int) * (size_t)L);
   b->out32 = b->dout32 = -1;
   int *last = malloc(sizeof(int) * (size_t)L);
   int *gfirst = malloc(sizeof(int) * (size_t)L);
-  if (!b->act || !b->root || !b->grad || !b->ws || !b->tmp || !b->xcast || !b->dxcast || !b->c16 || !last || !gfirst) {
+  if (!b->act || !b->root || !b->grad || !b->ws || !b->tmp || !b->xcast || !b->dxcast || !b->layout || !last || !gfirst) {
     free(last), free(gfirst);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
   }
   const int T = 2 * L; /* end of the step */
-  ct_model_choose_layouts(m, b->c16);
+  ct_status ls = ct_model_choose_layouts(m, b->layout);
+  if (ls != CT_OK) {
+    free(last), free(gfirst);
+    return ls;
+  }
   shape_tensors(m, max_batch);
   for (int i = 0; i < L; i++) {
     ct_layer *l = &m->layers[i];

@@ -2,35 +2,30 @@
 #include "nn/layout.h"
 #include "nn/fuse.h"
 
-static int enabled = 1;
-void ct_layout_set_enabled(int on) { enabled = on; }
+#include <string.h>
 
-/* Layers whose output takes the layout of their inputs (all of them). The
- * own CUDA average-pooling kernels read NHWC; oneDNN's path for C16 is only
- * wired for max pooling, so average pooling keeps C16's rules as they were.
- * The cpu backend's batch norm (f32) and the elementwise residual add take
- * C16; the CUDA batch-norm kernels read NCHW only. */
-static int keeps_layout(const ct_layer *l, ct_layout want) {
-  return l->cls == &ct_layer_maxpool2d || l->cls == &ct_layer_activation ||
-         (want == CT_LAYOUT_NHWC && l->cls == &ct_layer_avgpool2d) ||
-         (want == CT_LAYOUT_C16 && (l->cls == &ct_layer_batchnorm || l->cls == &ct_layer_add));
+/* Layers whose output takes the layout of their inputs (all of them). An
+ * average pool that counts padding under ceil_mode can reach past the
+ * declared padding, where the cpu backend's exact result comes from the
+ * reference kernel, which reads NCHW only; such a pool stays plain. */
+static int keeps_layout(const ct_layer *l) {
+  if (l->cls == &ct_layer_avgpool2d) return !(l->ip[6] && l->ip[7]);
+  return l->cls == &ct_layer_maxpool2d || l->cls == &ct_layer_activation || l->cls == &ct_layer_batchnorm ||
+         l->cls == &ct_layer_add;
 }
 
-static int candidate(const ct_model *m, int i, ct_layout want) {
+static int candidate(const ct_model *m, int i, ct_layout want, unsigned dtypes) {
   const ct_layer *l = &m->layers[i];
   ct_dtype dt = m->act_dt ? m->act_dt[i] : CT_F32;
-  if (!(l->cls == &ct_layer_conv2d || keeps_layout(l, want)) || i == m->output || l->out_ndim != 3) return 0;
-  /* The cpu batch norm's fast loops are f32 (bf16 widens through the
-   * reference, which reads NCHW). */
-  if (want == CT_LAYOUT_C16 && l->cls == &ct_layer_batchnorm && dt != CT_F32) return 0;
-  if (want == CT_LAYOUT_C16) return l->out_shape[0] % 16 == 0 && (dt == CT_F32 || dt == CT_BF16);
-  if (want == CT_LAYOUT_NHWC) return dt == CT_F32 || dt == CT_BF16 || dt == CT_F16;
-  return 0;
+  if (!(l->cls == &ct_layer_conv2d || keeps_layout(l)) || i == m->output || l->out_ndim != 3) return 0;
+  if (!(dtypes >> dt & 1u)) return 0;
+  if (want == CT_LAYOUT_C16) return l->out_shape[0] % 16 == 0;
+  return want == CT_LAYOUT_NHWC;
 }
 
-void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, int *lay) {
+void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, unsigned dtypes, int *lay) {
   int L = m->n_layers;
-  for (int i = 0; i < L; i++) lay[i] = candidate(m, i, want);
+  for (int i = 0; i < L; i++) lay[i] = candidate(m, i, want, dtypes);
   /* Drop a chosen output while some reader or its own input disagrees;
    * each round only clears flags, so this ends within L rounds. */
   for (int changed = 1; changed;) {
@@ -39,12 +34,12 @@ void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, int *lay) {
       if (!lay[i]) continue;
       const ct_layer *l = &m->layers[i];
       int ok = 1;
-      if (keeps_layout(l, want))
+      if (keeps_layout(l))
         for (int j = 0; j < l->n_inputs; j++) ok = ok && l->inputs[j] >= 0 && lay[l->inputs[j]];
       for (int k = 0; ok && k < L; k++) {
         const ct_layer *r = &m->layers[k];
         for (int j = 0; j < r->n_inputs; j++)
-          if (r->inputs[j] == i && r->cls != &ct_layer_conv2d && !(keeps_layout(r, want) && lay[k])) ok = 0;
+          if (r->inputs[j] == i && r->cls != &ct_layer_conv2d && !(keeps_layout(r) && lay[k])) ok = 0;
       }
       if (!ok) lay[i] = 0, changed = 1;
     }
@@ -55,6 +50,47 @@ void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, int *lay) {
   for (int i = 0; i < L; i++) lay[i] = lay[i] ? (int)want : (int)CT_LAYOUT_PLAIN;
 }
 
-void ct_model_choose_layouts(const ct_model *m, int *lay) {
-  ct_model_choose_layouts_for(m, enabled ? ct_device_backend(m->dev)->act_layout : CT_LAYOUT_PLAIN, lay);
+ct_status ct_model_choose_layouts(const ct_model *m, int *lay) {
+  const ct_backend *be = ct_device_backend(m->dev);
+  ct_layout want = CT_LAYOUT_PLAIN;
+  if (m->memory_format == CT_MEMORY_FORMAT_AUTO) want = be->act_layout;
+  if (m->memory_format == CT_MEMORY_FORMAT_CHANNELS_LAST) {
+    if (!(be->act_layouts >> CT_LAYOUT_NHWC & 1u))
+      return ct_error(CT_ERR_UNSUPPORTED,
+                      "model '%s': memory format channels-last: the %s backend keeps activations NCHW only; "
+                      "use --memory-format auto or contiguous, or a cpu or cuda device",
+                      m->name, be->name);
+    want = CT_LAYOUT_NHWC;
+  }
+  ct_model_choose_layouts_for(m, want, be->act_layout_dtypes, lay);
+  return CT_OK;
+}
+
+ct_status ct_model_set_memory_format(ct_model *m, ct_memory_format f) {
+  if (f != CT_MEMORY_FORMAT_AUTO && f != CT_MEMORY_FORMAT_CONTIGUOUS && f != CT_MEMORY_FORMAT_CHANNELS_LAST)
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': memory format %d is not one of auto, contiguous, channels-last",
+                    m->name, (int)f);
+  m->memory_format = f;
+  return CT_OK;
+}
+
+static const char *const names[] = {"auto", "contiguous", "channels-last"};
+
+const char *ct_memory_format_name(ct_memory_format f) {
+  return (unsigned)f < sizeof names / sizeof *names ? names[f] : "?";
+}
+
+ct_status ct_memory_format_parse(const char *s, ct_memory_format *out) {
+  static const struct {
+    const char *text;
+    ct_memory_format f;
+  } known[] = {{"auto", CT_MEMORY_FORMAT_AUTO},
+               {"contiguous", CT_MEMORY_FORMAT_CONTIGUOUS},
+               {"nchw", CT_MEMORY_FORMAT_CONTIGUOUS},
+               {"channels-last", CT_MEMORY_FORMAT_CHANNELS_LAST},
+               {"channels_last", CT_MEMORY_FORMAT_CHANNELS_LAST},
+               {"nhwc", CT_MEMORY_FORMAT_CHANNELS_LAST}};
+  for (size_t i = 0; s && i < sizeof known / sizeof *known; i++)
+    if (!strcmp(s, known[i].text)) return *out = known[i].f, CT_OK;
+  return ct_error(CT_ERR_INVALID_ARG, "memory format '%s': expected auto, contiguous or channels-last", s ? s : "");
 }

@@ -15,7 +15,7 @@ typedef struct ct_exec_bufs {
   int *grad; /* [L] dL/dy of layer i */
   int *ws;   /* [L] workspace kept from forward to backward */
   int *tmp;  /* [2L] temporary dx of input edge j of layer i */
-  int *c16;  /* [L] ct_layout of layer i's y and dy (nn/layout.h; C16 or NHWC) */
+  int *layout; /* [L] ct_layout of layer i's y and dy (nn/layout.h) */
   /* Mixed precision (all -1 under O0): input edge j of layer i cast to the
    * layer's dtype, that edge's gradient in the layer's dtype before it is
    * cast back, and an fp32 copy of the output (and of its gradient) for
@@ -56,6 +56,8 @@ struct ct_model {
   uint32_t last_step;      /* dropout key of the last forward */
   uint64_t seed;           /* dropout seed (ct_model_set_seed) */
   int grads_clean;         /* gradients are zero: backward may overwrite */
+
+  ct_memory_format memory_format; /* ct_model_set_memory_format; applied by prepare */
 
   /* Mixed precision (src/amp): set by ct_model_set_precision, applied by
    * ct_model_prepare. */

@@ -1,12 +1,14 @@
-/* Channel-blocked activations (src/nn/layout.h): on models where the
- * executor keeps activations between convolutions and max pools as
- * CT_LAYOUT_C16, a training step (two steps with an update between them),
- * the parameter gradients and a re-prepared inference pass give the same
- * numbers as with every activation plain NCHW; the blocked layout really
- * is chosen where the rules allow (and only there: never for the model
- * output, dropout inputs or channel counts that are not multiples of 16),
- * in fp32 (to the last bit over two steps) and bf16 (one step, within
- * bf16 rounding). */
+/* Activation layouts (src/nn/layout.h) on the cpu device: with the
+ * memory format `auto` (channel-blocked CT_LAYOUT_C16) and `channels-last`
+ * (CT_LAYOUT_NHWC), a training step (two steps with an update between
+ * them), the parameter gradients and a re-prepared inference pass give the
+ * same numbers as with every activation plain NCHW (`contiguous`); the
+ * layout really is chosen where the rules allow (and only there: never
+ * for the model output, dropout or flatten inputs, or, for C16, channel
+ * counts that are not multiples of 16), in fp32 (to the last bit over two
+ * steps where no batch norm takes the layout) and bf16 (one step, within
+ * bf16 rounding). The NHWC runs drive the executor's channels-last paths
+ * that the cuda device takes by default. */
 #include <stdio.h>
 
 #include "test_util.h"
@@ -17,14 +19,14 @@
 
 typedef struct run_out {
   step_result s;
-  int blocked;     /* layers whose output is C16 */
-  int bad_blocked; /* C16 where the rules forbid it */
+  int blocked;     /* layers whose output is not plain */
+  int bad_blocked; /* a layout where the rules forbid it */
 } run_out;
 
-/* A C16 output that breaks the rules of layout.h. */
-static int forbidden(const ct_model *m, int i) {
+/* A C16 or NHWC output that breaks the rules of layout.h. */
+static int forbidden(const ct_model *m, int i, ct_layout lay) {
   const ct_layer *l = &m->layers[i];
-  if (i == m->output || l->out_ndim != 3 || l->out_shape[0] % 16) return 1;
+  if (i == m->output || l->out_ndim != 3 || (lay == CT_LAYOUT_C16 && l->out_shape[0] % 16)) return 1;
   for (int k = 0; k < m->n_layers; k++)
     for (int j = 0; j < m->layers[k].n_inputs; j++)
       if (m->layers[k].inputs[j] == i && (m->layers[k].cls == &ct_layer_dropout ||
@@ -34,10 +36,9 @@ static int forbidden(const ct_model *m, int i) {
   return 0;
 }
 
-static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N, ct_precision prec, int blocked,
-               int steps, run_out *r) {
+static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N, ct_precision prec,
+               ct_memory_format fmt, int steps, run_out *r) {
   memset(r, 0, sizeof *r);
-  ct_layout_set_enabled(blocked);
   ct_model_options opt = {c, h, w, 10, 5};
   ct_model *m = NULL;
   int rc = -1;
@@ -46,18 +47,19 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
   for (int i = 0; i < m->n_layers; i++)
     if (m->layers[i].cls == &ct_layer_dropout || m->layers[i].cls == &ct_layer_dropout2d) m->layers[i].fp[0] = 0.0f;
   if (prec != CT_PRECISION_FP32 && ct_model_set_precision(m, prec, CT_OPT_O1) != CT_OK) goto done;
-  if (ct_model_prepare(m, dev, N, 1) != CT_OK) goto done;
-  for (int i = 0; i < m->n_layers; i++)
-    if (m->layers[i].y.layout == CT_LAYOUT_C16) {
-      r->blocked++;
-      r->bad_blocked += forbidden(m, i);
-      CHECK_MSG(m->layers[i].dy.layout == CT_LAYOUT_C16, "%s: layer %d's gradient is not blocked like its output",
-                name, i);
-    }
+  if (ct_model_set_memory_format(m, fmt) != CT_OK || ct_model_prepare(m, dev, N, 1) != CT_OK) goto done;
+  for (int i = 0; i < m->n_layers; i++) {
+    ct_layout lay = m->layers[i].y.layout;
+    if (lay == CT_LAYOUT_PLAIN) continue;
+    r->blocked++;
+    r->bad_blocked += forbidden(m, i, lay);
+    CHECK_MSG(fmt != CT_MEMORY_FORMAT_CHANNELS_LAST || lay == CT_LAYOUT_NHWC, "%s: layer %d has layout %d under channels-last",
+              name, i, (int)lay);
+    CHECK_MSG(m->layers[i].dy.layout == lay, "%s: layer %d's gradient is not laid out like its output", name, i);
+  }
   rc = step_run(dev, m, c, h, w, N, steps, &r->s);
 done:
   ct_model_destroy(m);
-  ct_layout_set_enabled(1);
   return rc;
 }
 
@@ -74,7 +76,7 @@ static void free_run(run_out *r) { step_result_free(&r->s); }
  * bit; with batch norm blocked, its sums run in another order (in double
  * there, in float partials on plain tensors) and fp32 agrees normwise. */
 static void compare(ct_device *dev, const char *name, int c, int h, int w, int64_t N, ct_precision prec,
-                    int min_blocked, int exact) {
+                    ct_memory_format fmt, int min_blocked, int exact) {
   run_out a, b;
   /* Two steps with an update between them where the results must be
    * equal to the last bit; otherwise one, so that rounding differences are
@@ -82,13 +84,15 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
    * channel, as in ResNet-18's last stage, turns 1e-7 into 1e-1 in a step;
    * ResNet-18 runs at 64x64 here so that stage sees 16 values). */
   int steps = prec == CT_PRECISION_FP32 && exact ? 2 : 1;
-  int ra = run(dev, name, c, h, w, N, prec, 1, steps, &a), rb = run(dev, name, c, h, w, N, prec, 0, steps, &b);
+  int ra = run(dev, name, c, h, w, N, prec, fmt, steps, &a);
+  int rb = run(dev, name, c, h, w, N, prec, CT_MEMORY_FORMAT_CONTIGUOUS, steps, &b);
   CHECK_MSG(ra == 0 && rb == 0, "%s: %s", name, ct_last_error());
   if (ra || rb) return;
-  CHECK_MSG(a.blocked >= min_blocked, "%s: %d blocked activations, expected at least %d", name, a.blocked,
+  const char *fn = ct_memory_format_name(fmt);
+  CHECK_MSG(a.blocked >= min_blocked, "%s %s: %d laid-out activations, expected at least %d", name, fn, a.blocked,
             min_blocked);
-  CHECK_MSG(a.bad_blocked == 0, "%s: %d activations blocked against the rules", name, a.bad_blocked);
-  CHECK_MSG(b.blocked == 0, "%s: choice disabled but %d activations blocked", name, b.blocked);
+  CHECK_MSG(a.bad_blocked == 0, "%s %s: %d activations laid out against the rules", name, fn, a.bad_blocked);
+  CHECK_MSG(b.blocked == 0, "%s: contiguous but %d activations not plain", name, b.blocked);
   /* fp32: the same kernels and exact reorders, so equal to the last bit.
    * bf16: oneDNN's max-pool backward is another kernel for nChw16c
    * (jit:avx512_core_bf16 instead of jit:avx512_core) and rounds the sum
@@ -103,13 +107,13 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
   double ee = fp32 ? test_max_rel_err_f32(a.s.eval_out, b.s.eval_out, a.s.n_eval, 1e-3)
                    : norm_rel_err(a.s.eval_out, b.s.eval_out, a.s.n_eval);
   double tol = fp32 ? 1e-6 : prec == CT_PRECISION_FP32 ? 1e-5 : 1e-2;
-  CHECK_MSG(eo <= tol, "%s: output differs blocked vs plain (rel %g)", name, eo);
-  CHECK_MSG(eg <= tol, "%s: parameter gradients differ (rel %g)", name, eg);
-  CHECK_MSG(ee <= tol, "%s: inference output after re-prepare differs (rel %g)", name, ee);
+  CHECK_MSG(eo <= tol, "%s %s: output differs from contiguous (rel %g)", name, fn, eo);
+  CHECK_MSG(eg <= tol, "%s %s: parameter gradients differ (rel %g)", name, fn, eg);
+  CHECK_MSG(ee <= tol, "%s %s: inference output after re-prepare differs (rel %g)", name, fn, ee);
   double gsum = 0;
   for (size_t i = 0; i < a.s.n_par; i++) gsum += fabs(a.s.grads[i]);
   CHECK_MSG(gsum > 0, "%s: all-zero gradients, the comparison proves nothing", name);
-  printf("%-12s %s: %d blocked activations, rel err out %.2g grads %.2g eval %.2g\n", name,
+  printf("%-12s %-13s %s: %2d laid-out activations, rel err out %.2g grads %.2g eval %.2g\n", name, fn,
          prec == CT_PRECISION_FP32 ? "fp32" : "bf16", a.blocked, eo, eg, ee);
   free_run(&a), free_run(&b);
 }
@@ -140,24 +144,29 @@ int main(void) {
   CHECK(fd >= 0);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (f) fputs(model_text, f), fclose(f);
-  compare(dev, "cnn", 1, 28, 28, 6, CT_PRECISION_FP32, 2, 1); /* conv1, pool1 */
-  compare(dev, "cnn", 1, 28, 28, 6, CT_PRECISION_BF16, 2, 1);
-  compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_FP32, 8, 1);
-  compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_BF16, 8, 1);
-  /* Batch norm (f32) and residual adds take the layout; under bf16 the
-   * policy runs batch norm in bf16, which reads plain tensors only. */
-  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, 4, 0);
-  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_BF16, 0, 0);
-  compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_FP32, 40, 0);
-  compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_BF16, 0, 0);
-  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, 4, 1);
-  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_BF16, 4, 1);
+  /* Each case runs for `auto` (C16) and `channels-last` (NHWC). Batch
+   * norms (f32 and bf16) and residual adds take either layout. */
+  for (int k = 0; k < 2; k++) {
+    ct_memory_format f = k ? CT_MEMORY_FORMAT_CHANNELS_LAST : CT_MEMORY_FORMAT_AUTO;
+    compare(dev, "cnn", 1, 28, 28, 6, CT_PRECISION_FP32, f, 2, 1); /* conv1, pool1 */
+    compare(dev, "cnn", 1, 28, 28, 6, CT_PRECISION_BF16, f, 2, 1);
+    /* AlexNet in NHWC: oneDNN's kernels for nhwc memory round differently
+     * (measured 1.9e-6 normwise on the output), so it compares normwise. */
+    compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_FP32, f, 8, !k);
+    compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_BF16, f, 8, 1);
+    compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, f, 4, 0);
+    compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_BF16, f, 4, 0);
+    compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_FP32, f, 40, 0);
+    compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_BF16, f, 40, 0);
+    compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, f, 6, 1);
+    compare(dev, path, 3, 20, 20, 4, CT_PRECISION_BF16, f, 6, 1);
+  }
   remove(path);
   ct_device_close(dev);
-  /* The reference device never blocks (its kernels read NCHW only). */
+  /* The reference device never lays out (its kernels read NCHW only). */
   CHECK_OK(ct_device_open("ref", &dev));
   run_out r;
-  CHECK(run(dev, "cnn", 1, 28, 28, 4, CT_PRECISION_FP32, 1, 1, &r) == 0);
+  CHECK(run(dev, "cnn", 1, 28, 28, 4, CT_PRECISION_FP32, CT_MEMORY_FORMAT_AUTO, 1, &r) == 0);
   CHECK_MSG(r.blocked == 0, "ref device: %d activations blocked", r.blocked);
   free_run(&r);
   ct_device_close(dev);

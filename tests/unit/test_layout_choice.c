@@ -1,31 +1,43 @@
 /* The layout choice of src/nn/layout.h for each backend capability, on
- * the CPU: ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, ...) is what a
- * cuda device gets, so its rules can be checked without a GPU.
+ * the CPU: ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, cuda's dtypes,
+ * ...) is what a cuda device gets, so its rules can be checked without a
+ * GPU.
  *  - C16 through the generic entry equals what the cpu device chose when
  *    the model was prepared (the cpu rules did not move);
  *  - every NHWC activation obeys the rules, checked here independently
  *    of layout.c (producer kind, 4-D, dtype, never the output, every
- *    reader a convolution or a same-layout keeper, a keeper's input NHWC,
- *    a folded ReLU like its producer);
+ *    reader a convolution or a same-layout keeper, a keeper's inputs NHWC,
+ *    a folded ReLU like its producer), and NHWC keeps at least as many
+ *    activations as C16 (its rules only drop the multiple-of-16 one);
  *  - on a hand-analysed model the exact NHWC set is the expected one (an
  *    8-channel conv and an average pool take NHWC where C16 takes
- *    nothing; batch norm and dropout readers keep their producers plain);
- *  - f16 activations may be NHWC but never C16;
+ *    nothing; batch norm keeps it; a dropout reader and an average pool
+ *    counting padding under ceil_mode keep their producers plain);
+ *  - f16 activations may be NHWC where the backend's dtypes allow (cuda),
+ *    never on the cpu's;
+ *  - the memory format picks the layout at prepare: contiguous none,
+ *    channels-last NHWC on the cpu device, refused on the reference;
  *  - PLAIN (the reference backend's capability) chooses nothing. */
 #include <stdio.h>
 
 #include "test_util.h"
 
+#include "backend/backend.h"
 #include "nn/fuse.h"
 #include "nn/layout.h"
 #include "nn/model_impl.h"
 
+#define CUDA_DTYPES (1u << CT_F32 | 1u << CT_BF16 | 1u << CT_F16)
+#define CPU_DTYPES (1u << CT_F32 | 1u << CT_BF16)
+
 static int is_keeper(const ct_layer *l) {
-  return l->cls == &ct_layer_maxpool2d || l->cls == &ct_layer_activation || l->cls == &ct_layer_avgpool2d;
+  if (l->cls == &ct_layer_avgpool2d) return !(l->ip[6] && l->ip[7]); /* ceil_mode with count_include_pad */
+  return l->cls == &ct_layer_maxpool2d || l->cls == &ct_layer_activation || l->cls == &ct_layer_batchnorm ||
+         l->cls == &ct_layer_add;
 }
 
-/* Number of NHWC choices in lay[] that break the rules. */
-static int nhwc_violations(const char *name, const ct_model *m, const int *lay) {
+/* Number of NHWC choices in lay[] that break the rules for dtypes. */
+static int nhwc_violations(const char *name, const ct_model *m, const int *lay, unsigned dtypes) {
   int bad = 0;
   for (int i = 0; i < m->n_layers; i++) {
     const ct_layer *l = &m->layers[i];
@@ -41,8 +53,9 @@ static int nhwc_violations(const char *name, const ct_model *m, const int *lay) 
     if (lay[i] != CT_LAYOUT_NHWC) continue;
     ct_dtype dt = m->act_dt ? m->act_dt[i] : CT_F32;
     int ok = (l->cls == &ct_layer_conv2d || is_keeper(l)) && i != m->output && l->out_ndim == 3 &&
-             (dt == CT_F32 || dt == CT_BF16 || dt == CT_F16);
-    if (is_keeper(l) && (l->inputs[0] < 0 || lay[l->inputs[0]] != CT_LAYOUT_NHWC)) ok = 0;
+             (dtypes >> dt & 1u);
+    for (int j = 0; is_keeper(l) && j < l->n_inputs; j++)
+      if (l->inputs[j] < 0 || lay[l->inputs[j]] != CT_LAYOUT_NHWC) ok = 0;
     for (int k = 0; k < m->n_layers; k++)
       for (int j = 0; j < m->layers[k].n_inputs; j++)
         if (m->layers[k].inputs[j] == i && m->layers[k].cls != &ct_layer_conv2d &&
@@ -74,22 +87,17 @@ static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int
   if (!m) return;
   int L = m->n_layers;
   int *lay = calloc((size_t)L, sizeof *lay);
-  ct_model_choose_layouts_for(m, CT_LAYOUT_C16, lay);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, lay);
   int same = 1;
   for (int i = 0; i < L; i++) same &= lay[i] == (int)m->layers[i].y.layout;
   CHECK_MSG(same, "%s: C16 choice differs from the cpu device's", name);
   int c16 = count(m, lay, CT_LAYOUT_C16);
-  ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, lay);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
   int nhwc = count(m, lay, CT_LAYOUT_NHWC);
-  CHECK_MSG(nhwc_violations(name, m, lay) == 0, "%s: NHWC rules broken", name);
+  CHECK_MSG(nhwc_violations(name, m, lay, CUDA_DTYPES) == 0, "%s: NHWC rules broken", name);
   CHECK_MSG(nhwc >= min_nhwc, "%s: %d NHWC activations, expected at least %d", name, nhwc, min_nhwc);
-  /* NHWC's rules are wider than C16's except for batch norm and residual
-   * adds, which only the cpu backend keeps blocked. */
-  int bn_or_add = 0;
-  for (int i = 0; i < L; i++)
-    bn_or_add |= m->layers[i].cls == &ct_layer_batchnorm || m->layers[i].cls == &ct_layer_add;
-  if (!bn_or_add) CHECK_MSG(nhwc >= c16, "%s: NHWC (%d) keeps fewer activations than C16 (%d)", name, nhwc, c16);
-  ct_model_choose_layouts_for(m, CT_LAYOUT_PLAIN, lay);
+  CHECK_MSG(nhwc >= c16, "%s: NHWC (%d) keeps fewer activations than C16 (%d)", name, nhwc, c16);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_PLAIN, CUDA_DTYPES, lay);
   CHECK_MSG(count(m, lay, CT_LAYOUT_NHWC) == 0 && count(m, lay, CT_LAYOUT_C16) == 0,
             "%s: PLAIN capability chose a layout", name);
   printf("%-10s C16 %d, NHWC %d activations\n", name, c16, nhwc);
@@ -102,17 +110,18 @@ static const char *model_text =
     "input 3x20x20\n"
     "conv2d 3 8 3 padding=1\n"    /* 0: NHWC (8 channels: never C16) */
     "leakyrelu 0.1\n"             /* 1: NHWC, a keeper of 0 */
-    "avgpool2d 2\n"               /* 2: NHWC (keeper under NHWC only) */
-    "conv2d 8 24 3\n"             /* 3: plain, batch norm reads it */
-    "batchnorm2d 24\n"            /* 4: plain */
-    "relu\n"                      /* 5: plain, its input is plain */
+    "avgpool2d 2\n"               /* 2: NHWC */
+    "conv2d 8 24 3\n"             /* 3: NHWC, batch norm keeps it */
+    "batchnorm2d 24\n"            /* 4: NHWC */
+    "relu\n"                      /* 5: NHWC */
     "conv2d 24 16 1\n"            /* 6: plain, the pool after it is */
     "maxpool2d 2\n"               /* 7: plain, dropout reads it */
     "dropout 0.2\n"               /* 8 */
-    "conv2d 16 4 1\n"             /* 9: NHWC, a conv reads it */
-    "conv2d 4 4 1\n"              /* 10: plain, flatten reads it */
+    "conv2d 16 4 1\n"             /* 9: plain, the pool after it is */
+    "avgpool2d 2 ceil_mode=true\n" /* 10: plain (counts padding under ceil_mode) */
+    "conv2d 4 4 1\n"              /* 11: plain, flatten reads it */
     "flatten\n"
-    "linear 64 10\n";
+    "linear 16 10\n";
 
 int main(void) {
   ct_device *dev;
@@ -133,21 +142,23 @@ int main(void) {
     int *lay = calloc((size_t)L, sizeof *lay);
     for (int i = 0; i < L; i++) printf("  layer %d %s%s\n", i, m->layers[i].cls->torch_name,
                                        ct_layer_is_fused(&m->layers[i]) ? " (folded)" : "");
-    ct_model_choose_layouts_for(m, CT_LAYOUT_C16, lay);
+    ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, lay);
     CHECK_MSG(count(m, lay, CT_LAYOUT_C16) == 0, "text model: %d C16 activations, expected none",
               count(m, lay, CT_LAYOUT_C16));
-    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, lay);
-    CHECK(nhwc_violations("text model", m, lay) == 0);
-    const int expect[] = {1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0};
-    for (int i = 0; i < 11 && i < L; i++)
+    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
+    CHECK(nhwc_violations("text model", m, lay, CUDA_DTYPES) == 0);
+    const int expect[] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 12 && i < L; i++)
       CHECK_MSG((lay[i] == CT_LAYOUT_NHWC) == expect[i], "text model: layer %d (%s) NHWC %d, expected %d", i,
                 m->layers[i].cls->torch_name, lay[i] == CT_LAYOUT_NHWC, expect[i]);
-    /* f16 activations: NHWC keeps them, C16 may not. */
+    /* f16 activations: cuda's NHWC keeps them, the cpu's dtypes do not. */
     if (m->act_dt) {
       for (int i = 0; i < L; i++) m->act_dt[i] = CT_F16;
-      ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, lay);
-      CHECK_MSG(lay[0] == CT_LAYOUT_NHWC && lay[9] == CT_LAYOUT_NHWC, "f16: NHWC dropped");
-      CHECK(nhwc_violations("text model f16", m, lay) == 0);
+      ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
+      CHECK_MSG(lay[0] == CT_LAYOUT_NHWC && lay[4] == CT_LAYOUT_NHWC, "f16: NHWC dropped");
+      CHECK(nhwc_violations("text model f16", m, lay, CUDA_DTYPES) == 0);
+      ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CPU_DTYPES, lay);
+      CHECK_MSG(count(m, lay, CT_LAYOUT_NHWC) == 0, "f16: NHWC chosen for the cpu's dtypes");
     }
     free(lay);
     ct_model_destroy(m);
@@ -162,10 +173,39 @@ int main(void) {
   remove(path2);
   if (m) {
     int lay[8] = {0};
-    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, lay);
+    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
     CHECK_MSG(lay[m->output] == CT_LAYOUT_PLAIN, "the model output is NHWC");
     CHECK_MSG(lay[0] == CT_LAYOUT_NHWC, "the first conv (read by relu then a conv) is not NHWC");
-    CHECK(nhwc_violations("output model", m, lay) == 0);
+    CHECK(nhwc_violations("output model", m, lay, CUDA_DTYPES) == 0);
+    ct_model_destroy(m);
+  }
+  /* The memory format decides at prepare: channels-last gives NHWC on the
+   * cpu device (as its rules allow), contiguous nothing, auto the
+   * backend's own choice. */
+  m = prepared(dev, "convnet", 1, 28, 28);
+  if (m) {
+    const ct_memory_format fmts[] = {CT_MEMORY_FORMAT_CHANNELS_LAST, CT_MEMORY_FORMAT_CONTIGUOUS,
+                                     CT_MEMORY_FORMAT_AUTO};
+    const ct_layout wants[] = {CT_LAYOUT_NHWC, CT_LAYOUT_PLAIN, ct_device_backend(dev)->act_layout};
+    int *lay = calloc((size_t)m->n_layers, sizeof *lay);
+    for (int k = 0; k < 3; k++) {
+      CHECK_OK(ct_model_set_memory_format(m, fmts[k]));
+      CHECK_OK(ct_model_prepare(m, dev, 2, 1));
+      ct_model_choose_layouts_for(m, wants[k], CPU_DTYPES, lay);
+      int same = 1, chosen = 0;
+      for (int i = 0; i < m->n_layers; i++)
+        same &= lay[i] == (int)m->layers[i].y.layout, chosen += m->layers[i].y.layout != CT_LAYOUT_PLAIN;
+      CHECK_MSG(same, "memory format %s: prepare chose other layouts than the rules", ct_memory_format_name(fmts[k]));
+      CHECK_MSG(wants[k] == CT_LAYOUT_PLAIN ? chosen == 0 : chosen >= 4, "memory format %s: %d layers not plain",
+                ct_memory_format_name(fmts[k]), chosen);
+    }
+    free(lay);
+    CHECK(ct_model_set_memory_format(m, (ct_memory_format)7) == CT_ERR_INVALID_ARG);
+    ct_memory_format f = CT_MEMORY_FORMAT_AUTO;
+    CHECK(ct_memory_format_parse("channels_last", &f) == CT_OK && f == CT_MEMORY_FORMAT_CHANNELS_LAST);
+    CHECK(ct_memory_format_parse("nchw", &f) == CT_OK && f == CT_MEMORY_FORMAT_CONTIGUOUS);
+    CHECK(ct_memory_format_parse("chanels-last", &f) == CT_ERR_INVALID_ARG);
+    CHECK(strstr(ct_last_error(), "chanels-last") != NULL);
     ct_model_destroy(m);
   }
   ct_device_close(dev);
@@ -175,9 +215,13 @@ int main(void) {
   m = prepared(dev, "cnn", 1, 28, 28);
   if (m) {
     int *lay = calloc((size_t)m->n_layers, sizeof *lay);
-    ct_model_choose_layouts(m, lay);
+    CHECK_OK(ct_model_choose_layouts(m, lay));
     CHECK_MSG(count(m, lay, CT_LAYOUT_NHWC) == 0 && count(m, lay, CT_LAYOUT_C16) == 0, "ref device chose a layout");
     free(lay);
+    CHECK_OK(ct_model_set_memory_format(m, CT_MEMORY_FORMAT_CHANNELS_LAST));
+    CHECK(ct_model_prepare(m, dev, 2, 1) == CT_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(ct_last_error(), "channels-last") && strstr(ct_last_error(), "ref"), "unclear error: %s",
+              ct_last_error());
     ct_model_destroy(m);
   }
   ct_device_close(dev);

@@ -9,6 +9,8 @@
 static ct_backend cpu_table = {
     .name = "cpu",
     .act_layout = CT_LAYOUT_C16,
+    .act_layouts = 1u << CT_LAYOUT_C16 | 1u << CT_LAYOUT_NHWC,
+    .act_layout_dtypes = 1u << CT_F32 | 1u << CT_BF16,
     .open = cpu_dev_open,
     .close = cpu_dev_close,
 
@@ -57,7 +59,10 @@ static void init_table(void) {
   ct_backend_fill_defaults(&cpu_table);
   /* oneDNN blocks channels by 16 with AVX-512 and by 8 below it; C16
    * activations on an AVX2 machine would only add reorders. */
-  if (!__builtin_cpu_supports("avx512f")) cpu_table.act_layout = CT_LAYOUT_PLAIN;
+  if (!__builtin_cpu_supports("avx512f")) {
+    cpu_table.act_layout = CT_LAYOUT_PLAIN;
+    cpu_table.act_layouts = 1u << CT_LAYOUT_NHWC;
+  }
 }
 
 const ct_backend *ct_cpu_backend(void) {

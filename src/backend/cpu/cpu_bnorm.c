@@ -1,19 +1,22 @@
-/* Batch normalisation, f32, over dim 1 of [N,C], [N,C,L] or [N,C,H,W],
- * as two OpenMP passes per direction (statistics, then the elementwise
- * map), parallel over channels with double accumulation.
+/* Batch normalisation over dim 1 of [N,C], [N,C,L] or [N,C,H,W], as two
+ * OpenMP passes per direction (statistics, then the elementwise map) with
+ * double accumulation: f32 for plain tensors, f32 or bf16 for the layouts
+ * the executor keeps between layers (src/nn/layout.h). Other cases go to
+ * the reference (bf16 plain tensors through its widening path).
  *
- * Why not oneDNN: ctrain keeps activations in plain NCHW between layers,
- * and for that layout oneDNN 2.6 picks its generic `ncsp_bnorm`, which
- * measured 10-20x slower here than these loops (18 ms vs ~1.5 ms forward
- * for 128x32x28x28). oneDNN's fast batch norm needs blocked layouts, which
- * would cost a reorder on each side. Other dtypes go to the reference.
+ * Why not oneDNN: for plain NCHW oneDNN 2.6 picks its generic `ncsp_bnorm`,
+ * which measured 10-20x slower here than these loops (18 ms vs ~1.5 ms
+ * forward for 128x32x28x28).
  *
- * Channel-blocked activations (CT_LAYOUT_C16, [N][C/16][HW][16]) get the
- * same passes per block of 16 channels, the channel as the vector lane.
- * There a partial sum over one image runs in order along its lane rather
- * than as a 16-way tree, so it accumulates in double: in float, the
- * sequential sums made ResNet-50's gradients 2x less accurate against
- * PyTorch (1.75e-4 against 8.2e-5). */
+ * Plain tensors are walked a channel at a time. Channel-blocked
+ * (CT_LAYOUT_C16, [N][C/16][HW][16]) and channels-last (CT_LAYOUT_NHWC,
+ * [N][HW][C]) tensors are walked a block of 16 channels at a time, the
+ * channel as the vector lane: both are "16 (or, for NHWC's last block,
+ * fewer) adjacent channels at a fixed pixel stride", so one set of loops
+ * (cpu_bnorm_blocked.inc) serves both. There a partial sum over one image
+ * runs in order along its lane rather than as a 16-way tree, so it
+ * accumulates in double: in float, the sequential sums made ResNet-50's
+ * gradients 2x less accurate against PyTorch (1.75e-4 against 8.2e-5). */
 #include <math.h>
 #include <string.h>
 
@@ -40,98 +43,75 @@ static void bn_stats(int64_t c, double shift, double s, double ss, double cnt, f
   if (rv) rv[c] = (1.f - momentum) * rv[c] + momentum * (float)(var * cnt / (cnt - 1));
 }
 
-/* Forward over blocks of 16 channels (C16 layout). */
-static void bn_fwd_c16(int training, const float *X, float *Y, int64_t N, int64_t C, int64_t HW, const float *G,
-                       const float *B, float *rm, float *rv, float momentum, float eps, float *sm, float *si) {
-  const int64_t CB = C / 16;
-  const double cnt = (double)(N * HW);
-#pragma omp parallel for schedule(static)
-  for (int64_t cb = 0; cb < CB; cb++) {
-    float a[16], b[16];
-    float shift[16];
-    double s[16], ss[16];
-    for (int k = 0; k < 16; k++) shift[k] = X[cb * HW * 16 + k], s[k] = ss[k] = 0;
-    if (training) {
-      for (int64_t n = 0; n < N; n++) {
-        const float *p = X + (n * CB + cb) * HW * 16;
-        double fs[16] = {0}, fss[16] = {0};
-        for (int64_t i = 0; i < HW; i++)
-#pragma omp simd
-          for (int k = 0; k < 16; k++) {
-            double v = (double)(p[i * 16 + k] - shift[k]);
-            fs[k] += v;
-            fss[k] += v * v;
-          }
-        for (int k = 0; k < 16; k++) s[k] += fs[k], ss[k] += fss[k];
-      }
-    }
-    for (int k = 0; k < 16; k++) {
-      int64_t c = cb * 16 + k;
-      double mean, invstd;
-      if (training) {
-        bn_stats(c, shift[k], s[k], ss[k], cnt, eps, momentum, sm, si, rm, rv, &mean, &invstd);
-      } else {
-        mean = rm[c];
-        invstd = 1.0 / sqrt((double)rv[c] + eps);
-      }
-      a[k] = (float)(invstd * (G ? G[c] : 1.0));
-      b[k] = (float)((B ? B[c] : 0.0) - mean * invstd * (G ? G[c] : 1.0));
-    }
-    for (int64_t n = 0; n < N; n++) {
-      const float *p = X + (n * CB + cb) * HW * 16;
-      float *q = Y + (n * CB + cb) * HW * 16;
-      for (int64_t i = 0; i < HW; i++)
-#pragma omp simd
-        for (int k = 0; k < 16; k++) q[i * 16 + k] = a[k] * p[i * 16 + k] + b[k];
-    }
+/* Where block cb of image n starts (n * img + cb * blk), the stride from
+ * one pixel to the next (pix) and the number of blocks (CB). */
+typedef struct bn_geom {
+  int64_t N, C, HW, CB, img, blk, pix;
+} bn_geom;
+
+static bn_geom blocked_geom(const ct_tensor *x) {
+  bn_geom g;
+  dims3(x, &g.N, &g.C, &g.HW);
+  g.CB = (g.C + 15) / 16;
+  if (x->layout == CT_LAYOUT_C16) {
+    g.img = g.C * g.HW, g.blk = 16 * g.HW, g.pix = 16;
+  } else { /* NHWC */
+    g.img = g.HW * g.C, g.blk = 16, g.pix = g.C;
   }
+  return g;
 }
 
-/* Backward over blocks of 16 channels (C16 layout). */
-static void bn_bwd_c16(const float *X, const float *DY, const float *G, const float *M, const float *I, float *DX,
-                       float *DG, float *DB, float beta_acc, int64_t N, int64_t C, int64_t HW) {
-  const int64_t CB = C / 16;
-  const double cnt = (double)(N * HW);
-#pragma omp parallel for schedule(static)
-  for (int64_t cb = 0; cb < CB; cb++) {
-    float m[16], inv[16], k16[16], mdy[16], mdyx[16];
-    double sdy[16] = {0}, sdyx[16] = {0};
-    for (int k = 0; k < 16; k++) m[k] = M[cb * 16 + k], inv[k] = I[cb * 16 + k];
-    for (int64_t n = 0; n < N; n++) {
-      const float *p = X + (n * CB + cb) * HW * 16, *g = DY + (n * CB + cb) * HW * 16;
-      double a[16] = {0}, b[16] = {0};
-      for (int64_t i = 0; i < HW; i++)
-#pragma omp simd
-        for (int k = 0; k < 16; k++) {
-          a[k] += g[i * 16 + k];
-          b[k] += (double)(g[i * 16 + k] * (p[i * 16 + k] - m[k]));
-        }
-      for (int k = 0; k < 16; k++) sdy[k] += a[k], sdyx[k] += b[k];
-    }
-    for (int k = 0; k < 16; k++) {
-      int64_t c = cb * 16 + k;
-      sdyx[k] *= inv[k];
-      if (DG) DG[c] = (float)(beta_acc * DG[c] + sdyx[k]);
-      if (DB) DB[c] = (float)(beta_acc * DB[c] + sdy[k]);
-      k16[k] = (float)((G ? G[c] : 1.0) * inv[k]);
-      mdy[k] = (float)(sdy[k] / cnt);
-      mdyx[k] = (float)(sdyx[k] / cnt);
-    }
-    for (int64_t n = 0; n < N; n++) {
-      const float *p = X + (n * CB + cb) * HW * 16, *g = DY + (n * CB + cb) * HW * 16;
-      float *q = DX + (n * CB + cb) * HW * 16;
-      for (int64_t i = 0; i < HW; i++)
-#pragma omp simd
-        for (int k = 0; k < 16; k++)
-          q[i * 16 + k] = k16[k] * (g[i * 16 + k] - mdy[k] - (p[i * 16 + k] - m[k]) * inv[k] * mdyx[k]);
-    }
-  }
+static inline int bn_width(const bn_geom *g, int64_t cb) { return g->C - cb * 16 < 16 ? (int)(g->C - cb * 16) : 16; }
+
+/* The per-channel f32 vectors of one call (any may be NULL where the op
+ * allows). */
+typedef struct bn_args {
+  const float *G, *B, *M, *I;
+  float *rm, *rv, *sm, *si, *DG, *DB;
+  float momentum, eps, beta_acc;
+} bn_args;
+
+#define T float
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
+#define FN(name) name##_f32
+#include "backend/cpu/cpu_bnorm_blocked.inc"
+#undef T
+#undef LD
+#undef ST
+#undef FN
+#define T uint16_t
+#define LD(p, i) cpu_bf16_ld((p)[i])
+#define ST(p, i, v) ((p)[i] = cpu_bf16_st(v))
+#define FN(name) name##_bf16
+#include "backend/cpu/cpu_bnorm_blocked.inc"
+#undef T
+#undef LD
+#undef ST
+#undef FN
+
+static const void *data_of(const ct_tensor *t) { return t ? t->data : NULL; }
+
+/* Whether the blocked loops take this call: x and the other activations
+ * (NULL-terminated) share a non-plain layout and the dtype f32 or bf16, and
+ * every per-channel vector is f32. */
+static int blocked_ok(const ct_tensor *x, const ct_tensor *const *acts, const ct_tensor *const *vecs, int nvec) {
+  if (x->layout == CT_LAYOUT_PLAIN || x->ndim != 4 || (x->dtype != CT_F32 && x->dtype != CT_BF16)) return 0;
+  if (x->layout != CT_LAYOUT_NHWC && (x->layout != CT_LAYOUT_C16 || x->shape[1] % 16)) return 0;
+  for (; *acts; acts++)
+    if ((*acts)->layout != x->layout || (*acts)->dtype != x->dtype) return 0;
+  for (int i = 0; i < nvec; i++)
+    if (vecs[i] && vecs[i]->dtype != CT_F32) return 0;
+  return 1;
 }
 
 ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
                             const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
                             float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd) {
-  if (x->dtype != CT_F32 || y->dtype != CT_F32 || x->ndim < 2) {
+  const ct_tensor *acts[] = {y, NULL};
+  const ct_tensor *vecs[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
+  const int blocked = blocked_ok(x, acts, vecs, 6);
+  if (!blocked && (x->dtype != CT_F32 || y->dtype != CT_F32 || x->ndim < 2)) {
     CT_TRY(cpu_need_plain(x, y, "batchnorm_fwd"));
     return ct_ref_backend()->batchnorm_fwd(d, training, x, gamma, beta, running_mean, running_var, momentum, eps, y,
                                            save_mean, save_invstd);
@@ -143,17 +123,27 @@ ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, cons
   if (training && N * HW < 2)
     return ct_error(CT_ERR_INVALID_ARG, "batchnorm_fwd: expected more than 1 value per channel when training, got input %lldx%lld",
                     (long long)N, (long long)C);
-  const float *X = x->data, *G = gamma ? gamma->data : NULL, *B = beta ? beta->data : NULL;
-  float *Y = y->data, *rm = running_mean ? running_mean->data : NULL, *rv = running_var ? running_var->data : NULL;
-  float *sm = save_mean ? save_mean->data : NULL, *si = save_invstd ? save_invstd->data : NULL;
-  if (x->layout != y->layout || (x->layout == CT_LAYOUT_C16 && (x->ndim != 4 || C % 16)))
-    return ct_error(CT_ERR_UNSUPPORTED, "batchnorm_fwd: x and y must share a layout (C16 needs 4-D, channels %% 16)");
-  int prev = cpu_op_begin(d);
-  if (x->layout == CT_LAYOUT_C16) {
-    bn_fwd_c16(training, X, Y, N, C, HW, G, B, rm, rv, momentum, eps, sm, si);
+  if (blocked) {
+    const bn_geom g = blocked_geom(x);
+    const bn_args a = {.G = data_of(gamma), .B = data_of(beta), .rm = running_mean ? running_mean->data : NULL,
+                       .rv = running_var ? running_var->data : NULL, .sm = save_mean ? save_mean->data : NULL,
+                       .si = save_invstd ? save_invstd->data : NULL, .momentum = momentum, .eps = eps};
+    int prev = cpu_op_begin(d);
+    if (x->dtype == CT_F32)
+      bn_fwd_blocked_f32(&g, training, x->data, y->data, &a);
+    else
+      bn_fwd_blocked_bf16(&g, training, x->data, y->data, &a);
     cpu_op_end(d, prev);
     return CT_OK;
   }
+  if (x->layout != CT_LAYOUT_PLAIN || y->layout != CT_LAYOUT_PLAIN)
+    return ct_error(CT_ERR_UNSUPPORTED,
+                    "batchnorm_fwd: x and y must share a layout (C16: 4-D, channels a multiple of 16; C16 and NHWC: "
+                    "f32 or bf16 activations with f32 statistics)");
+  const float *X = x->data, *G = gamma ? gamma->data : NULL, *B = beta ? beta->data : NULL;
+  float *Y = y->data, *rm = running_mean ? running_mean->data : NULL, *rv = running_var ? running_var->data : NULL;
+  float *sm = save_mean ? save_mean->data : NULL, *si = save_invstd ? save_invstd->data : NULL;
+  int prev = cpu_op_begin(d);
   const double cnt = (double)(N * HW);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; c++) {
@@ -195,23 +185,35 @@ ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, cons
 ct_status cpu_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                             const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma,
                             ct_tensor *dbeta, float beta_acc) {
-  if (x->dtype != CT_F32 || dy->dtype != CT_F32 || dx->dtype != CT_F32 || x->ndim < 2) {
+  const ct_tensor *acts[] = {dy, dx ? dx : dy, NULL};
+  const ct_tensor *vecs[] = {gamma, save_mean, save_invstd, dgamma, dbeta};
+  const int blocked = save_mean && save_invstd && blocked_ok(x, acts, vecs, 5);
+  if (!blocked && (x->dtype != CT_F32 || dy->dtype != CT_F32 || (dx && dx->dtype != CT_F32) || x->ndim < 2)) {
     CT_TRY(cpu_need_plain(x, dy, "batchnorm_bwd"));
     return ct_ref_backend()->batchnorm_bwd(d, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc);
   }
+  if (blocked) {
+    const bn_geom g = blocked_geom(x);
+    const bn_args a = {.G = data_of(gamma), .M = save_mean->data, .I = save_invstd->data,
+                       .DG = dgamma ? dgamma->data : NULL, .DB = dbeta ? dbeta->data : NULL, .beta_acc = beta_acc};
+    int prev = cpu_op_begin(d);
+    if (x->dtype == CT_F32)
+      bn_bwd_blocked_f32(&g, x->data, dy->data, dx ? dx->data : NULL, &a);
+    else
+      bn_bwd_blocked_bf16(&g, x->data, dy->data, dx ? dx->data : NULL, &a);
+    cpu_op_end(d, prev);
+    return CT_OK;
+  }
+  if (x->layout != CT_LAYOUT_PLAIN || dy->layout != CT_LAYOUT_PLAIN || (dx && dx->layout != CT_LAYOUT_PLAIN))
+    return ct_error(CT_ERR_UNSUPPORTED,
+                    "batchnorm_bwd: x, dy and dx must share a layout (C16: 4-D, channels a multiple of 16; C16 and "
+                    "NHWC: f32 or bf16 activations with f32 statistics)");
   int64_t N, C, HW;
   dims3(x, &N, &C, &HW);
   const float *X = x->data, *DY = dy->data, *G = gamma ? gamma->data : NULL;
   const float *M = save_mean->data, *I = save_invstd->data;
-  float *DX = dx->data, *DG = dgamma ? dgamma->data : NULL, *DB = dbeta ? dbeta->data : NULL;
-  if (x->layout != dy->layout || x->layout != dx->layout || (x->layout == CT_LAYOUT_C16 && (x->ndim != 4 || C % 16)))
-    return ct_error(CT_ERR_UNSUPPORTED, "batchnorm_bwd: x, dy and dx must share a layout (C16 needs 4-D, channels %% 16)");
+  float *DX = dx ? dx->data : NULL, *DG = dgamma ? dgamma->data : NULL, *DB = dbeta ? dbeta->data : NULL;
   int prev = cpu_op_begin(d);
-  if (x->layout == CT_LAYOUT_C16) {
-    bn_bwd_c16(X, DY, G, M, I, DX, DG, DB, beta_acc, N, C, HW);
-    cpu_op_end(d, prev);
-    return CT_OK;
-  }
   const double cnt = (double)(N * HW);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; c++) {
@@ -234,7 +236,7 @@ ct_status cpu_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *d
     /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)) */
     const float k = (float)((G ? G[c] : 1.0) * inv);
     const float mdy = (float)(sdy / cnt), mdyx = (float)(sdyx / cnt);
-    for (int64_t n = 0; n < N; n++) {
+    for (int64_t n = 0; DX && n < N; n++) {
       const float *p = X + (n * C + c) * HW, *g = DY + (n * C + c) * HW;
       float *q = DX + (n * C + c) * HW;
 #pragma omp simd

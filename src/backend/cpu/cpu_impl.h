@@ -117,11 +117,12 @@ dnnl_data_type_t cpu_dnnl_dtype(ct_dtype t);
 
 /* A plain row-major memory descriptor for dims (tag abcd... by ndims). */
 ct_status cpu_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, ct_dtype t, const char *what);
-/* The descriptor of t as it lies in memory: plain, or nChw16c for a
- * CT_LAYOUT_C16 tensor. */
+/* The descriptor of t as it lies in memory: plain, nChw16c for a
+ * CT_LAYOUT_C16 tensor, nhwc for a CT_LAYOUT_NHWC one. */
 ct_status cpu_md_of(dnnl_memory_desc_t *md, const ct_tensor *t, const char *what);
-/* Refuses a C16 tensor on a path that only reads plain ones (the reference
- * fallbacks): the executor only picks C16 where the fast path runs. */
+/* Refuses a C16 or NHWC tensor on a path that only reads plain ones (the
+ * reference fallbacks): the executor only picks those layouts where the
+ * fast path runs. */
 ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what);
 /* Same shape with dtype/format `any`, letting oneDNN choose. */
 ct_status cpu_md_any(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, ct_dtype t, const char *what);

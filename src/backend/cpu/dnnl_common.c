@@ -253,18 +253,21 @@ ct_status cpu_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, c
 }
 
 ct_status cpu_md_of(dnnl_memory_desc_t *md, const ct_tensor *t, const char *what) {
-  if (t->layout != CT_LAYOUT_C16) return cpu_md_plain(md, t->ndim, t->shape, t->dtype, what);
-  if (t->ndim != 4 || t->shape[1] % 16)
-    return ct_error(CT_ERR_INTERNAL, "%s: a C16 tensor must be 4-D with channels a multiple of 16", what);
+  if (t->layout == CT_LAYOUT_PLAIN) return cpu_md_plain(md, t->ndim, t->shape, t->dtype, what);
+  if (t->ndim != 4 || (t->layout == CT_LAYOUT_C16 && t->shape[1] % 16) ||
+      (t->layout != CT_LAYOUT_C16 && t->layout != CT_LAYOUT_NHWC))
+    return ct_error(CT_ERR_INTERNAL, "%s: a C16 or NHWC tensor must be 4-D (C16: channels a multiple of 16)", what);
   dnnl_dims_t dd;
   for (int i = 0; i < 4; i++) dd[i] = t->shape[i];
-  CPU_DNNL(dnnl_memory_desc_init_by_tag(md, 4, dd, cpu_dnnl_dtype(t->dtype), dnnl_aBcd16b), what);
+  CPU_DNNL(dnnl_memory_desc_init_by_tag(md, 4, dd, cpu_dnnl_dtype(t->dtype),
+                                        t->layout == CT_LAYOUT_C16 ? dnnl_aBcd16b : dnnl_acdb),
+           what);
   return CT_OK;
 }
 
 ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what) {
   if ((a && a->layout != CT_LAYOUT_PLAIN) || (b && b->layout != CT_LAYOUT_PLAIN))
-    return ct_error(CT_ERR_UNSUPPORTED, "%s: channel-blocked (C16) tensors need f32 or bf16 and the oneDNN path", what);
+    return ct_error(CT_ERR_UNSUPPORTED, "%s: C16 and NHWC tensors need f32 or bf16 and the oneDNN path", what);
   return CT_OK;
 }
 

@@ -9,6 +9,8 @@
 static ct_backend cuda_table = {
     .name = "cuda",
     .act_layout = CT_LAYOUT_NHWC,
+    .act_layouts = 1u << CT_LAYOUT_NHWC,
+    .act_layout_dtypes = 1u << CT_F32 | 1u << CT_BF16 | 1u << CT_F16,
     .open = cuda_open,
     .close = cuda_close,
     .alloc = cuda_alloc,
