@@ -7,7 +7,8 @@
 # cuDNN and NCCL are searched in, in order: CUDNN_ROOT / NCCL_ROOT (CMake or
 # environment variables), the CUDA toolkit, system paths, and the
 # nvidia-cudnn-cu* / nvidia-nccl-cu* Python wheels' layout
-# (site-packages/nvidia/{cudnn,nccl}/{include,lib}) under CTRAIN_NVIDIA_WHEELS
+# (site-packages/nvidia/{cudnn,nccl}/{include,lib}, or nvidia/cu13/ as the
+# CUDA 13 wheels lay out some packages) under CTRAIN_NVIDIA_WHEELS
 # or the site-packages of the python3 on PATH.
 set(CTRAIN_HAVE_CUDA OFF)
 file(GLOB CTRAIN_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu
@@ -42,7 +43,7 @@ if(CTRAIN_WITH_CUDA AND CTRAIN_CUDA_SOURCES)
     endif()
     set(ctrain_cudnn_hints ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
     foreach(w ${ctrain_wheel_dirs})
-      list(APPEND ctrain_cudnn_hints ${w}/cudnn)
+      list(APPEND ctrain_cudnn_hints ${w}/cudnn ${w}/cu13)
     endforeach()
     find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${ctrain_cudnn_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
     # The wheels ship libcudnn.so.9 without the unversioned link name.
@@ -83,7 +84,7 @@ if(CTRAIN_WITH_CUDA AND CTRAIN_CUDA_SOURCES)
     # location is reported so a CI log shows what a later build would use.
     set(ctrain_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
     foreach(w ${ctrain_wheel_dirs})
-      list(APPEND ctrain_nccl_hints ${w}/nccl)
+      list(APPEND ctrain_nccl_hints ${w}/nccl ${w}/cu13)
     endforeach()
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${ctrain_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
     find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${ctrain_nccl_hints} PATH_SUFFIXES lib lib64)

@@ -5,11 +5,12 @@
 # GPU YET: written and shell-checked on a machine without one.
 #
 # Usage (repo root, one call on the GPU machine; see docs/GPU.md):
-#   bench/gpu/run_gpu.sh                 # builds build-gpu/, runs everything
+#   bench/gpu/fetch_deps.sh              # HERE first: oneDNN, zlib, data -> .deps
+#   bench/gpu/run_gpu.sh                 # there, carrying .deps: builds build-gpu/, runs everything
 # Environment: BUILD_DIR (build-gpu), PYTHON (python3), OUT (result dir:
 #   $OUT if set, else bench/results), STEPS (30), QUICK=1 (5 steps, no
-#   torch.compile), FMNIST (Fashion-MNIST IDX dir, default
-#   /usr/share/datasets/fashion-mnist; the row is skipped when absent),
+#   torch.compile), FMNIST (Fashion-MNIST IDX dir, default .deps/fashion-mnist
+#   or /usr/share/datasets/fashion-mnist; the row is skipped when absent),
 #   ROW_TIMEOUT (seconds per ctrain/PyTorch run, 300).
 # Time: a device command may run 10 minutes at most; torch.compile rows
 # alone can take minutes each, so run QUICK=1 first.
@@ -22,7 +23,28 @@ RESDIR=${OUT:-$ROOT/bench/results}
 STEPS=${STEPS:-30}
 COMPILE=1
 if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
-FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
+# What bench/gpu/fetch_deps.sh packed (oneDNN, zlib, Fashion-MNIST) for a
+# machine without them: unpacked outside / and found through the prefix
+# path; the loader needs the libraries too (libdnnl's own dependencies do
+# not follow the executables' RUNPATH).
+DEPS=$ROOT/.deps
+if compgen -G "$DEPS/debs/*.deb" >/dev/null; then
+  PFX=/tmp/ctrain-deps
+  for f in "$DEPS"/debs/*.deb; do dpkg -x "$f" "$PFX"; done
+  # zlib1g-dev's link name points at an absolute /lib path (another zlib
+  # version there, or none): point it at the unpacked runtime.
+  z=$(ls "$PFX"/lib/x86_64-linux-gnu/libz.so.1.* 2>/dev/null | head -n1)
+  [[ -n $z ]] && ln -sf "$z" "$PFX/usr/lib/x86_64-linux-gnu/libz.so"
+  export CMAKE_PREFIX_PATH=$PFX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  export LD_LIBRARY_PATH=$PFX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+# cuDNN from the nvidia-cudnn wheel loads its sub-libraries by name.
+CUDNN_WHEEL=$("$PYTHON" -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null |
+  while read -r sp; do find "$sp/nvidia" -name 'libcudnn.so.9' -printf '%h\n' 2>/dev/null; done | head -n1)
+[[ -n $CUDNN_WHEEL ]] && export LD_LIBRARY_PATH=$CUDNN_WHEEL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+FMNIST_DEFAULT=/usr/share/datasets/fashion-mnist
+[[ -d $DEPS/fashion-mnist ]] && FMNIST_DEFAULT=$DEPS/fashion-mnist
+FMNIST=${FMNIST:-$FMNIST_DEFAULT}
 TMO=${ROW_TIMEOUT:-300}
 # A fresh machine often has the toolkit without nvcc on PATH; CMake's
 # check_language(CUDA) would then build without CUDA and every GPU test
