@@ -96,11 +96,18 @@ void ct_fit_result_free(ct_fit_result *r);
 /* Trains m (prepared for training on dev) on train; val may be NULL. */
 ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, const ct_train_config *cfg,
                  ct_fit_result *res);
-/* Mean loss and accuracy of m over one pass of the loader (eval mode). */
+/* Mean loss and accuracy of m over one pass of the loader (eval mode).
+ * A loader in CT_LOADER_RAW_U8 or CT_LOADER_INDICES mode needs m resident
+ * on a CUDA device: its batches are transformed there (the same kernel and
+ * values as the loader's CPU transform); when no device side is attached to
+ * the loader yet, one is made for this pass (in index mode that uploads the
+ * whole split) and freed at its end. On a device without the transform the
+ * call fails with CT_ERR_UNSUPPORTED before any batch is computed. */
 ct_status ct_evaluate(ct_model *m, ct_device *dev, ct_loader *l, ct_loss_kind loss, float label_smoothing,
                       ct_eval_result *res);
 /* Runs the model in eval mode over the loader and calls fn for every
- * sample with its softmax probabilities [classes] and the label. */
+ * sample with its softmax probabilities [classes] and the label. Loaders
+ * in the GPU data modes are handled as by ct_evaluate. */
 typedef ct_status (*ct_predict_fn)(void *ctx, int64_t index, const float *probs, int64_t classes, int64_t label);
 ct_status ct_predict(ct_model *m, ct_device *dev, ct_loader *l, ct_predict_fn fn, void *ctx);
 

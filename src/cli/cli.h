@@ -62,6 +62,19 @@ int cmd_summary(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int omp_get_max_threads_wrapper(void);
 
+/* The GPU data flags (--gpu-transforms, --data-on-gpu) of train, eval and
+ * predict, which cli_parse does not know: removes them from argv in place
+ * (order of the rest kept) and returns the new argc; *mode gets the
+ * ct_loader_mode they ask for (CT_LOADER_INDICES when --data-on-gpu is
+ * among them, CT_LOADER_RAW_U8 for --gpu-transforms alone, else
+ * CT_LOADER_FLOAT). */
+int cli_take_gpu_data_flags(int argc, char **argv, int *mode);
+/* After cli_parse: refuses a GPU data mode on a device other than cuda
+ * (one line on stderr naming the command, the flag and the device; returns
+ * CLI_EXIT_USAGE, before any data is read), else sets o->loader_mode so
+ * cli_open_data makes loaders of that mode, and returns 0. */
+int cli_use_gpu_data(const char *cmd, int mode, cli_opts *o);
+
 /* Shared setup: data spec -> dataset + loader for a split. */
 ct_status cli_open_data(const cli_opts *o, int train, ct_dataset **ds, ct_loader **ld, int shuffle, int augment);
 ct_status cli_open_model(const cli_opts *o, const ct_dataset *ds, ct_model **m);

@@ -18,7 +18,9 @@ static const char *EVAL_HELP =
     "  --batch-size N (64)  --input CxHxW|F  --classes N  --resize N  --device D  --threads N  --workers N\n"
     "  --seed N  --metrics-json FILE\n"
     "  --precision fp32|bf16|fp16 (fp32)  --opt-level O1|O2|O3 (O1 with a low precision): run the forward\n"
-    "  passes under mixed precision, as in training (docs/MIXED_PRECISION.md)\n";
+    "  passes under mixed precision, as in training (docs/MIXED_PRECISION.md)\n"
+    "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/normalize run on the GPU\n"
+    "  --data-on-gpu           (CUDA) the test split uploaded once as uint8; batches gathered and transformed on the GPU\n";
 
 static const char *PREDICT_HELP =
     "usage: ctrain predict --model NAME|FILE --weights FILE.safetensors (--data NAME[:PATH] | --images FILE|DIR)\n"
@@ -26,7 +28,10 @@ static const char *PREDICT_HELP =
     "Prints one CSV line per sample: index, source, label, predicted class, its probability,\n"
     "then the probability of every class.\n"
     "  --batch-size N (64)  --input CxHxW|F  --classes N  --resize N  --device D  --threads N  --workers N\n"
-    "  --precision fp32|bf16|fp16 (fp32)  --opt-level O1|O2|O3 (O1 with a low precision)\n";
+    "  --precision fp32|bf16|fp16 (fp32)  --opt-level O1|O2|O3 (O1 with a low precision)\n"
+    "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/normalize run on the GPU\n"
+    "  --data-on-gpu           (CUDA) the data (or images) uploaded once as uint8; batches gathered and transformed\n"
+    "                          on the GPU\n";
 
 static int wants_help(int argc, char **argv, const char *help) {
   for (int i = 0; i < argc; i++)
@@ -48,6 +53,8 @@ static ct_status load_model(const cli_opts *o, const ct_dataset *ds, ct_device *
 
 int cmd_eval(int argc, char **argv) {
   if (wants_help(argc, argv, EVAL_HELP)) return 0;
+  int gpu_data_mode;
+  argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
   cli_opts o;
   int r = cli_parse(argc, argv, "eval", "model weights data batch-size input classes resize device threads workers seed metrics-json precision opt-level", &o);
   if (r) return r;
@@ -55,6 +62,8 @@ int cmd_eval(int argc, char **argv) {
     fprintf(stderr, "ctrain eval: --model, --weights and --data are required (see 'ctrain eval --help')\n");
     return CLI_EXIT_USAGE;
   }
+  /* The loader's mode; ct_evaluate attaches the device side to it. */
+  if ((r = cli_use_gpu_data("eval", gpu_data_mode, &o))) return r;
   if (o.threads) omp_set_num_threads(o.threads);
   ct_device *dev = NULL;
   ct_dataset *ds = NULL;
@@ -180,6 +189,8 @@ static ct_status images_dataset(const char *path, int want_c, ct_dataset **out, 
 
 int cmd_predict(int argc, char **argv) {
   if (wants_help(argc, argv, PREDICT_HELP)) return 0;
+  int gpu_data_mode;
+  argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
   cli_opts o;
   int r = cli_parse(argc, argv, "predict", "model weights data images batch-size input classes resize device threads workers seed precision opt-level", &o);
   if (r) return r;
@@ -187,6 +198,7 @@ int cmd_predict(int argc, char **argv) {
     fprintf(stderr, "ctrain predict: --model, --weights and exactly one of --data or --images are required\n");
     return CLI_EXIT_USAGE;
   }
+  if ((r = cli_use_gpu_data("predict", gpu_data_mode, &o))) return r;
   if (o.threads) omp_set_num_threads(o.threads);
   ct_device *dev = NULL;
   ct_dataset *ds = NULL;
@@ -213,6 +225,7 @@ int cmd_predict(int argc, char **argv) {
       ct_loader_options_default(&lo);
       lo.batch_size = o.batch_size;
       lo.workers = 0;
+      lo.mode = o.loader_mode;
       int dc, dh, dw;
       ct_dataset_shape(ds, &dc, &dh, &dw);
       if (dh != h || dw != w) lo.transform.resize_h = h, lo.transform.resize_w = w;

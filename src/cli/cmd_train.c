@@ -116,12 +116,11 @@ int cmd_train(int argc_in, char **argv_in) {
   /* --cudnn-benchmark is a backend switch, taken out before the shared
    * option parser sees the arguments. */
   char *argv_buf[256];
-  int gpu_transforms = 0, data_on_gpu = 0;
+  int gpu_data_mode;
+  argc_in = cli_take_gpu_data_flags(argc_in, argv_in, &gpu_data_mode);
   int argc = 0, cudnn_benchmark = 0, cuda_graph = 0;
   for (int i = 0; i < argc_in && argc < 255; i++) {
     if (!strcmp(argv_in[i], "--cudnn-benchmark")) cudnn_benchmark = 1;
-    else if (!strcmp(argv_in[i], "--gpu-transforms")) gpu_transforms = 1;
-    else if (!strcmp(argv_in[i], "--data-on-gpu")) data_on_gpu = 1;
     else if (!strcmp(argv_in[i], "--cuda-graph")) cuda_graph = 1;
     else argv_buf[argc++] = argv_in[i];
   }
@@ -140,15 +139,7 @@ int cmd_train(int argc_in, char **argv_in) {
   }
   if (o.restore_best && o.patience == 0 && o.epochs == 1) { /* harmless; keep going */
   }
-  if ((gpu_transforms || data_on_gpu) && strncmp(o.device, "cuda", 4) != 0) {
-    /* Refused before anything is loaded: the transform runs in a CUDA kernel. */
-    fprintf(stderr, "ctrain train: %s needs --device cuda (the transforms run in a CUDA kernel); device is '%s'\n",
-            data_on_gpu ? "--data-on-gpu" : "--gpu-transforms", o.device);
-    return CLI_EXIT_USAGE;
-  }
-  /* --data-on-gpu: the loader only orders indices; --gpu-transforms: it
-   * hands over the stored uint8 images untransformed. */
-  o.loader_mode = data_on_gpu ? CT_LOADER_INDICES : gpu_transforms ? CT_LOADER_RAW_U8 : CT_LOADER_FLOAT;
+  if ((r = cli_use_gpu_data("train", gpu_data_mode, &o))) return r;
   if (o.threads) omp_set_num_threads(o.threads);
   ct_device *dev = NULL;
   ct_dataset *dtr = NULL, *dte = NULL;

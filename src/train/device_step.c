@@ -170,6 +170,12 @@ ct_status ct_device_train_step(ct_model *m, ct_device *dev, ct_optimizer *opt, c
   return CT_OK;
 }
 
+ct_status ct_device_forward_batch(ct_model *m, ct_device *dev, const ct_batch *b, const ct_tensor **out) {
+  ct_tensor x, y;
+  CT_TRY(stage(m, dev, b, 0, 0, &x, &y));
+  return ct_model_forward(m, &x, 0, 0, out);
+}
+
 ct_status ct_device_eval_batch(ct_model *m, ct_device *dev, const ct_batch *b, ct_loss_kind loss,
                                float label_smoothing, const ct_tensor **out, double *lv, int64_t *top1,
                                int64_t *top5) {

@@ -33,6 +33,12 @@ ct_status ct_device_train_step(ct_model *m, ct_device *dev, ct_optimizer *opt, c
                                float label_smoothing, double clip, uint32_t step, ct_grad_scaler *gs, double *lv,
                                int64_t *top1, int64_t *top5, int *skipped);
 
+/* Stages batch b (f32, or raw uint8 / indices through its ct_gpu_data)
+ * into the model's first staging slot and runs the forward in eval mode;
+ * *out is the device output, valid until the next forward. Nothing is read
+ * back; the labels are staged but nothing reads them (predict). */
+ct_status ct_device_forward_batch(ct_model *m, ct_device *dev, const ct_batch *b, const ct_tensor **out);
+
 /* Forward in eval mode, loss and top-1/top-5 on the device, one read-back. */
 ct_status ct_device_eval_batch(ct_model *m, ct_device *dev, const ct_batch *b, ct_loss_kind loss,
                                float label_smoothing, const ct_tensor **out, double *lv, int64_t *top1,

@@ -24,6 +24,7 @@
 #include "ctrain/progress.h"
 #include "ctrain/tensorboard.h"
 #include "backend/backend.h"
+#include "data/gpu_data.h"
 #include "nn/device_state.h"
 #include "train/device_step.h"
 #include "train/metrics.h"
@@ -63,23 +64,60 @@ static ct_tensor model_input(const ct_model *m, const ct_tensor *x) {
   return v;
 }
 
+/* A loader in a GPU data mode (CT_LOADER_RAW_U8, CT_LOADER_INDICES) hands
+ * out untransformed batches that the device step stages through the
+ * ct_gpu_data attached to the loader (ctrain train attaches one per split
+ * before fit). When the caller attached none, evaluate and predict attach
+ * one for their pass, so the public loader modes work on their own. b is
+ * the pass's first batch: delivered before the attachment, it gets the
+ * pointer by hand (the loader stamps every later one). */
+static ct_status gpu_pass_begin(ct_model *m, ct_device *dev, ct_loader *l, ct_batch *b, const char *what,
+                                ct_gpu_data **tmp) {
+  *tmp = NULL;
+  if (ct_loader_get_options(l)->mode == CT_LOADER_FLOAT) return CT_OK;
+  if (!b->device_data) {
+    CT_TRY(ct_gpu_data_create(dev, l, what, tmp));
+    b->device_data = *tmp;
+  }
+  if (!ct_model_step_stats(m))
+    return ct_error(CT_ERR_INVALID_ARG,
+                    "%s: the loader delivers %s, whose transform runs on the device, but model '%s' is not resident "
+                    "on %s; prepare the model on a CUDA device or use a CT_LOADER_FLOAT loader",
+                    what,
+                    ct_loader_get_options(l)->mode == CT_LOADER_RAW_U8 ? "raw uint8 batches (CT_LOADER_RAW_U8)"
+                                                                       : "indices only (CT_LOADER_INDICES)",
+                    ct_model_name(m), ct_device_name(dev));
+  return CT_OK;
+}
+
+/* Detaches and frees what gpu_pass_begin attached (NULL: nothing). */
+static void gpu_pass_end(ct_loader *l, ct_gpu_data *tmp) {
+  if (!tmp) return;
+  ct_loader_set_device_data(l, NULL);
+  ct_gpu_data_destroy(tmp);
+}
+
 ct_status ct_evaluate(ct_model *m, ct_device *dev, ct_loader *l, ct_loss_kind loss, float ls, ct_eval_result *res) {
   memset(res, 0, sizeof *res);
   double t0 = now_s(), loss_sum = 0;
   int64_t top1 = 0, top5 = 0, n = 0, k = ct_model_output_size(m);
   CT_TRY(ct_loader_start_epoch(l, 0, 0));
-  for (;;) {
+  ct_gpu_data *tmp = NULL;
+  ct_status s = CT_OK;
+  for (int first = 1; s == CT_OK; first = 0) {
     ct_batch *b;
-    CT_TRY(ct_loader_next(l, &b));
-    if (!b) break;
+    s = ct_loader_next(l, &b);
+    if (s != CT_OK || !b) break;
+    if (first) s = gpu_pass_begin(m, dev, l, b, "evaluation", &tmp);
     const ct_tensor *out;
     double lv = 0;
-    ct_status s = CT_OK;
-    if (ct_model_step_stats(m)) {
-      /* Resident on a device: loss and hits computed there, one read-back. */
+    if (s == CT_OK && ct_model_step_stats(m)) {
+      /* Resident on a device: loss and hits computed there, one read-back;
+       * raw or index batches are transformed there first (fit's
+       * validation pass runs this same call). */
       s = ct_device_eval_batch(m, dev, b, loss, ls, &out, &lv, &top1, &top5);
       if (s == CT_OK) loss_sum += lv * (double)b->n, n += b->n;
-    } else {
+    } else if (s == CT_OK) {
       ct_tensor x = model_input(m, &b->x);
       s = ct_model_forward(m, &x, 0, 0, &out);
       if (s == CT_OK) s = ct_loss_forward(dev, loss, out, &b->y, ls, &lv);
@@ -90,8 +128,9 @@ ct_status ct_evaluate(ct_model *m, ct_device *dev, ct_loader *l, ct_loss_kind lo
       }
     }
     ct_loader_release(l, b);
-    if (s != CT_OK) return s;
   }
+  gpu_pass_end(l, tmp);
+  if (s != CT_OK) return s;
   res->samples = n;
   res->loss = n ? loss_sum / (double)n : NAN;
   res->accuracy = n ? (double)top1 / (double)n : 0;
@@ -104,22 +143,31 @@ ct_status ct_predict(ct_model *m, ct_device *dev, ct_loader *l, ct_predict_fn fn
   int64_t k = ct_model_output_size(m), idx = 0;
   float *probs = NULL;
   int64_t cap = 0;
+  ct_gpu_data *tmp = NULL;
   ct_status s = ct_loader_start_epoch(l, 0, 0);
-  while (s == CT_OK) {
+  for (int first = 1; s == CT_OK; first = 0) {
     ct_batch *b;
     s = ct_loader_next(l, &b);
     if (s != CT_OK || !b) break;
+    if (first) s = gpu_pass_begin(m, dev, l, b, "prediction", &tmp);
     const ct_tensor *out;
-    ct_tensor x = model_input(m, &b->x);
-    s = ct_model_forward(m, &x, 0, 0, &out);
+    int resident = ct_model_step_stats(m) != NULL;
+    if (s == CT_OK && resident) {
+      /* The batch is staged into the model's block (and transformed there
+       * in the GPU data modes): the kernels never read host memory. */
+      s = ct_device_forward_batch(m, dev, b, &out);
+    } else if (s == CT_OK) {
+      ct_tensor x = model_input(m, &b->x);
+      s = ct_model_forward(m, &x, 0, 0, &out);
+    }
     if (s == CT_OK && b->n * k > cap) {
       float *np = realloc(probs, (size_t)(b->n * k) * sizeof(float));
       if (!np) s = ct_error(CT_ERR_OUT_OF_MEMORY, "predict: out of host memory");
       else probs = np, cap = b->n * k;
     }
-    if (s == CT_OK && ct_model_step_stats(m)) {
-      /* Resident: softmax on the device in place over the output (valid
-       * until the next forward), then one copy to the host. */
+    if (s == CT_OK && resident) {
+      /* Softmax on the device in place over the output (valid until the
+       * next forward), then one copy to the host. */
       ct_tensor o = *out;
       s = ct_device_backend(dev)->softmax_fwd(dev, 0, out, &o);
       if (s == CT_OK) s = ct_device_copy(NULL, probs, dev, o.data, (size_t)(b->n * k) * sizeof(float));
@@ -127,9 +175,11 @@ ct_status ct_predict(ct_model *m, ct_device *dev, ct_loader *l, ct_predict_fn fn
       ct_tensor p = ct_tensor_2d(probs, CT_F32, b->n, k);
       s = ct_device_backend(dev)->softmax_fwd(dev, 0, out, &p);
     }
+    /* The labels stay on the host in every loader mode. */
     for (int64_t i = 0; s == CT_OK && i < b->n; i++) s = fn(ctx, idx++, probs + i * k, k, ((int64_t *)b->y.data)[i]);
     ct_loader_release(l, b);
   }
+  gpu_pass_end(l, tmp);
   free(probs);
   return s;
 }
