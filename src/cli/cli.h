@@ -28,6 +28,8 @@ typedef struct cli_opts {
   double lr, momentum, weight_decay, clip, label_smoothing, min_delta, warmup;
   int have_lr, have_momentum, have_wd;
   int in_c, in_h, in_w;
+  /* --memory-format (--channels-last sets "channels-last"); NULL = auto. */
+  const char *memory_format;
   /* Mixed precision: --precision, --opt-level, --loss-scale, --loss-scale-init. */
   const char *precision, *opt_level, *loss_scale;
   double loss_scale_init;

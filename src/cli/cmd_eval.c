@@ -19,6 +19,7 @@ static const char *EVAL_HELP =
     "  --seed N  --metrics-json FILE\n"
     "  --precision fp32|bf16|fp16 (fp32)  --opt-level O1|O2|O3 (O1 with a low precision): run the forward\n"
     "  passes under mixed precision, as in training (docs/MIXED_PRECISION.md)\n"
+    "  --memory-format auto|contiguous|channels-last (auto)  activation layout; --channels-last for short\n"
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/normalize run on the GPU\n"
     "  --data-on-gpu           (CUDA) the test split uploaded once as uint8; batches gathered and transformed on the GPU\n";
 
@@ -29,6 +30,7 @@ static const char *PREDICT_HELP =
     "then the probability of every class.\n"
     "  --batch-size N (64)  --input CxHxW|F  --classes N  --resize N  --device D  --threads N  --workers N\n"
     "  --precision fp32|bf16|fp16 (fp32)  --opt-level O1|O2|O3 (O1 with a low precision)\n"
+    "  --memory-format auto|contiguous|channels-last (auto)  activation layout; --channels-last for short\n"
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/normalize run on the GPU\n"
     "  --data-on-gpu           (CUDA) the data (or images) uploaded once as uint8; batches gathered and transformed\n"
     "                          on the GPU\n";
@@ -56,7 +58,7 @@ int cmd_eval(int argc, char **argv) {
   int gpu_data_mode;
   argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
   cli_opts o;
-  int r = cli_parse(argc, argv, "eval", "model weights data batch-size input classes resize device threads workers seed metrics-json precision opt-level", &o);
+  int r = cli_parse(argc, argv, "eval", "model weights data batch-size input classes resize device threads workers seed metrics-json precision opt-level memory-format channels-last", &o);
   if (r) return r;
   if (!o.model || !o.weights || !o.data) {
     fprintf(stderr, "ctrain eval: --model, --weights and --data are required (see 'ctrain eval --help')\n");
@@ -192,7 +194,7 @@ int cmd_predict(int argc, char **argv) {
   int gpu_data_mode;
   argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
   cli_opts o;
-  int r = cli_parse(argc, argv, "predict", "model weights data images batch-size input classes resize device threads workers seed precision opt-level", &o);
+  int r = cli_parse(argc, argv, "predict", "model weights data images batch-size input classes resize device threads workers seed precision opt-level memory-format channels-last", &o);
   if (r) return r;
   if (!o.model || !o.weights || (!o.data == !o.images)) {
     fprintf(stderr, "ctrain predict: --model, --weights and exactly one of --data or --images are required\n");

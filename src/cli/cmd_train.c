@@ -36,6 +36,8 @@ static const char *HELP =
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/crop/flip/normalize run on the GPU\n"
     "  --data-on-gpu           (CUDA) both splits uploaded once as uint8; batches gathered and transformed on the GPU\n"
     "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
+    "  --memory-format auto|contiguous|channels-last (auto: nChw16c on an AVX-512 cpu, NHWC on cuda)\n"
+    "                          activation layout between layers, PyTorch's memory_format; --channels-last for short\n"
     "  --seed N (0)            --no-shuffle (file order, contiguous batches)\n"
     "  --init FILE.safetensors initial weights   --save FILE.safetensors final weights\n"
     "  --checkpoint-dir DIR    per-epoch checkpoints, last, best     --keep-last N (3)   --resume\n"
@@ -51,7 +53,7 @@ static const char *FLAGS =
     "model data epochs batch-size max-steps optimizer lr momentum weight-decay scheduler lr-factor lr-patience step-size clip-grad-norm "
     "label-smoothing input classes resize augment device threads workers seed no-shuffle init save checkpoint-dir "
     "keep-last resume monitor patience min-delta restore-best log-dir metrics-json precision opt-level loss-scale "
-    "loss-scale-init";
+    "loss-scale-init memory-format channels-last";
 
 static void settings_text(const cli_opts *o, char *buf, size_t n, int with_epochs) {
   snprintf(buf, n,

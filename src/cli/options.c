@@ -106,11 +106,12 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     memcpy(name, a + 2, n);
     name[n] = 0;
     if (!has_word(allowed, name)) return usage_err(cmd, "unknown flag '--%s'%s", name, "");
-    static const char *booleans = "resume no-shuffle restore-best";
+    static const char *booleans = "resume no-shuffle restore-best channels-last";
     if (has_word(booleans, name)) {
       if (eq) return usage_err(cmd, "--%s takes no value%s", name, "");
       if (!strcmp(name, "resume")) o->resume = 1;
       else if (!strcmp(name, "no-shuffle")) o->no_shuffle = 1;
+      else if (!strcmp(name, "channels-last")) o->memory_format = "channels-last";
       else o->restore_best = 1;
       continue;
     }
@@ -170,6 +171,12 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     else if (!strcmp(name, "min-delta")) r = parse_f64(cmd, name, val, 0, 1e12, &o->min_delta);
     else if (!strcmp(name, "warmup")) r = parse_f64(cmd, name, val, 0, 1e9, &o->warmup);
     else if (!strcmp(name, "precision")) o->precision = val;
+    else if (!strcmp(name, "memory-format")) {
+      ct_memory_format f;
+      if (ct_memory_format_parse(val, &f) != CT_OK)
+        return usage_err(cmd, "--memory-format expects auto, contiguous or channels-last, got '%s'%s", val, "");
+      o->memory_format = val;
+    }
     else if (!strcmp(name, "opt-level")) o->opt_level = val;
     else if (!strcmp(name, "loss-scale")) o->loss_scale = val;
     else if (!strcmp(name, "loss-scale-init")) {

@@ -56,6 +56,14 @@ ct_status cli_open_model(const cli_opts *o, const ct_dataset *ds, ct_model **m) 
   if (o->in_c) mo.in_channels = o->in_c, mo.height = o->in_h, mo.width = o->in_w;
   if (o->classes) mo.num_classes = o->classes;
   CT_TRY(ct_model_create(o->model, &mo, m));
+  ct_memory_format f = CT_MEMORY_FORMAT_AUTO;
+  ct_status fs = o->memory_format ? ct_memory_format_parse(o->memory_format, &f) : CT_OK;
+  if (fs == CT_OK) fs = ct_model_set_memory_format(*m, f);
+  if (fs != CT_OK) {
+    ct_model_destroy(*m);
+    *m = NULL;
+    return fs;
+  }
   if (!ds) return CT_OK;
   /* Refuse a mismatch up front rather than at the first step. */
   int dc, dh, dw, c, h, w;
