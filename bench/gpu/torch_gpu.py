@@ -10,8 +10,18 @@ mode runs eager with channels_last + cudnn.benchmark, and --compile wraps the
 model in torch.compile. Training step = forward, cross entropy, backward,
 SGD momentum 0.9 step, on synthetic data resident on the GPU (the input
 pipeline is not measured, as on the ctrain side).
+
+`tta` (time to accuracy): ctrain's zoo `cnn` on Fashion-MNIST read from the
+IDX .gz files of --data, ctrain's `train --model cnn --data fashion-mnist:DIR
+--epochs 15 --batch-size 128 --optimizer adam --lr 0.001` recipe, and
+  RESULT workload=cnn_fmnist_tta mode=fp32 tta_s=<s|-> epoch=<n> acc=<a> ...
+where tta_s is the summed training seconds of the epochs up to the first
+with test accuracy >= --target (0.91), "-" when not reached; epoch is that
+epoch (or the number run) and acc the test accuracy there (or the best).
+Runs on --device cpu too (the only mode that does).
 """
 import argparse
+import gzip
 import os
 import sys
 import time
@@ -125,23 +135,176 @@ def linreg(a):
     print(f"RESULT workload=linreg mode=fp32 cpu_s={res['cpu']:.4f} gpu_s={res['cuda']:.4f} img_s=0 peak_bytes=0")
 
 
+def read_idx_gz(path, magic):
+    """One IDX file (.gz or plain, as ctrain's idx.c accepts): big-endian
+    u32 magic, u32 dims, then uint8 data. A uint8 CPU tensor; no numpy,
+    which PyTorch 2.x wheels do not pull in."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    m = int.from_bytes(raw[0:4], "big")
+    if m != magic:
+        raise ValueError(f"{path}: magic {m}, expected {magic}")
+    nd = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+    count = 1
+    for v in dims:
+        count *= v
+    if len(raw) - (4 + 4 * nd) != count:
+        raise ValueError(f"{path}: {len(raw) - (4 + 4 * nd)} bytes of data, header says {dims}")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8, offset=4 + 4 * nd).reshape(dims)
+
+
+def load_fmnist(d, split):
+    """Split "train" or "t10k" of the IDX files in d as (uint8 N x 28 x 28,
+    int64 N); the .gz file first, then the plain one, like ctrain."""
+    def find(kind):
+        for z in (".gz", ""):
+            p = os.path.join(d, f"{split}-{kind}{z}")
+            if os.path.exists(p):
+                return p
+        raise FileNotFoundError(f"{d}: no {split}-{kind}[.gz]")
+    x = read_idx_gz(find("images-idx3-ubyte"), 2051)
+    y = read_idx_gz(find("labels-idx1-ubyte"), 2049)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"{d}: {x.shape[0]} {split} images but {y.shape[0]} labels")
+    return x, y.long()
+
+
+def tta(a):
+    """Time to --target test accuracy for ctrain's zoo cnn on Fashion-MNIST."""
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        # Strict fp32 as ctrain's fp32 row (ctrain uses TF32 only under
+        # CTRAIN_CUDA_TF32=1; PyTorch 2.x allows it in cuDNN convs by
+        # default). cudnn.benchmark stays at PyTorch's default (off), as
+        # ctrain's run has no --cudnn-benchmark.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(a.seed)
+    # ctrain's fashion-mnist loader: ToFloat (/255) and nothing else (no
+    # mean/std normalisation; ct_transform_default, src/cli/setup.c sets no
+    # normalize), 1x28x28, labels 0..9. The whole of both splits is put
+    # on the device once, as float: the fair equivalent of a loader that
+    # never makes the GPU wait (ctrain's side uses its host loader).
+    def to_dev(split):
+        x, y = load_fmnist(a.data, split)
+        xt = x.to(dev).float().div_(255.0).unsqueeze(1)
+        return xt.contiguous(), y.to(dev)
+    try:
+        xtr, ytr = to_dev("train")
+        xte, yte = to_dev("t10k")
+    except (OSError, ValueError) as e:
+        print(f"torch_gpu.py tta: {e} (give the Fashion-MNIST IDX folder as --data DIR)", file=sys.stderr)
+        sys.exit(1)
+    # The PyTorch twin of src/nn/models/zoo.c's build_cnn (same layers and
+    # PyTorch's default init, which ctrain's init.c reproduces).
+    model = ctrain_models.CnnModel(1, 10).to(dev)
+    params = sum(p.numel() for p in model.parameters())
+    # ctrain's Adam defaults = torch.optim.Adam's: betas (0.9, 0.999),
+    # eps 1e-8, weight_decay 0, no amsgrad (src/optim/optimizer.c).
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    lossf = nn.CrossEntropyLoss()
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(a.seed)
+    n, b = xtr.shape[0], a.batch
+    print(f"tta: cnn ({params} parameters) on Fashion-MNIST {a.data}: {n} train / {xte.shape[0]} test images, "
+          f"/255 only, batch {b} (last partial batch kept, as ctrain), Adam lr {a.lr}, up to {a.epochs} epochs, "
+          f"device {dev}; data resident on the device as tensors (a loader that costs nothing)", flush=True)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def evaluate():
+        model.eval()
+        correct = torch.zeros((), dtype=torch.int64, device=dev)
+        with torch.no_grad():
+            for i in range(0, xte.shape[0], 1000):
+                correct += (model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum()
+        return correct.item() / xte.shape[0]
+
+    total = 0.0
+    hit = None
+    best = (0.0, 0)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for ep in range(1, a.epochs + 1):
+        # Shuffled order before the clock starts, as ctrain builds its
+        # epoch order in ct_loader_start_epoch before taking t0.
+        perm = torch.randperm(n, generator=gen, device=dev)
+        model.train()
+        loss_sum = torch.zeros((), device=dev)
+        correct = torch.zeros((), dtype=torch.int64, device=dev)
+        sync()
+        # The same span as ctrain's history.csv `seconds` (src/train/
+        # trainer.c, fit): the epoch's training steps only, from the first
+        # batch until the last step has finished (ctrain drains its device
+        # queue before stopping the clock); evaluation on the test split,
+        # history and checkpoint writing are outside it. Loss and accuracy
+        # are summed on the device so no step waits for a read-back.
+        t0 = time.perf_counter()
+        for i in range(0, n, b):
+            idx = perm[i:i + b]
+            x, y = xtr[idx], ytr[idx]
+            opt.zero_grad(set_to_none=True)
+            out = model(x)
+            loss = lossf(out, y)
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach() * y.shape[0]
+            correct += (out.detach().argmax(1) == y).sum()
+        sync()
+        dt = time.perf_counter() - t0
+        total += dt
+        acc = evaluate()
+        if acc > best[0]:
+            best = (acc, ep)
+        print(f"epoch {ep}: loss {loss_sum.item() / n:.4f} accuracy {correct.item() / n:.4f} "
+              f"test_accuracy {acc:.4f} seconds {dt:.2f} cumulative {total:.2f}", flush=True)
+        if acc >= a.target:
+            hit = (total, ep, acc)
+            break
+    peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0
+    if hit:
+        print(f"RESULT workload=cnn_fmnist_tta mode=fp32 device={dev.type} tta_s={hit[0]:.2f} epoch={hit[1]} "
+              f"acc={hit[2]:.4f} target={a.target} params={params} peak_bytes={peak}")
+    else:
+        print(f"RESULT workload=cnn_fmnist_tta mode=fp32 device={dev.type} tta_s=- epoch={ep} acc={best[0]:.4f} "
+              f"best_epoch={best[1]} target={a.target} params={params} train_s={total:.2f} peak_bytes={peak}")
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("workload", choices=["train", "matmul", "linreg"])
+    p.add_argument("workload", choices=["train", "matmul", "linreg", "tta"])
     p.add_argument("--model", default="alexnet")
     p.add_argument("--input", default="3x227x227")
     p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--batch", "--batch-size", type=int, default=None,
+                   help="batch size (train: 256, tta: 128)")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--mode", default="fp32", choices=["fp32", "amp_fp16", "amp_bf16"])
     p.add_argument("--tf32", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="tta only")
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="tta: folder of the IDX files")
+    p.add_argument("--epochs", type=int, default=15, help="tta")
+    p.add_argument("--seed", type=int, default=0, help="tta")
+    p.add_argument("--lr", type=float, default=1e-3, help="tta: Adam learning rate")
+    p.add_argument("--target", type=float, default=0.91, help="tta: test accuracy to reach")
     a = p.parse_args()
+    if a.batch is None:
+        a.batch = 128 if a.workload == "tta" else 256
+    if a.workload == "tta" and a.epochs < 1:
+        p.error("--epochs must be >= 1")
+    if a.workload == "tta" and a.device == "cpu":
+        tta(a)
+        return
     if not torch.cuda.is_available():
         print("torch_gpu.py: no CUDA device visible to PyTorch", file=sys.stderr)
         sys.exit(77)
-    {"train": train_speed, "matmul": matmul, "linreg": linreg}[a.workload](a)
+    {"train": train_speed, "matmul": matmul, "linreg": linreg, "tta": tta}[a.workload](a)
 
 
 if __name__ == "__main__":
