@@ -123,7 +123,42 @@ __global__ void k_bias_act(void *y, int yt, int64_t n, const void *b, int bt, in
   }
 }
 
-/* One block per channel. */
+/* Column sums of a row-major [rows][C] matrix (an NHWC gradient, a linear
+ * layer's dy): a block of 32x8 threads takes 32 adjacent columns, so a
+ * warp reads 32 consecutive elements of a row, and grid.y slices the rows.
+ * part[y][c] gets slice y's sum in double; k_col_finish adds the slices in
+ * order, so the result does not depend on scheduling. (One block per
+ * channel, as below, would read with a stride of C and run C blocks:
+ * AlexNet's first conv has 64 channels over 774k rows at batch 256.) */
+#define COL_W 32
+#define COL_H 8
+__global__ void k_col_partials(const void *x, int xt, int64_t rows, int64_t C, double *part) {
+  __shared__ double sh[COL_H][COL_W + 1];
+  const int64_t c = (int64_t)blockIdx.x * COL_W + threadIdx.x;
+  double s = 0;
+  if (c < C)
+    for (int64_t r = (int64_t)blockIdx.y * COL_H + threadIdx.y; r < rows; r += (int64_t)COL_H * gridDim.y)
+      s += ct_ld(x, xt, r * C + c);
+  sh[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    double t = 0;
+    for (int k = 0; k < COL_H; k++) t += sh[k][threadIdx.x];
+    part[(int64_t)blockIdx.y * C + c] = t;
+  }
+}
+
+__global__ void k_col_finish(const double *part, int slices, int64_t C, void *out, int ot, float beta) {
+  CT_GRID_STRIDE(c, C) {
+    double s = 0;
+    for (int k = 0; k < slices; k++) s += part[(int64_t)k * C + c];
+    double v = beta != 0.f ? (double)beta * ct_ld(out, ot, c) + s : s;
+    ct_st(out, ot, c, (float)v);
+  }
+}
+
+/* One block per channel: [outer][C][inner] with inner > 1 (NCHW), each
+ * block's reads contiguous along inner. */
 __global__ void k_channel_sum(const void *x, int xt, int64_t outer, int64_t channels, int64_t inner, void *out,
                               int ot, float beta) {
   __shared__ double sh[CT_THREADS / 32];
@@ -278,6 +313,25 @@ extern "C" ct_status cuda_channel_sum(ct_device *d, const void *x, ct_dtype xt, 
   if (channels < 1) return CT_OK;
   if (channels > 0x7fffffff)
     return ct_error(CT_ERR_UNSUPPORTED, "cuda channel_sum: %lld channels exceed the grid", (long long)channels);
+  if (inner == 1 && outer > 0) {
+    /* About 64 rows per thread, at most 128 slices (a grid of C/32 x 128
+     * blocks fills the GPU; the finishing pass reads 128 doubles per
+     * channel). */
+    int64_t sl = outer / (COL_H * 64);
+    const unsigned slices = (unsigned)(sl < 1 ? 1 : sl > 128 ? 128 : sl);
+    const int64_t gx = (channels + COL_W - 1) / COL_W;
+    if (gx > 0x7fffffff)
+      return ct_error(CT_ERR_UNSUPPORTED, "cuda channel_sum: %lld channels exceed the grid", (long long)channels);
+    void *scr;
+    CT_TRY(cuda_scratch(d, (size_t)slices * (size_t)channels * sizeof(double), &scr));
+    k_col_partials<<<dim3((unsigned)gx, slices), dim3(COL_W, COL_H), 0, STREAM(d)>>>(x, xt, outer, channels,
+                                                                                    (double *)scr);
+    CUDA_LAUNCHED("channel_sum partials");
+    k_col_finish<<<ct_blocks(channels), CT_THREADS, 0, STREAM(d)>>>((const double *)scr, (int)slices, channels, out,
+                                                                     ot, beta);
+    CUDA_LAUNCHED("channel_sum finish");
+    return CT_OK;
+  }
   k_channel_sum<<<(unsigned)channels, CT_THREADS, 0, STREAM(d)>>>(x, xt, outer, channels, inner, out, ot, beta);
   CUDA_LAUNCHED("channel_sum");
   return CT_OK;

@@ -40,8 +40,10 @@ static ct_status events(ct_device *d, int slot, cudaEvent_t *out) {
   if (!cd->step_events) {
     struct cuda_step_events *se = calloc(1, sizeof *se);
     if (!se) return ct_error(CT_ERR_OUT_OF_MEMORY, "cuda %s: out of host memory for step events", d->name);
+    /* Blocking sync: the host waits on these for a whole step's lag, and a
+     * spinning wait would take a core from the loader's threads. */
     for (int i = 0; i < STEP_EVENTS; i++) {
-      cudaError_t e = cudaEventCreateWithFlags(&se->ev[i], cudaEventDisableTiming);
+      cudaError_t e = cudaEventCreateWithFlags(&se->ev[i], cudaEventDisableTiming | cudaEventBlockingSync);
       if (e != cudaSuccess) {
         for (int j = 0; j < i; j++) (void)cudaEventDestroy(se->ev[j]);
         free(se);
