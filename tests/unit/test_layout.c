@@ -136,6 +136,22 @@ static const char *model_text =
     "flatten\n"
     "linear 128 10\n";
 
+/* Average pools (2x2, and 3x3 stride 2 padded, which counts the padding)
+ * between convolutions and a batch norm: oneDNN's average pooling on
+ * blocked and NHWC tensors, forward and backward. */
+static const char *avg_model_text =
+    "input 3x20x20\n"
+    "conv2d 3 16 3 padding=1\n"
+    "relu\n"
+    "avgpool2d 2\n"
+    "conv2d 16 32 3 padding=1\n"
+    "batchnorm2d 32\n"
+    "relu\n"
+    "avgpool2d 3 stride=2 padding=1\n"
+    "conv2d 32 8 1\n"
+    "flatten\n"
+    "linear 200 10\n";
+
 int main(void) {
   ct_device *dev;
   CHECK_OK(ct_device_open("cpu", &dev));
@@ -144,6 +160,11 @@ int main(void) {
   CHECK(fd >= 0);
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (f) fputs(model_text, f), fclose(f);
+  char apath[] = "/tmp/ctrain_layout_avg_XXXXXX.txt";
+  int afd = mkstemps(apath, 4);
+  CHECK(afd >= 0);
+  FILE *af = afd >= 0 ? fdopen(afd, "w") : NULL;
+  if (af) fputs(avg_model_text, af), fclose(af);
   /* Each case runs for `auto` (C16) and `channels-last` (NHWC). Batch
    * norms (f32 and bf16) and residual adds take either layout. */
   for (int k = 0; k < 2; k++) {
@@ -160,7 +181,10 @@ int main(void) {
     compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_BF16, f, 40, 0);
     compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, f, 6, 1);
     compare(dev, path, 3, 20, 20, 4, CT_PRECISION_BF16, f, 6, 1);
+    compare(dev, apath, 3, 20, 20, 4, CT_PRECISION_FP32, f, 7, 0);
+    compare(dev, apath, 3, 20, 20, 4, CT_PRECISION_BF16, f, 7, 0);
   }
+  remove(apath);
   remove(path);
   ct_device_close(dev);
   /* The reference device never lays out (its kernels read NCHW only). */
