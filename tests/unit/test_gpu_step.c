@@ -2,7 +2,9 @@
  * with the scale read from the device's scaler against the host-scale
  * backward, the lagged pipeline against the synchronous step (identical
  * weights), N steps replayed from a CUDA graph against N eager steps
- * (identical weights), the same for cnn (dropout: the mask step read from
+ * (identical weights; for both, when a second synchronous run shows
+ * non-deterministic cuDNN algorithms, as close as that control), the same
+ * for cnn (dropout: the mask step read from
  * device memory under the graph, two graphs for the two staging slots;
  * synchronous = kernel-argument step, lagged eager, lag 2, graph), and the
  * dropout kernels with the step from device memory against the key's step
@@ -77,7 +79,7 @@ enum { B = 32, STEPS = 6 };
 /* A resident model trained STEPS steps through the pipeline (mode 1:
  * eager, 2: graph, 3: eager with lag 2) or through ct_device_train_step
  * (mode 0, sync); returns its parameters. */
-static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out, const char **note) {
+static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out, const char **note, float **init_out) {
   ct_model_options mo = {1, 28, 28, 10, 3};
   ct_model *m;
   CHECK_OK(ct_model_create(model, &mo, &m));
@@ -146,24 +148,65 @@ static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out
   float *p = malloc(np * 4);
   CHECK_OK(ct_device_copy(NULL, p, gpu, ct_model_params(m, NULL), np * 4));
   CHECK_MSG(memcmp(p, p_init, np * 4) != 0, "%s mode %d: the weights did not change", model, mode);
-  free(p_init);
+  if (init_out)
+    *init_out = p_init;
+  else
+    free(p_init);
   *np_out = (int64_t)np;
   ct_optimizer_destroy(o);
   ct_model_destroy(m);
   return p;
 }
 
+/* Share of the n weights where run b differs from run a by more than
+ * 1e-2 of the largest update a made. */
+static double share_off(const float *a, const float *b, const float *init, int64_t n) {
+  double mu = 0;
+  for (int64_t i = 0; i < n; i++) mu = fmax(mu, fabs((double)a[i] - init[i]));
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; i++) off += !(fabs((double)a[i] - b[i]) <= 1e-2 * mu);
+  return (double)off / (double)n;
+}
+
+/* The modes run the same kernels on the same data, so their weights are
+ * bitwise equal when every kernel is deterministic. cuDNN may pick
+ * algorithms that add with atomics (backward filter/data ALGO_0 and
+ * ALGO_3) for cnn's convolutions, which makes two identical runs differ
+ * in the last bits, and Adam amplifies that where a gradient cancels. A
+ * second synchronous run is the control: bitwise equal -> every mode must
+ * be bitwise equal; not -> each mode may be as far from the synchronous
+ * run as the control is (elements off by more than 1e-2 of the largest
+ * update: at most 1%, or 3x the control's share), while a wrong row of
+ * Adam's arguments, a skipped or repeated step, a stale batch or another
+ * dropout mask moves nearly every weight. */
 static void test_pipeline_and_graph(ct_device *gpu, const char *model) {
-  int64_t n0, n1, n2, n3;
+  int64_t n0, n0b, n1, n2, n3;
   const char *note = NULL;
-  float *p0 = train(gpu, model, 0, &n0, &note), *p1 = train(gpu, model, 1, &n1, &note);
-  float *p2 = train(gpu, model, 2, &n2, &note), *p3 = train(gpu, model, 3, &n3, &note);
-  CHECK(n0 == n1 && n1 == n2 && n2 == n3);
-  CHECK_MSG(!memcmp(p0, p1, (size_t)n0 * 4), "%s: lagged pipeline weights differ from the synchronous step's", model);
-  CHECK_MSG(!memcmp(p0, p2, (size_t)n0 * 4), "%s: graph-replayed weights differ from the eager steps'", model);
-  CHECK_MSG(!memcmp(p0, p3, (size_t)n0 * 4), "%s: lag 2 (staging waits) weights differ from the synchronous step's",
-            model);
-  free(p0), free(p1), free(p2), free(p3);
+  float *init = NULL;
+  float *p0 = train(gpu, model, 0, &n0, &note, &init), *p0b = train(gpu, model, 0, &n0b, &note, NULL);
+  float *p1 = train(gpu, model, 1, &n1, &note, NULL);
+  float *p2 = train(gpu, model, 2, &n2, &note, NULL), *p3 = train(gpu, model, 3, &n3, &note, NULL);
+  CHECK(n0 == n0b && n0 == n1 && n1 == n2 && n2 == n3);
+  if (!memcmp(p0, p0b, (size_t)n0 * 4)) {
+    CHECK_MSG(!memcmp(p0, p1, (size_t)n0 * 4), "%s: lagged pipeline weights differ from the synchronous step's", model);
+    CHECK_MSG(!memcmp(p0, p2, (size_t)n0 * 4), "%s: graph-replayed weights differ from the eager steps'", model);
+    CHECK_MSG(!memcmp(p0, p3, (size_t)n0 * 4), "%s: lag 2 (staging waits) weights differ from the synchronous step's",
+              model);
+  } else {
+    double ctl = share_off(p0, p0b, init, n0), lim = fmax(0.01, 3 * ctl);
+    printf("%s: two synchronous runs differ (non-deterministic kernels, %.3g%% of the weights beyond 1e-2 of the "
+           "largest update); comparing the modes at that level\n",
+           model, 100 * ctl);
+    CHECK_MSG(ctl <= 0.2, "%s: two identical synchronous runs differ at %.3g%% of the weights", model, 100 * ctl);
+    const float *pm[3] = {p1, p2, p3};
+    const char *what[3] = {"lagged pipeline", "graph-replayed", "lag 2 (staging waits)"};
+    for (int k = 0; k < 3; k++) {
+      double sh = share_off(p0, pm[k], init, n0);
+      CHECK_MSG(sh <= lim, "%s: %s weights differ from the synchronous step's at %.3g%% of the weights (control %.3g%%)",
+                model, what[k], 100 * sh, 100 * ctl);
+    }
+  }
+  free(p0), free(p0b), free(p1), free(p2), free(p3), free(init);
 }
 
 /* Dropout with the step read through dropout_step_from == the key's step,
@@ -267,6 +310,7 @@ static void test_linreg(ct_device *d) {
 
 int main(void) {
   ct_device *d;
+  unsetenv("CTRAIN_CUDA_TF32"); /* the cuBLASLt check holds f32 (FMA) math to 1e-5 */
   if (ct_device_open("cuda", &d) != CT_OK) {
     fprintf(stderr, "test_gpu_step: skipped: %s\n", ct_last_error());
     return 77;

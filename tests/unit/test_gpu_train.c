@@ -61,7 +61,10 @@ static void test_fused_kernels(ct_device *d) {
   CHECK_OK(ct_device_copy(NULL, &ds, d, dst, sizeof ds));
   CHECK_OK(ct_device_copy(NULL, out, d, dp, N * 4));
   ct_optim_fused_stats_host(g, N, &hs);
-  CHECK_MSG(fabs(ds.sumsq - hs.sumsq) <= 1e-12 * hs.sumsq, "sumsq device %.17g host %.17g", ds.sumsq, hs.sumsq);
+  /* The same exact double squares summed in another order (512 block
+   * partials and a tree vs index order): up to (n-1)*2^-53 = 1.1e-11
+   * relative for n = 100003, so 1e-10, not 1e-12. */
+  CHECK_MSG(fabs(ds.sumsq - hs.sumsq) <= 1e-10 * hs.sumsq, "sumsq device %.17g host %.17g", ds.sumsq, hs.sumsq);
   CHECK(ds.nonfinite == 0);
   ct_optim_fused_update_host(&a, &hs, p, g, m, v, NULL);
   ct_fused_scaler_update(&hs.scaler, hs.nonfinite);
