@@ -164,28 +164,34 @@ bench_model resnet9 3x32x32 10 512 bf16 amp_bf16 ""
 # val_accuracy >= 0.91; PyTorch: torch_gpu.py tta, the same model, recipe
 # and span, data resident on the GPU). Ratio = PyTorch s / ctrain s, a
 # speed ratio like the img/s rows (> 1: ctrain faster). Not reached: "-"
-# and the best test accuracy in the notes.
+# and the best test accuracy in the notes. TTA_TARGET (0.91) sets the
+# accuracy: the seed's cnn (the torchkeras CnnModel, no activation between
+# its convolutions) reached at best 0.886 in 15 epochs of this recipe on
+# the CPU (2026-11-21), so 0.91 may be out of its reach; TTA_TARGET=0.88
+# times a reachable one.
+TTA=${TTA_TARGET:-0.91}
+TTA_PCT=$(awk "BEGIN{printf \"%g\", 100*$TTA}")
 if [[ -d $FMNIST ]]; then
   ld=$TMP/fm
   timeout "$TMO" "$CTRAIN" train --model cnn --data "fashion-mnist:$FMNIST" --device cuda --epochs 15 --batch-size 128 \
     --optimizer adam --lr 0.001 --patience 0 --log-dir "$ld" >>"$RAW" 2>&1 || log "ctrain cnn fashion-mnist failed"
-  # "<seconds> <epoch>" at the first epoch with val_accuracy >= 0.91, else
+  # "<seconds> <epoch>" at the first epoch with val_accuracy >= $TTA, else
   # "- <best val_accuracy> <epochs run>"; nothing when there is no history.
-  read -r c91 cep cn < <(awk -F, 'NR==1{for(i=1;i<=NF;i++){if($i=="val_accuracy")a=i;if($i=="seconds")s=i}next}
-                 {t+=$s; if($a>best)best=$a; if($a>=0.91){printf "%.1f %s\n", t, $1; done=1; exit}}
+  read -r c91 cep cn < <(awk -F, -v tgt="$TTA" 'NR==1{for(i=1;i<=NF;i++){if($i=="val_accuracy")a=i;if($i=="seconds")s=i}next}
+                 {t+=$s; if($a>best)best=$a; if($a>=tgt){printf "%.1f %s\n", t, $1; done=1; exit}}
                  END{if(!done && NR>1)printf "- %s %d\n", best, NR-1}' "$ld/history.csv" 2>/dev/null)
   if isnum "${c91:-}"; then cnote="${c91} s (epoch $cep)"
   elif [[ -n ${cep:-} ]]; then cnote="not reached in ${cn:-?} epochs (best $cep)"
   else cnote="- (run failed)"; fi
   f=$TMP/tta.out
   timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" tta --device cuda --data "$FMNIST" --epochs 15 --batch-size 128 \
-    --lr 0.001 >"$f" 2>>"$RAW" || log "torch cnn fashion-mnist tta failed"
+    --lr 0.001 --target "$TTA" >"$f" 2>>"$RAW" || log "torch cnn fashion-mnist tta failed"
   cat "$f" >>"$RAW"
   t91=$(kv tta_s "$f")
   if isnum "${t91:-}"; then tnote="${t91} s (epoch $(kv epoch "$f"))"
   elif [[ -n $(kv acc "$f") ]]; then tnote="not reached in $(kv epoch "$f") epochs (best $(kv acc "$f"))"
   else tnote="- (run failed)"; fi
-  row "cnn fashion-mnist b128 | fp32 | - | - | $(ratio "${t91:-}" "${c91:-}") | - | - | time to 91% test accuracy (training s): ctrain ${cnote}, PyTorch ${tnote}; ratio = PyTorch s / ctrain s; PyTorch data resident on the GPU, strict fp32"
+  row "cnn fashion-mnist b128 | fp32 | - | - | $(ratio "${t91:-}" "${c91:-}") | - | - | time to ${TTA_PCT}% test accuracy (training s): ctrain ${cnote}, PyTorch ${tnote}; ratio = PyTorch s / ctrain s; PyTorch data resident on the GPU, strict fp32"
 else
   row "cnn fashion-mnist | fp32 | - | - | - | - | - | skipped: no Fashion-MNIST at $FMNIST (set FMNIST=DIR)"
 fi
