@@ -71,13 +71,37 @@ typedef struct ct_train_config {
    * back to eager steps with a one-line note on cfg->progress when the
    * model's step cannot be replayed, see docs/GPU.md). */
   int cuda_graph;
+  /* Gradient accumulation (PyTorch's `(loss / N).backward()` every batch,
+   * `opt.step(); opt.zero_grad()` every N): 0 or 1 = off, else 2..1024
+   * (CT_ERR_INVALID_ARG outside [0, 1024]). One optimizer step per group
+   * of `accumulate` consecutive loader batches (micro-batches); groups
+   * start at the epoch's first batch and the last group of an epoch may be
+   * shorter (fewer batches, a partial last batch): it steps at the epoch's
+   * end and nothing carries into the next epoch. The gradients of a group
+   * add up, each micro-batch's loss gradient weighted by n_i / n_group
+   * (its samples over the group's), so a step follows the mean loss over
+   * the group's samples: equal, up to summation order, to one batch of
+   * all of them for models without batch norm (batch norm normalises and
+   * counts per micro-batch, as in PyTorch). Optimizer steps are what
+   * max_steps, per-step schedules, the step numbers in TensorBoard
+   * (train/loss_step logs the group's mean loss) and the loss scaler's
+   * growth interval count; clipping and the scaler's unscale and inf/NaN
+   * check run once per group on the accumulated gradient, so a non-finite
+   * value in any micro-batch skips the group's step and backs the scale
+   * off once. Dropout masks are keyed by step * accumulate + position in
+   * the group (distinct per micro-batch, the same after a resume).
+   * Checkpoints record the value and resume refuses another one; epoch-end
+   * and max_steps checkpoints always fall on a group boundary. Progress,
+   * loss and accuracy are per sample as without accumulation; on a CUDA
+   * device cuda_graph trains eagerly (see docs/GPU.md). */
+  int accumulate;
 } ct_train_config;
 
 void ct_train_config_default(ct_train_config *c);
 
 typedef struct ct_fit_result {
   int epochs_run;
-  int64_t steps;
+  int64_t steps;            /* optimizer steps (one per accumulation group) */
   double train_loss;        /* mean of the last epoch */
   double train_accuracy;
   ct_eval_result val;       /* after the last epoch (or the restored best) */

@@ -24,6 +24,7 @@ typedef struct cli_opts {
   int lr_patience, step_size; /* 0 = the scheduler's default */
   double lr_factor;          /* 0 = the scheduler's default */
   int64_t batch_size, max_steps;
+  int accumulate;           /* --accumulate N: micro-batches per optimizer step (0 = not given) */
   uint64_t seed;
   double lr, momentum, weight_decay, clip, label_smoothing, min_delta, warmup;
   int have_lr, have_momentum, have_wd;

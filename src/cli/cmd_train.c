@@ -13,6 +13,7 @@
 #include "nn/device_state.h"
 #include "data/gpu_data.h"
 #include "optim/optimizer_device.h"
+#include "train/accumulate.h"
 
 static const char *HELP =
     "usage: ctrain train --model NAME|FILE --data NAME[:PATH] [options]\n"
@@ -23,6 +24,8 @@ static const char *HELP =
     "                          or a model file (docs/MODEL_FORMAT.md)\n"
     "  --data NAME[:PATH]      fashion-mnist, mnist:PATH, cifar10:PATH, cifar100:PATH, folder:PATH, synthetic\n"
     "  --epochs N              (1)         --batch-size N (64)       --max-steps N (stop after N steps)\n"
+    "  --accumulate N (1)      gradient accumulation: one optimizer step per N batches of --batch-size\n"
+    "                          (effective batch N x batch size; steps, --max-steps and schedules count optimizer steps)\n"
     "  --optimizer sgd|adam|adamw (sgd)    --lr F (sgd 0.01, adam/adamw 0.001)\n"
     "  --momentum F (0)        --weight-decay F (sgd/adam 0, adamw 0.01)\n"
     "  --scheduler none|plateau|step|cosine|onecycle (none): plateau steps on --monitor each epoch,\n"
@@ -50,7 +53,7 @@ static const char *HELP =
     "                          docs/MIXED_PRECISION.md\n";
 
 static const char *FLAGS =
-    "model data epochs batch-size max-steps optimizer lr momentum weight-decay scheduler lr-factor lr-patience step-size clip-grad-norm "
+    "model data epochs batch-size accumulate max-steps optimizer lr momentum weight-decay scheduler lr-factor lr-patience step-size clip-grad-norm "
     "label-smoothing input classes resize augment device threads workers seed no-shuffle init save checkpoint-dir "
     "keep-last resume monitor patience min-delta restore-best log-dir metrics-json precision opt-level loss-scale "
     "loss-scale-init memory-format channels-last";
@@ -65,6 +68,12 @@ static void settings_text(const cli_opts *o, char *buf, size_t n, int with_epoch
   if (o->lr_factor > 0 || o->lr_patience || o->step_size) {
     size_t len = strlen(buf);
     snprintf(buf + len, n - len, " lr_factor=%g lr_patience=%d step_size=%d", o->lr_factor, o->lr_patience, o->step_size);
+  }
+  /* Only when on, so runs without it keep their text (and resume from
+   * checkpoints made before the flag existed). */
+  if (o->accumulate > 1) {
+    size_t len = strlen(buf);
+    snprintf(buf + len, n - len, " accumulate=%d", o->accumulate);
   }
   /* Precision settings only when given, so fp32 runs keep their text. */
   if (o->precision || o->opt_level || o->loss_scale || o->have_loss_scale_init) {
@@ -192,6 +201,7 @@ int cmd_train(int argc_in, char **argv_in) {
     o.lr = cfg.optim.lr, o.momentum = cfg.optim.momentum, o.weight_decay = cfg.optim.weight_decay;
     cfg.epochs = o.epochs;
     cfg.max_steps = o.max_steps;
+    cfg.accumulate = o.accumulate;
     cfg.seed = o.seed;
     cfg.clip_grad_norm = o.clip;
     cfg.label_smoothing = (float)o.label_smoothing;
@@ -227,7 +237,7 @@ int cmd_train(int argc_in, char **argv_in) {
         cfg.sched.max_lr = cfg.optim.lr;
         /* The schedule spans --epochs; --max-steps only interrupts it, so a
          * run stopped by --max-steps and resumed follows the same curve. */
-        cfg.sched.total_steps = (int64_t)o.epochs * bpe;
+        cfg.sched.total_steps = (int64_t)o.epochs * ct_accum_steps_per_epoch(o.accumulate, bpe);
         cfg.sched.cycle_momentum = kind != CT_OPTIM_SGD || cfg.optim.momentum > 0;
         cfg.sched_per_step = 1;
       }

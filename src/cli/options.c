@@ -151,6 +151,7 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     } else if (!strcmp(name, "input")) r = parse_shape(cmd, val, o);
     else if (!strcmp(name, "epochs")) { r = parse_i64(cmd, name, val, 1, 100000, &iv); o->epochs = (int)iv; }
     else if (!strcmp(name, "batch-size")) r = parse_i64(cmd, name, val, 1, 1 << 20, &o->batch_size);
+    else if (!strcmp(name, "accumulate")) { r = parse_i64(cmd, name, val, 1, 1024, &iv); o->accumulate = (int)iv; }
     else if (!strcmp(name, "max-steps")) r = parse_i64(cmd, name, val, 1, INT64_C(1) << 40, &o->max_steps);
     else if (!strcmp(name, "threads")) { r = parse_i64(cmd, name, val, 1, 1024, &iv); o->threads = (int)iv; }
     else if (!strcmp(name, "workers")) { r = parse_i64(cmd, name, val, 0, 64, &iv); o->workers = (int)iv; }

@@ -112,17 +112,27 @@ static ct_status loss_backward_dev(ct_device *dev, ct_loss_kind loss, const ct_t
  * host_args: the optimizer's scalars travel as kernel arguments computed
  * from the host's counters (exact only when no step is in flight; the
  * path that also creates an SGD momentum buffer switched on late). */
+static ct_micro_step whole_step(int64_t step) {
+  ct_micro_step ms = {step, (uint32_t)step, 1, 1, 1.0f};
+  return ms;
+}
+
 static ct_status step_body(ct_model *m, ct_device *dev, ct_optimizer *opt, const ct_tensor *x, const ct_tensor *y,
-                           ct_loss_kind loss, float ls, uint32_t step, int host_args, double clip) {
+                           ct_loss_kind loss, float ls, const ct_micro_step *ms, int host_args, double clip) {
   ct_step_stats *st = ct_model_step_stats(m);
   const ct_tensor *out;
   ct_tensor dout;
-  CT_TRY(ct_model_forward(m, x, 1, step, &out));
+  CT_TRY(ct_model_forward(m, x, 1, ms->key, &out));
   CT_TRY(loss_and_hits(dev, loss, ls, out, y, st));
   CT_TRY(ct_model_output_grad(m, &dout));
-  CT_TRY(ct_model_zero_grad(m));
+  if (ms->first) CT_TRY(ct_model_zero_grad(m));
   CT_TRY(loss_backward_dev(dev, loss, out, y, ls, st, &dout));
+  /* The micro-batch's share of its group: the backward reads the scale
+   * from device memory, so the share is a separate pass over the [N, C]
+   * loss gradient (skipped without accumulation). */
+  if (ms->factor != 1.0f) CT_TRY(ct_device_backend(dev)->axpby(dev, ms->factor, &dout, 0.0f, &dout));
   CT_TRY(ct_model_backward(m, &dout));
+  if (!ms->last) return CT_OK;
   size_t np;
   float *params = ct_model_params(m, &np), *grads = ct_model_grads(m, NULL);
   if (host_args) CT_TRY(ct_optimizer_step_device(opt, dev, params, grads, st, clip));
@@ -139,10 +149,12 @@ static int needs_host_args(const ct_optimizer *o) {
   return o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer;
 }
 
-/* Host side of a result: the counters that follow the skip decision. */
+/* Host side of a result: the counters that follow the skip decision (a
+ * micro-batch that did not end its group made none: the statistics' skip
+ * flag is still the previous step's). */
 static void take_result(const ct_step_stats *h, ct_optimizer *opt, ct_grad_scaler *gs, ct_step_result *r) {
-  r->skipped = ct_fused_skip(h);
-  ct_optimizer_commit_step(opt, r->skipped);
+  r->skipped = r->micro ? 0 : ct_fused_skip(h);
+  if (!r->micro) ct_optimizer_commit_step(opt, r->skipped);
   ct_scaler_from_dev(&h->scaler, gs);
   r->loss = h->loss;
   r->top1 = h->top1;
@@ -157,11 +169,13 @@ ct_status ct_device_train_step(ct_model *m, ct_device *dev, ct_optimizer *opt, c
   CT_TRY(stage(m, dev, b, 0, 0, &x, &y));
   int host_args = needs_host_args(opt);
   if (!host_args) CT_TRY(ct_optimizer_write_step_args(opt, dev, st, clip));
-  CT_TRY(step_body(m, dev, opt, &x, &y, loss, label_smoothing, step, host_args, clip));
+  ct_micro_step ms = whole_step(step);
+  CT_TRY(step_body(m, dev, opt, &x, &y, loss, label_smoothing, &ms, host_args, clip));
   /* The one read-back of the step (it also waits for the step). */
   ct_step_stats h;
   CT_TRY(ct_device_copy(NULL, &h, dev, st, CT_STEP_STATS_READBACK));
   ct_step_result r;
+  memset(&r, 0, sizeof r);
   take_result(&h, opt, gs, &r);
   *skipped = r.skipped;
   *lv = r.loss;
@@ -207,6 +221,7 @@ int ct_lag_ring_push(ct_lag_ring *r, ct_batch *b, int64_t step, int64_t n) {
   r->e[i].step = step;
   r->e[i].n = n;
   r->e[i].slot = (int)(r->pushed % slots);
+  r->e[i].micro = 0;
   r->pushed++;
   r->count++;
   return r->e[i].slot;
@@ -222,6 +237,7 @@ int ct_lag_ring_pop(ct_lag_ring *r, ct_step_result *out) {
   out->batch = r->e[i].batch;
   out->step = r->e[i].step;
   out->n = r->e[i].n;
+  out->micro = r->e[i].micro;
   r->head = (r->head + 1) % slots;
   r->count--;
   return r->e[i].slot;
@@ -312,6 +328,7 @@ struct ct_device_trainer {
   int pinned;
   int dropout;            /* the model has dropout: write stats->dropout_step per step */
   int graph_want, warmup_left;
+  int accumulate;         /* > 1: micro-batches, no graph */
   void *graph[CT_STAGE_SLOTS];    /* one per staging slot: it captured that slot's addresses */
   int64_t graph_n[CT_STAGE_SLOTS]; /* batch size each graph was captured with */
   char note[256];
@@ -354,6 +371,16 @@ ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *op
   t->dropout = ct_model_has_dropout(m) && be->dropout_step_from != NULL;
   t->graph_want = o->cuda_graph;
   t->warmup_left = o->warmup > 0 ? o->warmup : 2;
+  t->accumulate = o->accumulate > 1 ? o->accumulate : 1;
+  /* A graph would need two step kinds (with and without the optimizer)
+   * and a loss-gradient share that changes in an epoch's short last
+   * group; accumulation trades step count for memory, where the launch
+   * overhead a graph saves matters least. */
+  if (t->graph_want && t->accumulate > 1) {
+    snprintf(t->note, sizeof t->note, "--accumulate %d trains eagerly (the graph captures whole optimizer steps)",
+             t->accumulate);
+    t->graph_want = 0;
+  }
   if (t->graph_want && !ct_device_graph_audit(m, opt, t->note, sizeof t->note)) t->graph_want = 0;
   if (t->graph_want && ct_model_has_dropout(m) && !be->dropout_step_from) {
     snprintf(t->note, sizeof t->note, "device %s reads the dropout step only as a kernel argument", ct_device_name(dev));
@@ -384,12 +411,12 @@ static void count_bn_batches(ct_model *m) {
  * the dropout kernels reading the step from stats->dropout_step; the
  * pointer is switched off again whatever happens, so nothing outside the
  * pipeline (evaluation, ct_device_train_step) reads it. */
-static ct_status body_dev_step(ct_device_trainer *t, const ct_tensor *x, const ct_tensor *y, uint32_t step,
+static ct_status body_dev_step(ct_device_trainer *t, const ct_tensor *x, const ct_tensor *y, const ct_micro_step *ms,
                                int host_args) {
   const ct_backend *be = ct_device_backend(t->dev);
   ct_step_stats *st = ct_model_step_stats(t->m);
   if (t->dropout) CT_TRY(be->dropout_step_from(t->dev, &st->dropout_step));
-  ct_status s = step_body(t->m, t->dev, t->opt, x, y, t->loss, t->ls, step, host_args, t->clip);
+  ct_status s = step_body(t->m, t->dev, t->opt, x, y, t->loss, t->ls, ms, host_args, t->clip);
   if (t->dropout) {
     ct_status r = be->dropout_step_from(t->dev, NULL);
     if (s == CT_OK) s = r;
@@ -410,7 +437,8 @@ static ct_status capture(ct_device_trainer *t, int k, const ct_tensor *x, const 
   if (counters) memcpy(counters, t->m->counters, t->m->n_counters * sizeof *counters);
   ct_status s = be->graph_begin(t->dev);
   if (s == CT_OK) {
-    ct_status bs = body_dev_step(t, x, y, (uint32_t)step, 0);
+    ct_micro_step ms = whole_step(step);
+    ct_status bs = body_dev_step(t, x, y, &ms, 0);
     void *g = NULL;
     ct_status es = be->graph_end(t->dev, &g);
     s = bs != CT_OK ? bs : es;
@@ -443,17 +471,18 @@ static ct_status capture(ct_device_trainer *t, int k, const ct_tensor *x, const 
  * slot's args and dropout_step are not part of the read-back, and the host
  * refills a slot only after the step that last used it has finished (it
  * waits for step k before queuing step k + lag + 1 <= k + 3). */
-static ct_status upload_step_scalars(ct_device_trainer *t, ct_step_stats *st, int64_t step, int host_args) {
+static ct_status upload_step_scalars(ct_device_trainer *t, ct_step_stats *st, uint32_t key, int host_args,
+                                     int optim) {
   const ct_backend *be = ct_device_backend(t->dev);
   ct_step_stats *h = &t->slots[t->ring.pushed % (CT_STEP_LAG_MAX + 1)];
   int async = t->pinned && be->copy_async;
-  if (!host_args) {
+  if (!host_args && optim) {
     ct_optim_step_args(t->opt, t->clip, &h->args);
     CT_TRY(async ? be->copy_async(t->dev, &st->args, 1, &h->args, 0, sizeof h->args)
                  : ct_device_copy(t->dev, &st->args, NULL, &h->args, sizeof h->args));
   }
   if (t->dropout) {
-    h->dropout_step = (uint32_t)step;
+    h->dropout_step = key;
     CT_TRY(async ? be->copy_async(t->dev, &st->dropout_step, 1, &h->dropout_step, 0, sizeof h->dropout_step)
                  : ct_device_copy(t->dev, &st->dropout_step, NULL, &h->dropout_step, sizeof h->dropout_step));
   }
@@ -473,11 +502,19 @@ static ct_status read_oldest(ct_device_trainer *t, ct_step_result *done, int *ha
 }
 
 ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step, ct_step_result *done, int *have) {
+  ct_micro_step ms = whole_step(step);
+  return ct_device_trainer_step_micro(t, b, &ms, done, have);
+}
+
+ct_status ct_device_trainer_step_micro(ct_device_trainer *t, ct_batch *b, const ct_micro_step *ms,
+                                       ct_step_result *done, int *have) {
   const ct_backend *be = ct_device_backend(t->dev);
   ct_step_stats *st = ct_model_step_stats(t->m);
+  int64_t step = ms->step;
   *have = 0;
   if (t->ring.count == CT_STEP_LAG_MAX + 1) CT_TRY(read_oldest(t, done, have));
-  int host_args = needs_host_args(t->opt);
+  /* Only a step that runs the optimizer takes its scalars from the host. */
+  int host_args = ms->last && needs_host_args(t->opt);
   if (host_args && t->ring.count > 0) {
     /* Its scalars come from the host's counters: nothing may be in flight. */
     if (*have || t->ring.count > 1)
@@ -491,8 +528,9 @@ ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step
   ct_tensor x, y;
   int ordered = t->lag > 0 || t->graph_want;
   CT_TRY(stage(t->m, t->dev, b, k, ordered, &x, &y));
-  CT_TRY(upload_step_scalars(t, st, step, host_args));
+  CT_TRY(upload_step_scalars(t, st, ms->key, host_args, ms->last));
   int ran = 0;
+  /* Graphs exist only without accumulation (ct_device_trainer_create). */
   if (!host_args && t->graph[k] && b->n == t->graph_n[k]) {
     ct_status s = be->graph_launch(t->dev, t->graph[k]);
     if (s == CT_OK) {
@@ -507,10 +545,11 @@ ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step
   if (!ran && !host_args && t->graph_want && !t->graph[k] && t->warmup_left <= 0 && b->n == t->m->max_batch)
     CT_TRY(capture(t, k, &x, &y, step, &ran));
   if (!ran) {
-    CT_TRY(body_dev_step(t, &x, &y, (uint32_t)step, host_args));
+    CT_TRY(body_dev_step(t, &x, &y, ms, host_args));
     if (t->warmup_left > 0) t->warmup_left--;
   }
   int slot = ct_lag_ring_push(&t->ring, b, step, b->n);
+  if (!ms->last) t->ring.e[(t->ring.head + t->ring.count - 1) % (CT_STEP_LAG_MAX + 1)].micro = 1;
   if (t->lag > 0) {
     CT_TRY(be->copy_async(t->dev, &t->slots[slot], 0, st, 1, CT_STEP_STATS_READBACK));
     CT_TRY(be->event_record(t->dev, slot));

@@ -54,6 +54,7 @@ typedef struct ct_step_result {
   double loss;
   int64_t top1, top5;
   int skipped;       /* the loss scaler skipped the update */
+  int micro;         /* a micro-batch that did not end its accumulation group: no optimizer step */
 } ct_step_result;
 
 /* Host bookkeeping of the steps in flight: a FIFO of at most
@@ -67,6 +68,7 @@ typedef struct ct_lag_ring {
     ct_batch *batch;
     int64_t step, n;
     int slot;
+    int micro;      /* see ct_step_result.micro; 0 from push */
   } e[CT_STEP_LAG_MAX + 1];
 } ct_lag_ring;
 
@@ -129,6 +131,7 @@ typedef struct ct_device_train_opts {
   int lag;         /* read-back lag (ct_device_step_lag decides the effective one) */
   int cuda_graph;  /* 1: capture the step once warm and replay it */
   int warmup;      /* eager steps before the capture (default 2 when 0) */
+  int accumulate;  /* > 1: gradient accumulation; the graph is then not used (eager steps, a note) */
 } ct_device_train_opts;
 
 /* Creates the pipeline for m (resident on dev) after ct_device_train_begin;
@@ -143,6 +146,27 @@ ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *op
  * *done (*have = 1): the optimizer's host counters and gs follow its skip
  * decision. Batches of another size than the captured one run eagerly. */
 ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step, ct_step_result *done, int *have);
+
+/* One micro-batch of a gradient accumulation group (ct_train_config's
+ * accumulate; src/train/accumulate.h says where a batch stands). */
+typedef struct ct_micro_step {
+  int64_t step;    /* the optimizer step the group is (results carry it) */
+  uint32_t key;    /* dropout mask key: step * accumulate + position in the group */
+  int first;       /* zero the gradients before the backward */
+  int last;        /* then unscale/check, clip, the fused optimizer and the scaler: the group's step */
+  float factor;    /* samples of the batch / of the group: multiplies the loss gradient (1: untouched) */
+} ct_micro_step;
+
+/* As ct_device_trainer_step for one micro-batch: forward, loss and a
+ * backward that adds into the gradients (zeroing them first when
+ * ms->first); only ms->last runs the optimizer, and only its result has
+ * micro = 0 (commits the optimizer's host counters, carries the skip
+ * decision). The device's loss scale is the same for the whole group (it
+ * changes only in the fused step), and the fused step's inf/NaN check and
+ * clipping norm read the accumulated gradient, so they cover the group.
+ * ct_device_trainer_step(t, b, s, ...) is this with {s, s, 1, 1, 1}. */
+ct_status ct_device_trainer_step_micro(ct_device_trainer *t, ct_batch *b, const ct_micro_step *ms,
+                                       ct_step_result *done, int *have);
 /* Reads back the oldest step still in flight (*have = 0 when none). Call
  * until *have is 0 before anything reads the model or the optimizer on the
  * host side (evaluation, checkpoints, the end of an epoch). */

@@ -26,6 +26,7 @@
 #include "backend/backend.h"
 #include "data/gpu_data.h"
 #include "nn/device_state.h"
+#include "train/accumulate.h"
 #include "train/device_step.h"
 #include "train/metrics.h"
 
@@ -226,6 +227,11 @@ typedef struct loop_state {
   int64_t best_epoch, bad_epochs;
   double train_seconds;
   int64_t train_images;
+  /* The current accumulation group's loss sum and samples (for its
+   * train/loss_step value). Not checkpointed: a checkpoint never falls
+   * inside a group. */
+  double group_loss;
+  int64_t group_n;
 } loop_state;
 
 static const struct {
@@ -303,6 +309,7 @@ static ct_status save_checkpoint(const char *dir, const char *file, ct_model *m,
   meta_set(&mt, "model", "%s", ct_model_name(m));
   meta_set(&mt, "config", "%s", cfg->config_id ? cfg->config_id : "");
   meta_set(&mt, "seed", "%llu", (unsigned long long)cfg->seed);
+  meta_set(&mt, "accumulate", "%d", cfg->accumulate > 1 ? cfg->accumulate : 1);
   for (size_t i = 0; i < sizeof loop_fields / sizeof loop_fields[0]; i++) {
     char key[64];
     snprintf(key, sizeof key, "loop.%s", loop_fields[i].name);
@@ -377,6 +384,20 @@ static void settings_diff(const char *ck, const char *run, char *out, size_t n) 
     p += tl;
     while (*p == ' ') p++;
   }
+  /* Settings only the checkpoint has (one a run leaves out at its
+   * default, such as accumulate). */
+  for (const char *p = ck; *p && len + 1 < n;) {
+    size_t tl = strcspn(p, " ");
+    const char *eq = memchr(p, '=', tl);
+    size_t rl = 0;
+    if (eq && !find_setting(run, p, (size_t)(eq - p) + 1, &rl)) {
+      len += (size_t)snprintf(out + len, n - len, "%s%.*s: checkpoint %.*s, this run default", len ? "; " : "",
+                              (int)(eq - p), p, (int)(tl - (size_t)(eq - p) - 1), eq + 1);
+      if (len >= n) len = n - 1;
+    }
+    p += tl;
+    while (*p == ' ') p++;
+  }
 }
 
 static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_train_config *cfg) {
@@ -392,6 +413,15 @@ static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_tra
                  "--checkpoint-dir",
                  path, diff[0] ? diff : v);
   }
+  /* Another accumulation would regroup the epoch's batches and change what
+   * a step means (a checkpoint from before accumulation existed has 1). */
+  v = ct_safetensors_metadata(st, "accumulate");
+  int ck_acc = v ? atoi(v) : 1, run_acc = cfg->accumulate > 1 ? cfg->accumulate : 1;
+  if (s == CT_OK && ck_acc != run_acc)
+    s = ct_error(CT_ERR_INVALID_ARG,
+                 "%s: this checkpoint was made with --accumulate %d, this run has --accumulate %d; resume with the "
+                 "same value or use a new --checkpoint-dir",
+                 path, ck_acc, run_acc);
   v = ct_safetensors_metadata(st, "optim.kind");
   if (s == CT_OK && v && atoi(v) != (int)ct_optimizer_kind(o))
     s = ct_error(CT_ERR_INVALID_ARG, "%s: checkpoint optimizer differs from --optimizer", path);
@@ -494,18 +524,23 @@ static ct_status device_result(ct_loader *train, const ct_step_result *r, loop_s
   ls->correct += r->top1;
   ls->top5 += r->top5;
   /* A lagged pipeline only exists when no step can be skipped under a
-   * per-step schedule, and then steps the schedule at queue time. */
+   * per-step schedule, and then steps the schedule at queue time. A
+   * micro-batch that does not end its group took no optimizer step. */
   ct_status s = CT_OK;
-  if (lag == 0 && !r->skipped && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
+  if (lag == 0 && !r->micro && !r->skipped && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
   if (isfinite(lv)) {
     ls->loss_sum += lv * (double)r->n;
     ls->seen += r->n;
   }
   *images += r->n;
-  if (tb) {
-    ct_tb_scalar(tb, "train/loss_step", r->step + 1, lv);
+  ls->group_loss += lv * (double)r->n;
+  ls->group_n += r->n;
+  if (tb && !r->micro) {
+    double gl = cfg->accumulate > 1 ? ls->group_loss / (double)ls->group_n : lv;
+    ct_tb_scalar(tb, "train/loss_step", r->step + 1, gl);
     ct_tb_scalar(tb, "train/lr", r->step + 1, ct_optimizer_get_lr(opt));
   }
+  if (!r->micro) ls->group_loss = 0, ls->group_n = 0;
   if (s == CT_OK && pg) {
     double vals[2] = {ls->loss_sum / (double)ls->seen, (double)ls->correct / (double)ls->seen};
     double el = now_s() - t0;
@@ -523,6 +558,10 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
   if (cfg->monitor && strcmp(cfg->monitor, "loss") && strcmp(cfg->monitor, "accuracy") &&
       strcmp(cfg->monitor, "val_loss") && strcmp(cfg->monitor, "val_accuracy"))
     return ct_error(CT_ERR_INVALID_ARG, "fit: monitor '%s' is not one of loss, accuracy, val_loss, val_accuracy", cfg->monitor);
+  if (cfg->accumulate < 0 || cfg->accumulate > CT_ACCUMULATE_MAX)
+    return ct_error(CT_ERR_INVALID_ARG, "fit: accumulate must be in [0, %d] (0 or 1 = off), got %d", CT_ACCUMULATE_MAX,
+                    cfg->accumulate);
+  const int acc = cfg->accumulate > 1 ? cfg->accumulate : 1;
   size_t np;
   float *params = ct_model_params(m, &np), *grads = ct_model_grads(m, NULL);
   int64_t k = ct_model_output_size(m);
@@ -560,7 +599,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
     /* The read-back runs one step behind (the host never waits for the
      * GPU inside an epoch); the graph, when asked for, after two eager
      * warm-up steps. */
-    ct_device_train_opts dto = {1, cfg->cuda_graph, 0};
+    ct_device_train_opts dto = {1, cfg->cuda_graph, 0, acc};
     s = ct_device_trainer_create(m, dev, opt, &gs, cfg->loss, cfg->label_smoothing, cfg->clip_grad_norm,
                                  sch && cfg->sched_per_step, &dto, &pipe);
   }
@@ -575,7 +614,10 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
   }
   res->epoch_seconds = calloc((size_t)cfg->epochs + 1, sizeof(double));
   if (s == CT_OK && !res->epoch_seconds) s = ct_error(CT_ERR_OUT_OF_MEMORY, "fit: out of host memory");
-  int64_t batches = ct_loader_batches_per_epoch(train);
+  int64_t batches = ct_loader_batches_per_epoch(train), batch_size = ct_loader_get_options(train)->batch_size;
+  if (s == CT_OK && ls.batch % acc != 0 && ls.batch < batches)
+    s = ct_error(CT_ERR_INVALID_ARG, "fit: the checkpoint stopped at batch %lld, inside a group of --accumulate %d",
+                 (long long)ls.batch, acc);
   int stop = 0;
   ct_eval_result vres = {0};
   int have_val = 0;
@@ -593,6 +635,10 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       if (s != CT_OK || !b) break;
       double lv = 0;
       int found_inf = 0;
+      /* The micro-batch's place in its accumulation group (one group of
+       * one, factor exactly 1, without accumulation). */
+      ct_accum_pos ap = ct_accum_position(acc, b->index, b->n, batches, b->order_n, batch_size);
+      uint32_t key = (uint32_t)(ls.step * acc + ap.index);
       if (on_device) {
         /* Unscale, check, clip, update and the scaler's decision in fused
          * device passes; the statistics of the step queued before this one
@@ -601,14 +647,15 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
         ct_step_result r;
         int have = 0;
         ls.batch = b->index + 1;
-        s = ct_device_trainer_step(pipe, b, ls.step, &r, &have);
+        ct_micro_step ms = {ls.step, key, ap.first, ap.last, (float)ap.factor};
+        s = ct_device_trainer_step_micro(pipe, b, &ms, &r, &have);
         if (s != CT_OK) break;
-        ls.step++;
+        if (ap.last) ls.step++;
         int lag = ct_device_trainer_lag(pipe);
-        if (lag > 0 && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
+        if (ap.last && lag > 0 && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
         if (s == CT_OK && have) s = device_result(train, &r, &ls, &gs, sch, opt, cfg, lag, tb, pg, names, t0, &images);
         if (s != CT_OK) break;
-        if (cfg->max_steps && ls.step >= cfg->max_steps) {
+        if (ap.last && cfg->max_steps && ls.step >= cfg->max_steps) {
           stop = 1;
           break;
         }
@@ -617,15 +664,44 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       const ct_tensor *out;
       ct_tensor dout;
       ct_tensor x = model_input(m, &b->x);
-      s = ct_model_forward(m, &x, 1, (uint32_t)ls.step, &out);
+      s = ct_model_forward(m, &x, 1, key, &out);
       if (s == CT_OK) s = ct_loss_forward(dev, cfg->loss, out, &b->y, cfg->label_smoothing, &lv);
       if (s == CT_OK) {
         ct_batch_correct(out->data, b->y.data, b->n, k, &ls.correct, &ls.top5);
         s = ct_model_output_grad(m, &dout);
       }
-      if (s == CT_OK) s = ct_model_zero_grad(m);
-      if (s == CT_OK) s = ct_loss_backward(dev, cfg->loss, out, &b->y, cfg->label_smoothing, gs.scale, &dout);
+      if (s == CT_OK && ap.first) s = ct_model_zero_grad(m);
+      /* The group's share rides on the loss gradient (with the scale, the
+       * same for the whole group): the backward adds into the gradients
+       * after the group's first micro-batch. factor is exactly 1 without
+       * accumulation, so that path multiplies by the scale alone. */
+      float gscale = ap.factor == 1.0 ? gs.scale : (float)((double)gs.scale * ap.factor);
+      if (s == CT_OK) s = ct_loss_backward(dev, cfg->loss, out, &b->y, cfg->label_smoothing, gscale, &dout);
       if (s == CT_OK) s = ct_model_backward(m, &dout);
+      if (s == CT_OK && !ap.last) {
+        /* Not the group's end: no optimizer step yet. */
+        int64_t n = b->n;
+        ls.batch = b->index + 1;
+        ct_loader_release(train, b);
+        if (!isfinite(lv) && !gs.enabled) {
+          s = ct_error(CT_ERR_INVALID_ARG, "fit: the loss became %g at step %lld; lower --lr or use gradient clipping",
+                       lv, (long long)ls.step);
+          break;
+        }
+        if (isfinite(lv)) {
+          ls.loss_sum += lv * (double)n;
+          ls.seen += n;
+        }
+        ls.group_loss += lv * (double)n;
+        ls.group_n += n;
+        images += n;
+        if (pg) {
+          double vals[2] = {ls.loss_sum / (double)ls.seen, (double)ls.correct / (double)ls.seen};
+          double el = now_s() - t0;
+          s = ct_progress_update(pg, ls.batch, names, vals, 2, el > 0 ? (double)images / el : 0);
+        }
+        continue;
+      }
       /* GradScaler's order: unscale (and check) before clipping; a step
        * with inf/NaN gradients moves neither the weights nor the schedule. */
       if (s == CT_OK) s = ct_grad_scaler_unscale(&gs, dev, grads, np, &found_inf);
@@ -652,10 +728,13 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
         ls.seen += n;
       }
       images += n;
+      ls.group_loss += lv * (double)n;
+      ls.group_n += n;
       if (tb) {
-        ct_tb_scalar(tb, "train/loss_step", ls.step, lv);
+        ct_tb_scalar(tb, "train/loss_step", ls.step, acc > 1 ? ls.group_loss / (double)ls.group_n : lv);
         ct_tb_scalar(tb, "train/lr", ls.step, ct_optimizer_get_lr(opt));
       }
+      ls.group_loss = 0, ls.group_n = 0;
       if (pg) {
         double vals[2] = {ls.loss_sum / (double)ls.seen, (double)ls.correct / (double)ls.seen};
         double el = now_s() - t0;
