@@ -64,7 +64,20 @@ void ct_oom_message(const ct_mem_numbers *n, char *buf, size_t cap) {
   } else {
     PUT(" a smaller --batch-size,");
   }
-  PUT(" or gradient accumulation / activation recompute (--accumulate, --recompute: not implemented yet)");
+  /* Accumulation keeps the batch: k micro-batches of B/k need only the
+   * per-sample part of one. The smallest divisor k of B that fits (k = B,
+   * micro-batches of one, always divides); the device's free memory
+   * unknown, k = 2. */
+  long long acc_k = 0;
+  size_t acc_need = 0;
+  for (long long k = 2; per && k <= n->batch && k <= 1024 && !acc_k; k++) {
+    size_t est = fixed + per * (size_t)(n->batch / k);
+    if (n->batch % k == 0 && (!n->dev_total || est <= n->dev_free)) acc_k = k, acc_need = est;
+  }
+  if (acc_k)
+    PUT(" --batch-size %lld --accumulate %lld (same effective batch %lld, about %.3f GiB),", (long long)n->batch / acc_k,
+        acc_k, (long long)n->batch, gib(acc_need));
+  PUT(" or activation recompute (--recompute: not implemented yet)");
 #undef PUT
 }
 

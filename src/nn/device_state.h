@@ -27,8 +27,10 @@ size_t ct_mem_total(const ct_mem_numbers *n);
  * terminated): what the plan needs in total and by part, what the device
  * has, and what would fit: --precision bf16 (when not already 16-bit; its
  * estimate halves the arena and staging), the largest --batch-size that
- * fits (the arena and staging scale with the batch), and gradient
- * accumulation / activation recompute, named as not implemented yet. */
+ * fits (the arena and staging scale with the batch), --batch-size B/k
+ * --accumulate k for the smallest divisor k of the batch whose
+ * micro-batch fits (the same effective batch; k = 2 when the free memory
+ * is unknown), and activation recompute, named as not implemented yet. */
 void ct_oom_message(const ct_mem_numbers *n, char *buf, size_t cap);
 
 /* 1 when models prepared on dev keep their state in dev's own memory. */

@@ -160,7 +160,26 @@ static void test_oom_message(void) {
   size_t fixed = ct_mem_total(&n) - n.arena - n.staging, per = (n.arena + n.staging) / 256;
   snprintf(want, sizeof want, "--batch-size %zu or smaller", (n.dev_free - fixed) / per);
   CHECK_MSG(strstr(msg, want) != NULL, "missing '%s' in: %s", want, msg);
-  CHECK_MSG(strstr(msg, "not implemented yet") != NULL, "%s", msg);
+  CHECK_MSG(strstr(msg, "--recompute: not implemented yet") != NULL, "%s", msg);
+  /* Accumulation: the smallest k dividing 256 whose micro-batch fits. */
+  char want2[160];
+  long long k = 2;
+  while (256 % k || fixed + per * (size_t)(256 / k) > n.dev_free) k++;
+  snprintf(want2, sizeof want2, "--batch-size %lld --accumulate %lld (same effective batch 256, about %.3f GiB)",
+           256 / k, k, (double)(fixed + per * (size_t)(256 / k)) / (double)G);
+  CHECK_MSG(strstr(msg, want2) != NULL, "missing '%s' in: %s", want2, msg);
+  CHECK_MSG(strstr(msg, "--accumulate, --recompute: not implemented") == NULL, "%s", msg);
+  /* Batch 12 with room for 5 samples: k = 2 (6) does not fit, k = 3 (4) does. */
+  ct_mem_numbers n12 = n;
+  n12.batch = 12;
+  n12.arena = 12 * per - n12.staging;
+  n12.dev_free = fixed + 5 * per;
+  ct_oom_message(&n12, msg, sizeof msg);
+  CHECK_MSG(strstr(msg, "--batch-size 4 --accumulate 3 (same effective batch 12,") != NULL, "%s", msg);
+  /* No free-memory figure: micro-batches of half the batch. */
+  n12.dev_total = n12.dev_free = 0;
+  ct_oom_message(&n12, msg, sizeof msg);
+  CHECK_MSG(strstr(msg, "--batch-size 6 --accumulate 2 (same effective batch 12,") != NULL, "%s", msg);
   /* Already 16-bit: no bf16 advice. Nothing fits: say what the fixed part needs. */
   n.precision = "bf16";
   n.dev_free = G / 2;
