@@ -328,6 +328,7 @@ struct ct_device_trainer {
   int pinned;
   int dropout;            /* the model has dropout: write stats->dropout_step per step */
   int graph_want, warmup_left;
+  int graph_asked;        /* --cuda-graph was given (graph_want may have been refused since) */
   int accumulate;         /* > 1: micro-batches, no graph */
   void *graph[CT_STAGE_SLOTS];    /* one per staging slot: it captured that slot's addresses */
   int64_t graph_n[CT_STAGE_SLOTS]; /* batch size each graph was captured with */
@@ -369,18 +370,8 @@ ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *op
     return ct_error(CT_ERR_OUT_OF_MEMORY, "device step: cannot allocate %zu bytes for the statistics read-back", bytes);
   }
   t->dropout = ct_model_has_dropout(m) && be->dropout_step_from != NULL;
-  t->graph_want = o->cuda_graph;
+  t->graph_want = t->graph_asked = o->cuda_graph;
   t->warmup_left = o->warmup > 0 ? o->warmup : 2;
-  t->accumulate = o->accumulate > 1 ? o->accumulate : 1;
-  /* A graph would need two step kinds (with and without the optimizer)
-   * and a loss-gradient share that changes in an epoch's short last
-   * group; accumulation trades step count for memory, where the launch
-   * overhead a graph saves matters least. */
-  if (t->graph_want && t->accumulate > 1) {
-    snprintf(t->note, sizeof t->note, "--accumulate %d trains eagerly (the graph captures whole optimizer steps)",
-             t->accumulate);
-    t->graph_want = 0;
-  }
   if (t->graph_want && !ct_device_graph_audit(m, opt, t->note, sizeof t->note)) t->graph_want = 0;
   if (t->graph_want && ct_model_has_dropout(m) && !be->dropout_step_from) {
     snprintf(t->note, sizeof t->note, "device %s reads the dropout step only as a kernel argument", ct_device_name(dev));
@@ -388,6 +379,19 @@ ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *op
   }
   *out = t;
   return CT_OK;
+}
+
+void ct_device_trainer_set_accumulate(ct_device_trainer *t, int accumulate) {
+  t->accumulate = accumulate > 1 ? accumulate : 1;
+  /* A graph would need two step kinds (with and without the optimizer)
+   * and a loss-gradient share that changes in an epoch's short last
+   * group; accumulation trades step count for memory, where the launch
+   * overhead a graph saves matters least. */
+  if (t->accumulate > 1 && t->graph_asked) {
+    snprintf(t->note, sizeof t->note, "--accumulate %d trains eagerly (the graph captures whole optimizer steps)",
+             t->accumulate);
+    t->graph_want = 0;
+  }
 }
 
 void ct_device_trainer_destroy(ct_device_trainer *t) {

@@ -131,7 +131,6 @@ typedef struct ct_device_train_opts {
   int lag;         /* read-back lag (ct_device_step_lag decides the effective one) */
   int cuda_graph;  /* 1: capture the step once warm and replay it */
   int warmup;      /* eager steps before the capture (default 2 when 0) */
-  int accumulate;  /* > 1: gradient accumulation; the graph is then not used (eager steps, a note) */
 } ct_device_train_opts;
 
 /* Creates the pipeline for m (resident on dev) after ct_device_train_begin;
@@ -146,6 +145,12 @@ ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *op
  * *done (*have = 1): the optimizer's host counters and gs follow its skip
  * decision. Batches of another size than the captured one run eagerly. */
 ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step, ct_step_result *done, int *have);
+
+/* Declares gradient accumulation (accumulate > 1 micro-batches per
+ * optimizer step) before the first step: the CUDA graph is then not used
+ * (steps run eagerly; ct_device_trainer_graph_on's note says why).
+ * accumulate <= 1 changes nothing. */
+void ct_device_trainer_set_accumulate(ct_device_trainer *t, int accumulate);
 
 /* One micro-batch of a gradient accumulation group (ct_train_config's
  * accumulate; src/train/accumulate.h says where a batch stands). */

@@ -599,9 +599,10 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
     /* The read-back runs one step behind (the host never waits for the
      * GPU inside an epoch); the graph, when asked for, after two eager
      * warm-up steps. */
-    ct_device_train_opts dto = {1, cfg->cuda_graph, 0, acc};
+    ct_device_train_opts dto = {1, cfg->cuda_graph, 0};
     s = ct_device_trainer_create(m, dev, opt, &gs, cfg->loss, cfg->label_smoothing, cfg->clip_grad_norm,
                                  sch && cfg->sched_per_step, &dto, &pipe);
+    if (s == CT_OK) ct_device_trainer_set_accumulate(pipe, acc);
   }
   if (s == CT_OK && cfg->log_dir) s = ensure_dir(cfg->log_dir);
   if (s == CT_OK && cfg->log_dir) s = ct_tb_open(cfg->log_dir, &tb);
