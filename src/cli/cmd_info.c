@@ -54,7 +54,7 @@ int cmd_devices(int argc, char **argv) {
     printf("usage: ctrain devices\n\nLists the devices this build can use.\n");
     return 0;
   }
-  printf("cpu      oneDNN + OpenMP kernels, %d threads\n", omp_get_max_threads_wrapper());
+  printf("cpu      %s, %d threads\n", ct_cpu_backend_kernels(), omp_get_max_threads_wrapper());
   printf("cpu:N    virtual CPU device N (own worker thread and memory accounting)\n");
   printf("ref      portable C reference kernels (slow; for testing)\n");
   char buf[4096];

@@ -31,6 +31,10 @@ struct ct_device {
 /* Backend tables (each complete after ct_backend_fill_defaults). */
 const ct_backend *ct_ref_backend(void);
 const ct_backend *ct_cpu_backend(void);
+/* What computes on the cpu device in this build, as a short phrase for
+ * `ctrain devices` ("oneDNN + OpenMP kernels", or the reference kernels
+ * when built without oneDNN); a static string. */
+const char *ct_cpu_backend_kernels(void);
 const ct_backend *ct_cuda_backend(void); /* NULL when built without CUDA */
 
 /* Writes one line per visible CUDA GPU into buf (index, name, compute

@@ -1,19 +1,28 @@
 /* The CPU backend: oneDNN for convolution, matmul, pooling and batch norm,
  * OpenMP loops for elementwise ops and reductions, and the reference for
  * anything else (adaptive pooling; dtypes or cases oneDNN cannot express
- * exactly fall back inside each op). */
+ * exactly fall back inside each op). Built without oneDNN, convolution,
+ * matmul, linear and pooling are the reference's too, and activations stay
+ * NCHW because the reference reads nothing else. */
 #include <pthread.h>
 
 #include "backend/cpu/cpu_impl.h"
 
 static ct_backend cpu_table = {
     .name = "cpu",
+#if CTRAIN_HAVE_DNNL
     .act_layout = CT_LAYOUT_C16,
     .act_layouts = 1u << CT_LAYOUT_C16 | 1u << CT_LAYOUT_NHWC,
     .act_layout_dtypes = 1u << CT_F32 | 1u << CT_BF16,
+#else
+    .act_layout = CT_LAYOUT_PLAIN,
+    .act_layouts = 0,
+    .act_layout_dtypes = 0,
+#endif
     .open = cpu_dev_open,
     .close = cpu_dev_close,
 
+#if CTRAIN_HAVE_DNNL
     .matmul = cpu_matmul,
     .linear_fwd = cpu_linear_fwd,
     .linear_bwd_data = cpu_linear_bwd_data,
@@ -28,6 +37,7 @@ static ct_backend cpu_table = {
     .maxpool2d_bwd = cpu_maxpool2d_bwd,
     .avgpool2d_fwd = cpu_avgpool2d_fwd,
     .avgpool2d_bwd = cpu_avgpool2d_bwd,
+#endif
 
     .batchnorm_fwd = cpu_batchnorm_fwd,
     .batchnorm_bwd = cpu_batchnorm_bwd,
@@ -57,15 +67,26 @@ static ct_backend cpu_table = {
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void init_table(void) {
   ct_backend_fill_defaults(&cpu_table);
+#if CTRAIN_HAVE_DNNL
   /* oneDNN blocks channels by 16 with AVX-512 and by 8 below it; C16
    * activations on an AVX2 machine would only add reorders. */
   if (!__builtin_cpu_supports("avx512f")) {
     cpu_table.act_layout = CT_LAYOUT_PLAIN;
     cpu_table.act_layouts = 1u << CT_LAYOUT_NHWC;
   }
+#endif
 }
 
 const ct_backend *ct_cpu_backend(void) {
   pthread_once(&once, init_table);
   return &cpu_table;
+}
+
+const char *ct_cpu_backend_kernels(void) {
+#if CTRAIN_HAVE_DNNL
+  return "oneDNN + OpenMP kernels";
+#else
+  return "OpenMP loops; convolution, matmul and pooling by the portable reference kernels (built without oneDNN: "
+         "slow)";
+#endif
 }

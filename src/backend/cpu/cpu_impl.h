@@ -1,5 +1,6 @@
-/* Internal to the CPU backend: the per-device oneDNN state, the primitive
- * cache, and the helpers every oneDNN-backed op shares.
+/* Internal to the CPU backend: the per-device state, op entry/exit, and,
+ * when built with oneDNN (CTRAIN_HAVE_DNNL=1), the primitive cache and the
+ * helpers every oneDNN-backed op shares.
  *
  * Each "cpu"/"cpu:N" device owns one oneDNN engine, one stream and one
  * cache of ready-to-run primitives. An op builds a fixed-size key from
@@ -9,17 +10,29 @@
  * the memory objects (their data handles are re-pointed each call), the
  * scratchpad, and any buffers for oneDNN's preferred blocked layouts, so a
  * hit allocates nothing either. One mutex per device serialises ops on it,
- * because those memory objects are re-pointed per call. */
+ * because those memory objects are re-pointed per call.
+ *
+ * Without oneDNN (CTRAIN_HAVE_DNNL=0) the device state is the mutex alone;
+ * convolution, matmul, linear and pooling come from the reference table
+ * (ct_backend_fill_defaults) and activations stay NCHW. */
 #ifndef CTRAIN_CPU_IMPL_H
 #define CTRAIN_CPU_IMPL_H
 
 #include <omp.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
 #include "core/device_impl.h"
+
+/* Set for the library and everything linking it by CMakeLists.txt; a
+ * silent default would give an object a different cpu_dev layout. */
+#ifndef CTRAIN_HAVE_DNNL
+#error "CTRAIN_HAVE_DNNL must be defined (0 or 1) by the build"
+#endif
+
+#if CTRAIN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
 
 #define CPU_KEY_WORDS 40
 #define CPU_MAX_ARGS 10
@@ -60,18 +73,25 @@ typedef struct cpu_entry {
 } cpu_entry;
 
 #define CPU_CACHE_BUCKETS 256
+#endif /* CTRAIN_HAVE_DNNL */
 
 typedef struct cpu_dev {
+#if CTRAIN_HAVE_DNNL
   dnnl_engine_t engine;
   dnnl_stream_t stream;
+#endif
   pthread_mutex_t mu;
+#if CTRAIN_HAVE_DNNL
   cpu_entry *buckets[CPU_CACHE_BUCKETS];
   size_t entries;
+#endif
 } cpu_dev;
 
 static inline cpu_dev *cpu_dev_of(ct_device *d) { return (cpu_dev *)d->impl; }
 
-/* Device lifetime (engine, stream, cache). */
+/* Device lifetime (cpu_device.c): allocates the state and, with oneDNN,
+ * creates its engine and stream (cpu_dnnl_open); close also frees the
+ * primitive cache. */
 ct_status cpu_dev_open(ct_device *d);
 void cpu_dev_close(ct_device *d);
 
@@ -79,6 +99,22 @@ void cpu_dev_close(ct_device *d);
  * the previous OpenMP thread count for cpu_op_end. */
 int cpu_op_begin(ct_device *d);
 void cpu_op_end(ct_device *d, int prev_threads);
+
+/* Refuses a C16 or NHWC tensor on a path that only reads plain ones (the
+ * reference fallbacks): the executor only picks those layouts where the
+ * fast path runs. */
+ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what);
+
+/* dst[i] = beta*dst[i] + src[i] over n elements; src is f32, dst f32 or
+ * bf16. beta 0 overwrites (so NaN in stale dst does not leak through). */
+void cpu_accumulate_f32(void *dst, ct_dtype dt, const float *src, int64_t n, float beta);
+
+#if CTRAIN_HAVE_DNNL
+/* The oneDNN half of the device state (dnnl_common.c): engine and stream
+ * on open (name is the device's, for errors); the cache, stream and engine
+ * freed on close. */
+ct_status cpu_dnnl_open(cpu_dev *cd, const char *name);
+void cpu_dnnl_close(cpu_dev *cd);
 
 /* Key building. */
 void cpu_key_init(cpu_key *k, int op);
@@ -120,10 +156,6 @@ ct_status cpu_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, c
 /* The descriptor of t as it lies in memory: plain, nChw16c for a
  * CT_LAYOUT_C16 tensor, nhwc for a CT_LAYOUT_NHWC one. */
 ct_status cpu_md_of(dnnl_memory_desc_t *md, const ct_tensor *t, const char *what);
-/* Refuses a C16 or NHWC tensor on a path that only reads plain ones (the
- * reference fallbacks): the executor only picks those layouts where the
- * fast path runs. */
-ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what);
 /* Same shape with dtype/format `any`, letting oneDNN choose. */
 ct_status cpu_md_any(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, ct_dtype t, const char *what);
 
@@ -138,10 +170,7 @@ ct_status cpu_dnnl_error(dnnl_status_t st, const char *what, const char *call);
 
 /* oneDNN eltwise post-op for an activation (alg undef for none). */
 dnnl_alg_kind_t cpu_act_alg(ct_act act, float *alpha, float *beta);
-
-/* dst[i] = beta*dst[i] + src[i] over n elements; src is f32, dst f32 or
- * bf16. beta 0 overwrites (so NaN in stale dst does not leak through). */
-void cpu_accumulate_f32(void *dst, ct_dtype dt, const float *src, int64_t n, float beta);
+#endif /* CTRAIN_HAVE_DNNL */
 
 /* bf16 <-> f32 inline, so loops over them vectorise. Rounding is
  * ct_f32_to_bf16's (nearest even, NaN kept quiet), bit for bit, so a native
@@ -159,6 +188,7 @@ static inline uint16_t cpu_bf16_st(float f) {
 }
 
 /* The ops, one file per family. */
+#if CTRAIN_HAVE_DNNL
 ct_status cpu_matmul(ct_device *d, int trans_a, int trans_b, const ct_tensor *a, const ct_tensor *b, float alpha,
                      float beta, ct_tensor *c);
 ct_status cpu_linear_fwd(ct_device *d, const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, ct_act act,
@@ -178,14 +208,16 @@ size_t cpu_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, co
 ct_status cpu_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, void *ws);
 ct_status cpu_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, const void *ws,
                             ct_tensor *dx);
+ct_status cpu_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y);
+ct_status cpu_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, ct_tensor *dx);
+#endif /* CTRAIN_HAVE_DNNL */
+
 /* Non-overlapping max pooling on plain NCHW (cpu_maxpool_tiles.c): whether
  * p/x/y qualify, and the two directions; the workspace is one byte per
  * output element. Callers hold the device (cpu_op_begin). */
 int cpu_maxpool_tiles_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y);
 void cpu_maxpool_tiles_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws);
 void cpu_maxpool_tiles_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx);
-ct_status cpu_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y);
-ct_status cpu_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, ct_tensor *dx);
 
 ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
                             const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,

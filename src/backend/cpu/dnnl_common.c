@@ -1,5 +1,7 @@
 /* Shared oneDNN plumbing for the CPU backend: engine/stream per device,
- * the primitive cache, argument layouts and reorders, error mapping. */
+ * the primitive cache, argument layouts and reorders, error mapping. The
+ * device lifetime and op entry/exit that need no oneDNN are in
+ * cpu_device.c. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,28 +15,18 @@ ct_status cpu_dnnl_error(dnnl_status_t st, const char *what, const char *call) {
                   call, dnnl_status2str(st));
 }
 
-ct_status cpu_dev_open(ct_device *d) {
-  cpu_dev *cd = calloc(1, sizeof *cd);
-  if (!cd) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: cannot allocate device state", d->name);
+ct_status cpu_dnnl_open(cpu_dev *cd, const char *name) {
   dnnl_status_t st = dnnl_engine_create(&cd->engine, dnnl_cpu, 0);
-  if (st != dnnl_success) {
-    free(cd);
-    return cpu_dnnl_error(st, d->name, "dnnl_engine_create");
-  }
+  if (st != dnnl_success) return cpu_dnnl_error(st, name, "dnnl_engine_create");
   st = dnnl_stream_create(&cd->stream, cd->engine, dnnl_stream_default_flags);
   if (st != dnnl_success) {
     dnnl_engine_destroy(cd->engine);
-    free(cd);
-    return cpu_dnnl_error(st, d->name, "dnnl_stream_create");
+    return cpu_dnnl_error(st, name, "dnnl_stream_create");
   }
-  pthread_mutex_init(&cd->mu, NULL);
-  d->impl = cd;
   return CT_OK;
 }
 
-void cpu_dev_close(ct_device *d) {
-  cpu_dev *cd = cpu_dev_of(d);
-  if (!cd) return;
+void cpu_dnnl_close(cpu_dev *cd) {
   for (int b = 0; b < CPU_CACHE_BUCKETS; b++) {
     cpu_entry *e = cd->buckets[b];
     while (e) {
@@ -45,21 +37,6 @@ void cpu_dev_close(ct_device *d) {
   }
   dnnl_stream_destroy(cd->stream);
   dnnl_engine_destroy(cd->engine);
-  pthread_mutex_destroy(&cd->mu);
-  free(cd);
-  d->impl = NULL;
-}
-
-int cpu_op_begin(ct_device *d) {
-  pthread_mutex_lock(&cpu_dev_of(d)->mu);
-  int prev = omp_get_max_threads();
-  if (d->threads > 0 && d->threads != prev) omp_set_num_threads(d->threads);
-  return prev;
-}
-
-void cpu_op_end(ct_device *d, int prev_threads) {
-  if (omp_get_max_threads() != prev_threads) omp_set_num_threads(prev_threads);
-  pthread_mutex_unlock(&cpu_dev_of(d)->mu);
 }
 
 void cpu_key_init(cpu_key *k, int op) {
@@ -265,12 +242,6 @@ ct_status cpu_md_of(dnnl_memory_desc_t *md, const ct_tensor *t, const char *what
   return CT_OK;
 }
 
-ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what) {
-  if ((a && a->layout != CT_LAYOUT_PLAIN) || (b && b->layout != CT_LAYOUT_PLAIN))
-    return ct_error(CT_ERR_UNSUPPORTED, "%s: C16 and NHWC tensors need f32 or bf16 and the oneDNN path", what);
-  return CT_OK;
-}
-
 ct_status cpu_md_any(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, ct_dtype t, const char *what) {
   dnnl_dims_t dd;
   for (int i = 0; i < ndims; i++) dd[i] = dims[i];
@@ -289,23 +260,5 @@ dnnl_alg_kind_t cpu_act_alg(ct_act act, float *alpha, float *beta) {
     case CT_ACT_SIGMOID: return dnnl_eltwise_logistic;
     case CT_ACT_TANH: return dnnl_eltwise_tanh;
     default: return dnnl_alg_kind_undef;
-  }
-}
-
-void cpu_accumulate_f32(void *dst, ct_dtype dt, const float *src, int64_t n, float beta) {
-  if (dt == CT_F32) {
-    float *o = dst;
-    if (beta == 0.f) {
-#pragma omp parallel for simd if (n > 65536)
-      for (int64_t i = 0; i < n; i++) o[i] = src[i];
-    } else {
-#pragma omp parallel for simd if (n > 65536)
-      for (int64_t i = 0; i < n; i++) o[i] = beta * o[i] + src[i];
-    }
-  } else {
-    uint16_t *o = dst;
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; i++)
-      o[i] = ct_f32_to_bf16(beta == 0.f ? src[i] : beta * ct_bf16_to_f32(o[i]) + src[i]);
   }
 }
