@@ -57,8 +57,8 @@ ct_status ct_model_choose_layouts(const ct_model *m, int *lay) {
   if (m->memory_format == CT_MEMORY_FORMAT_CHANNELS_LAST) {
     if (!(be->act_layouts >> CT_LAYOUT_NHWC & 1u))
       return ct_error(CT_ERR_UNSUPPORTED,
-                      "model '%s': memory format channels-last: the %s backend keeps activations NCHW only; "
-                      "use --memory-format auto or contiguous, or a cpu or cuda device",
+                      "model '%s': memory format channels-last: the %s backend of this build keeps activations "
+                      "NCHW only; use --memory-format auto or contiguous",
                       m->name, be->name);
     want = CT_LAYOUT_NHWC;
   }
