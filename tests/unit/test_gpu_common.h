@@ -8,7 +8,9 @@
 #ifndef CTRAIN_TEST_GPU_COMMON_H
 #define CTRAIN_TEST_GPU_COMMON_H
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend/backend.h"
 #include "test_util.h"
@@ -155,5 +157,31 @@ static inline int64_t gb_diff_exact(gb *t) {
   for (int64_t i = 0; i < t->n; i++) bad += memcmp(&t->f[i], &t->rf[i], 4) != 0;
   return bad;
 }
+
+
+/* The name of the case being checked, for failure messages (one buffer:
+ * valid until the next call). */
+static char g_case_name[256];
+static const char *case_name(const char *fmt, ...) __attribute__((format(printf, 1, 2), unused));
+static const char *case_name(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_case_name, sizeof g_case_name, fmt, ap);
+  va_end(ap);
+  return g_case_name;
+}
+
+/* PyTorch's pooled size, ceil_mode's rule included. */
+static inline int64_t pool_out(int64_t in, int k, int s, int pad, int ceil_mode) {
+  int64_t num = in + 2 * pad - k;
+  int64_t o = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
+  if (ceil_mode && (o - 1) * s >= in + pad) o--;
+  return o;
+}
+
+typedef struct pool_case {
+  int64_t N, C, H, W;
+  ct_pool2d_params p;
+} pool_case;
 
 #endif

@@ -32,15 +32,6 @@
 
 static double tol16(ct_dtype dt) { return dt == CT_BF16 ? TOL_BF16 : dt == CT_F16 ? TOL_F16 : TOL32; }
 
-static char g_case[256];
-static const char *case_name(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *case_name(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_case, sizeof g_case, fmt, ap);
-  va_end(ap);
-  return g_case;
-}
 
 /* [N][C][HW] <-> [N][HW][C] on the host. */
 static void to_nhwc(const float *src, float *dst, int64_t N, int64_t C, int64_t HW) {
@@ -111,7 +102,7 @@ static double err_as(gb *t, int nhwc) {
     if (!(e <= num)) num = isnan(e) ? INFINITY : e;
     if (fabs(t->d[i]) > den) den = fabs(t->d[i]);
   }
-  CHECK_MSG(den > 0, "%s: the reference is all zero; the comparison is blind", g_case);
+  CHECK_MSG(den > 0, "%s: the reference is all zero; the comparison is blind", g_case_name);
   return num / (den > 0 ? den : 1e-30);
 }
 
@@ -135,17 +126,7 @@ static int64_t count_inexact(const gb *t) {
 
 /* ---- pooling in bf16/f16, plain and NHWC ---- */
 
-static int64_t pool_out(int64_t in, int k, int s, int pad, int ceil_mode) {
-  int64_t num = in + 2 * pad - k;
-  int64_t o = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
-  if (ceil_mode && (o - 1) * s >= in + pad) o--;
-  return o;
-}
 
-typedef struct pool_case {
-  int64_t N, C, H, W;
-  ct_pool2d_params p;
-} pool_case;
 
 static const pool_case pool_cases[] = {
     {2, 3, 8, 8, {2, 2, 2, 2, 0, 0, 0, 1}},   {2, 3, 9, 9, {3, 3, 2, 2, 1, 1, 1, 1}},

@@ -23,27 +23,8 @@ static double worst;
     CHECK_MSG(e_ <= (tol), "%s: err %.3g", case_name(__VA_ARGS__), e_);           \
   } while (0)
 
-static char g_case[256];
-static const char *case_name(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *case_name(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_case, sizeof g_case, fmt, ap);
-  va_end(ap);
-  return g_case;
-}
 
-static int64_t pool_out(int64_t in, int k, int s, int pad, int ceil_mode) {
-  int64_t num = in + 2 * pad - k;
-  int64_t o = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
-  if (ceil_mode && (o - 1) * s >= in + pad) o--;
-  return o;
-}
 
-typedef struct pool_case {
-  int64_t N, C, H, W;
-  ct_pool2d_params p;
-} pool_case;
 
 static const pool_case pool_cases[] = {
     {2, 3, 8, 8, {2, 2, 2, 2, 0, 0, 0, 1}},    {2, 3, 9, 9, {3, 3, 2, 2, 1, 1, 1, 1}},
