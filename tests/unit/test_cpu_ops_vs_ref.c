@@ -5,6 +5,7 @@
  * reductions. Metric: normwise relative error vs the f64 reference (see
  * test_cpu_common.h), fp32 tolerance 1e-5; dropout and cast must match the
  * f32 reference exactly. */
+#include "op_util.h"
 #include "test_cpu_common.h"
 
 #define TOL32 1e-5
@@ -16,18 +17,6 @@ static double worst;
     if (e_ > worst) worst = e_;                                      \
     CHECK_MSG(e_ <= TOL32, "%s: err %.3g", cpu_case_name(__VA_ARGS__), e_); \
   } while (0)
-
-static int64_t pool_out(int64_t in, int k, int s, int pad, int ceil_mode) {
-  int64_t num = in + 2 * pad - k;
-  int64_t o = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
-  if (ceil_mode && (o - 1) * s >= in + pad) o--;
-  return o;
-}
-
-typedef struct pool_case {
-  int64_t N, C, H, W;
-  ct_pool2d_params p;
-} pool_case;
 
 static const pool_case pool_cases[] = {
     /* N C H W  {kh kw sh sw ph pw ceil cip} */

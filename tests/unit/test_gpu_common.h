@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "backend/backend.h"
+#include "op_util.h"
 #include "test_util.h"
 
 static ct_device *g_gpu, *g_ref;
@@ -158,7 +159,6 @@ static inline int64_t gb_diff_exact(gb *t) {
   return bad;
 }
 
-
 /* The name of the case being checked, for failure messages (one buffer:
  * valid until the next call). */
 static char g_case_name[256];
@@ -170,18 +170,5 @@ static const char *case_name(const char *fmt, ...) {
   va_end(ap);
   return g_case_name;
 }
-
-/* PyTorch's pooled size, ceil_mode's rule included. */
-static inline int64_t pool_out(int64_t in, int k, int s, int pad, int ceil_mode) {
-  int64_t num = in + 2 * pad - k;
-  int64_t o = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
-  if (ceil_mode && (o - 1) * s >= in + pad) o--;
-  return o;
-}
-
-typedef struct pool_case {
-  int64_t N, C, H, W;
-  ct_pool2d_params p;
-} pool_case;
 
 #endif

@@ -8,6 +8,7 @@
  * bf16 and fp16 at 5e-2: cuDNN may pick other algorithms for NHWC, so not
  * bitwise).
  * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+#include "op_util.h"
 #include "test_util.h"
 
 #include "backend/backend.h"
@@ -32,18 +33,6 @@ static double nerr(const float *a, const float *b, size_t n) {
     if (fabs((double)b[i]) > s) s = fabs((double)b[i]);
   }
   return m / s;
-}
-
-/* [N][C][HW] <-> [N][HW][C] on the host. */
-static void to_nhwc(const float *src, float *dst, int64_t N, int64_t C, int64_t HW) {
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t p = 0; p < HW; p++) dst[(n * HW + p) * C + c] = src[(n * C + c) * HW + p];
-}
-static void from_nhwc(const float *src, float *dst, int64_t N, int64_t C, int64_t HW) {
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t p = 0; p < HW; p++) dst[(n * C + c) * HW + p] = src[(n * HW + p) * C + c];
 }
 
 typedef struct buf {
@@ -119,7 +108,7 @@ static void conv_case(ct_device *gpu, ct_device *ref, int xn, int yn, int groups
   rm(gpu, &x), rm(gpu, &w), rm(gpu, &b), rm(gpu, &y), rm(gpu, &dy), rm(gpu, &dx), rm(gpu, &dw), rm(gpu, &db);
 }
 
-static void pool_case(ct_device *gpu, ct_device *ref, int is_max) {
+static void check_pool(ct_device *gpu, ct_device *ref, int is_max) {
   const ct_backend *G = ct_device_backend(gpu), *R = ct_device_backend(ref);
   ct_pool2d_params p = {3, 3, 2, 2, 1, 1, 0, 1};
   int64_t N = 2, C = 5, H = 9, W = 8, OH = (H + 2 - 3) / 2 + 1, OW = (W + 2 - 3) / 2 + 1;
@@ -245,8 +234,8 @@ int main(void) {
   for (int xn = 0; xn < 2; xn++)
     for (int yn = 0; yn < 2; yn++) conv_case(gpu, ref, xn, yn, 1);
   conv_case(gpu, ref, 1, 1, 2);
-  pool_case(gpu, ref, 1);
-  pool_case(gpu, ref, 0);
+  check_pool(gpu, ref, 1);
+  check_pool(gpu, ref, 0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP32, 2);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_BF16, 2);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP16, 2);

@@ -32,19 +32,6 @@
 
 static double tol16(ct_dtype dt) { return dt == CT_BF16 ? TOL_BF16 : dt == CT_F16 ? TOL_F16 : TOL32; }
 
-
-/* [N][C][HW] <-> [N][HW][C] on the host. */
-static void to_nhwc(const float *src, float *dst, int64_t N, int64_t C, int64_t HW) {
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t p = 0; p < HW; p++) dst[(n * HW + p) * C + c] = src[(n * C + c) * HW + p];
-}
-static void from_nhwc(const float *src, float *dst, int64_t N, int64_t C, int64_t HW) {
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t p = 0; p < HW; p++) dst[(n * C + c) * HW + p] = src[(n * HW + p) * C + c];
-}
-
 /* Uploads t->f (logical NCHW order) as dt, in NHWC order when nhwc; the
  * ref views get the rounded values in NCHW order. */
 static void put_as(gb *t, ct_dtype dt, int nhwc) {
@@ -125,8 +112,6 @@ static int64_t count_inexact(const gb *t) {
 }
 
 /* ---- pooling in bf16/f16, plain and NHWC ---- */
-
-
 
 static const pool_case pool_cases[] = {
     {2, 3, 8, 8, {2, 2, 2, 2, 0, 0, 0, 1}},   {2, 3, 9, 9, {3, 3, 2, 2, 1, 1, 1, 1}},

@@ -209,22 +209,31 @@ static ct_status fill_f32(ct_device *d, void *p, int64_t C, float value) {
   return cuda_fill(d, &t, value);
 }
 
+/* The handle, mode and descriptors of one cuDNN batch-norm call; *fallback
+ * = 1 (nothing left to free) when cuDNN cannot describe it. */
+static ct_status dnn_begin(ct_device *d, int training, int nhwc, const ct_tensor *x, int64_t N, int64_t C, int64_t S,
+                           cudnnHandle_t *h, cudnnBatchNormMode_t *mode, bn_desc *b, int *fallback) {
+  *fallback = 0;
+  CT_TRY(cuda_dnn_handle(d, h));
+  *mode = bn_mode(training, nhwc, x->dtype);
+  int ok = 0;
+  CT_TRY(bn_desc_make(b, x, nhwc, N, C, S, *mode, &ok));
+  if (!ok) {
+    bn_desc_destroy(b);
+    *fallback = 1;
+  }
+  return CT_OK;
+}
+
 static ct_status dnn_fwd(ct_device *d, int training, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
                          const ct_tensor *gamma, const ct_tensor *beta, ct_tensor *running_mean,
                          ct_tensor *running_var, float momentum, float eps, ct_tensor *y, ct_tensor *save_mean,
                          ct_tensor *save_invstd, int *fallback) {
-  *fallback = 0;
   cudnnHandle_t h;
-  CT_TRY(cuda_dnn_handle(d, &h));
-  const cudnnBatchNormMode_t mode = bn_mode(training, nhwc, x->dtype);
+  cudnnBatchNormMode_t mode;
   bn_desc b;
-  int ok = 0;
-  CT_TRY(bn_desc_make(&b, x, nhwc, N, C, S, mode, &ok));
-  if (!ok) {
-    bn_desc_destroy(&b);
-    *fallback = 1;
-    return CT_OK;
-  }
+  CT_TRY(dnn_begin(d, training, nhwc, x, N, C, S, &h, &mode, &b, fallback));
+  if (*fallback) return CT_OK;
   ct_status s = CT_OK;
   size_t wsb = 0, rsb = 0;
   if (training) {
@@ -276,18 +285,11 @@ static ct_status dnn_bwd(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S
                          const ct_tensor *dy, const ct_tensor *gamma, const ct_tensor *save_mean,
                          const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta,
                          float beta_acc, int *fallback) {
-  *fallback = 0;
   cudnnHandle_t h;
-  CT_TRY(cuda_dnn_handle(d, &h));
-  const cudnnBatchNormMode_t mode = bn_mode(1, nhwc, x->dtype);
+  cudnnBatchNormMode_t mode;
   bn_desc b;
-  int ok = 0;
-  CT_TRY(bn_desc_make(&b, x, nhwc, N, C, S, mode, &ok));
-  if (!ok) {
-    bn_desc_destroy(&b);
-    *fallback = 1;
-    return CT_OK;
-  }
+  CT_TRY(dnn_begin(d, 1, nhwc, x, N, C, S, &h, &mode, &b, fallback));
+  if (*fallback) return CT_OK;
   ct_status s = CT_OK;
   size_t wsb = 0, rsb = 0;
   /* the same descriptors and argument pattern as PyTorch's cudnn_batch_norm_backward */
