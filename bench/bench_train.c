@@ -99,7 +99,7 @@ static void profile(step_ctx *c, int runs, int threads) {
   ct_model *m = c->m;
   int L = m->n_layers;
   double *tf = calloc((size_t)L * (size_t)runs, sizeof(double)), *tb = calloc((size_t)L * (size_t)runs, sizeof(double));
-  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, c->x.shape[0], m->seed, 0};
+  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, c->x.shape[0], m->seed, 0, 0};
   for (int r = 0; r < runs; r++) {
     step(c, (uint32_t)r);
     for (int i = 0; i < L; i++) {

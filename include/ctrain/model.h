@@ -88,6 +88,27 @@ ct_status ct_model_set_memory_format(ct_model *m, ct_memory_format f);
 ct_status ct_memory_format_parse(const char *s, ct_memory_format *out);
 const char *ct_memory_format_name(ct_memory_format f);
 
+/* Activation recompute (gradient checkpointing, PyTorch's
+ * torch.utils.checkpoint.checkpoint_sequential for any graph): a training
+ * plan keeps only the activations at the ends of `segments` segments of
+ * the layer sequence, cut where one activation alone crosses, and runs
+ * each segment's forward again before its backward. Fewer bytes in the
+ * step arena for up to one extra forward pass; the gradients, running
+ * statistics and dropout masks are those of the plain step (bit for bit
+ * on the CPU). segments: 0 = off (default), CT_RECOMPUTE_AUTO = the count
+ * whose plan has the smallest peak (ties: fewer segments), N >= 2 = N
+ * segments, or as many as there are clean cuts. Applied by the next
+ * ct_model_prepare() of a training plan; inference plans ignore it.
+ * CT_ERR_INVALID_ARG for a negative count other than AUTO or above
+ * CT_RECOMPUTE_MAX. */
+#define CT_RECOMPUTE_AUTO (-1)
+#define CT_RECOMPUTE_MAX 4096
+ct_status ct_model_set_recompute(ct_model *m, int segments);
+/* Segments the prepared plan runs (1 = no recompute), and the layers whose
+ * forward it runs twice. */
+int ct_model_recompute_segments(const ct_model *m);
+int ct_model_recompute_layers(const ct_model *m);
+
 /* Binds the model to a device with a maximum batch and builds the memory
  * plan; training = 1 plans forward + backward. Re-preparing replaces the
  * previous plan. Moves parameters to the device. */

@@ -233,7 +233,8 @@ struct ct_backend {
    * mean and 1/sqrt(var+eps) per channel, and updates running stats as
    * PyTorch does: running = (1-momentum)*running + momentum*stat, with the
    * unbiased variance (n/(n-1)). Eval: uses running stats; save_* unused.
-   * gamma/beta may be NULL (affine=False). */
+   * gamma/beta may be NULL (affine=False); in training the running pair
+   * may be NULL too: nothing is updated (a recompute forward). */
   ct_status (*batchnorm_fwd)(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
                              const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
                              float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd);

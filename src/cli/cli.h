@@ -31,6 +31,9 @@ typedef struct cli_opts {
   int in_c, in_h, in_w;
   /* --memory-format (--channels-last sets "channels-last"); NULL = auto. */
   const char *memory_format;
+  /* --recompute[=auto|off|N]: activation recompute segments for
+   * ct_model_set_recompute (0 = off, CT_RECOMPUTE_AUTO; a bare flag). */
+  int recompute;
   /* Mixed precision: --precision, --opt-level, --loss-scale, --loss-scale-init. */
   const char *precision, *opt_level, *loss_scale;
   double loss_scale_init;

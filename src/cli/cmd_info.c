@@ -7,11 +7,12 @@
 
 static const char *SUMMARY_HELP =
     "usage: ctrain summary --model NAME|FILE [--input CxHxW|F] [--classes N] [--batch-size N]\n"
-    "                      [--precision fp32|bf16|fp16] [--opt-level O0|O1|O2|O3]\n"
+    "                      [--precision fp32|bf16|fp16] [--opt-level O0|O1|O2|O3] [--recompute[=auto|N]]\n"
     "\n"
     "Prints a torchsummary-style table: layers, output shapes, parameters, totals, and the\n"
     "activation memory of one training step from the static memory plan. With a low\n"
-    "precision, each layer's dtype and autocast rule (docs/MIXED_PRECISION.md).\n";
+    "precision, each layer's dtype and autocast rule (docs/MIXED_PRECISION.md); with\n"
+    "--recompute, the plan with activation recompute next to the plan without.\n";
 
 int cmd_summary(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
@@ -20,7 +21,7 @@ int cmd_summary(int argc, char **argv) {
       return 0;
     }
   cli_opts o;
-  int r = cli_parse(argc, argv, "summary", "model input classes batch-size device precision opt-level", &o);
+  int r = cli_parse(argc, argv, "summary", "model input classes batch-size device precision opt-level recompute", &o);
   if (r) return r;
   if (!o.model) {
     fprintf(stderr, "ctrain summary: --model is required (see 'ctrain summary --help')\n");

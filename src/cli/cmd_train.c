@@ -41,6 +41,9 @@ static const char *HELP =
     "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
     "  --memory-format auto|contiguous|channels-last (auto: nChw16c on an AVX-512 cpu, NHWC on cuda)\n"
     "                          activation layout between layers, PyTorch's memory_format; --channels-last for short\n"
+    "  --recompute[=auto|N|off] (off; bare = auto)  activation recompute (gradient checkpointing): keep the\n"
+    "                          activations at the ends of N segments, run each segment's forward again before\n"
+    "                          its backward; auto = the count with the smallest step memory plan\n"
     "  --seed N (0)            --no-shuffle (file order, contiguous batches)\n"
     "  --init FILE.safetensors initial weights   --save FILE.safetensors final weights\n"
     "  --checkpoint-dir DIR    per-epoch checkpoints, last, best     --keep-last N (3)   --resume\n"
@@ -56,7 +59,7 @@ static const char *FLAGS =
     "model data epochs batch-size accumulate max-steps optimizer lr momentum weight-decay scheduler lr-factor lr-patience step-size clip-grad-norm "
     "label-smoothing input classes resize augment device threads workers seed no-shuffle init save checkpoint-dir "
     "keep-last resume monitor patience min-delta restore-best log-dir metrics-json precision opt-level loss-scale "
-    "loss-scale-init memory-format channels-last";
+    "loss-scale-init memory-format channels-last recompute";
 
 static void settings_text(const cli_opts *o, char *buf, size_t n, int with_epochs) {
   snprintf(buf, n,
@@ -250,9 +253,13 @@ int cmd_train(int argc_in, char **argv_in) {
   if (s == CT_OK) {
     int c, h, w;
     ct_model_input_shape(m, &c, &h, &w);
-    printf("ctrain: %s on %s (%lld train / %lld test), input %dx%dx%d, %lld parameters, device %s, step memory plan %.1f MB\n",
+    printf("ctrain: %s on %s (%lld train / %lld test), input %dx%dx%d, %lld parameters, device %s, step memory plan %.1f MB",
            ct_model_name(m), ct_dataset_name(dtr), (long long)ct_dataset_size(dtr), (long long)ct_dataset_size(dte), c, h,
            w, (long long)ct_model_param_count(m), ct_device_name(dev), (double)ct_model_plan_bytes(m) / 1e6);
+    if (ct_model_recompute_segments(m) > 1)
+      printf(" (recompute: %d segments, %d layers run forward twice)", ct_model_recompute_segments(m),
+             ct_model_recompute_layers(m));
+    printf("\n");
     fflush(stdout);
     s = ct_fit(m, dev, ltr, lte, &cfg, &res);
   }

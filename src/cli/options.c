@@ -116,6 +116,7 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
       continue;
     }
     if (eq) val = eq + 1;
+    else if (!strcmp(name, "recompute") && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))) val = "auto";
     else if (i + 1 < argc) val = argv[++i];
     else return usage_err(cmd, "--%s needs a value%s", name, "");
     int64_t iv;
@@ -152,6 +153,18 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     else if (!strcmp(name, "epochs")) { r = parse_i64(cmd, name, val, 1, 100000, &iv); o->epochs = (int)iv; }
     else if (!strcmp(name, "batch-size")) r = parse_i64(cmd, name, val, 1, 1 << 20, &o->batch_size);
     else if (!strcmp(name, "accumulate")) { r = parse_i64(cmd, name, val, 1, 1024, &iv); o->accumulate = (int)iv; }
+    else if (!strcmp(name, "recompute")) {
+      if (!strcmp(val, "auto")) o->recompute = CT_RECOMPUTE_AUTO;
+      else if (!strcmp(val, "off")) o->recompute = 0;
+      else {
+        _Static_assert(CT_RECOMPUTE_MAX == 4096, "the message below names the limit");
+        char *end;
+        long v = strtol(val, &end, 10);
+        if (!*val || *end || v < 0 || v > CT_RECOMPUTE_MAX)
+          return usage_err(cmd, "--recompute expects auto, off or a segment count 0..4096, got '%s'%s", val, "");
+        o->recompute = v <= 1 ? 0 : (int)v;
+      }
+    }
     else if (!strcmp(name, "max-steps")) r = parse_i64(cmd, name, val, 1, INT64_C(1) << 40, &o->max_steps);
     else if (!strcmp(name, "threads")) { r = parse_i64(cmd, name, val, 1, 1024, &iv); o->threads = (int)iv; }
     else if (!strcmp(name, "workers")) { r = parse_i64(cmd, name, val, 0, 64, &iv); o->workers = (int)iv; }

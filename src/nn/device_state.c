@@ -77,7 +77,11 @@ void ct_oom_message(const ct_mem_numbers *n, char *buf, size_t cap) {
   if (acc_k)
     PUT(" --batch-size %lld --accumulate %lld (same effective batch %lld, about %.3f GiB),", (long long)n->batch / acc_k,
         acc_k, (long long)n->batch, gib(acc_need));
-  PUT(" or activation recompute (--recompute: not implemented yet)");
+  if (n->arena_recompute && n->arena_recompute < n->arena)
+    PUT(" or --recompute (activation recompute: a step arena of %.3f instead of %.3f GiB, about %.3f GiB)",
+        gib(n->arena_recompute), gib(n->arena), gib(need - n->arena + n->arena_recompute));
+  else if (len && len < cap && buf[len - 1] == ',')
+    buf[--len] = 0; /* the list ended at the previous option */
 #undef PUT
 }
 
@@ -108,11 +112,14 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   ct_mem_numbers nums = {ct_device_name(dev), m->name, ct_precision_name(m->precision), m->max_batch,
                          al(m->plan.peak), al(m->n_params * 4), al(m->n_params * 4),
                          al(m->n_buffers * 4), lp_bytes, opt_bytes,
-                         o_stats - o_x + al(sizeof(ct_step_stats)), 0, 0};
+                         o_stats - o_x + al(sizeof(ct_step_stats)), 0, 0, 0};
   if (be->mem_info && be->mem_info(dev, &nums.dev_free, &nums.dev_total) != CT_OK) nums.dev_free = nums.dev_total = 0;
   void *block = nums.dev_total && total > nums.dev_free ? NULL : ct_device_alloc(dev, total);
   if (!block) {
     char msg[1024];
+    size_t rc_peak = 0;
+    if (m->training_plan && !m->recompute && ct_model_plan_peak_with_recompute(m, CT_RECOMPUTE_AUTO, &rc_peak) == CT_OK)
+      nums.arena_recompute = al(rc_peak);
     ct_oom_message(&nums, msg, sizeof msg);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "%s", msg);
   }

@@ -18,6 +18,9 @@ typedef struct ct_mem_numbers {
   int64_t batch;
   size_t arena, params, grads, buffers, low_precision, optimizer_state, staging;
   size_t dev_free, dev_total; /* 0 when the device cannot say */
+  /* The step arena with activation recompute (--recompute), 0 when it is
+   * on already or would save nothing. */
+  size_t arena_recompute;
 } ct_mem_numbers;
 
 /* Sum of every part of n. */
@@ -30,7 +33,8 @@ size_t ct_mem_total(const ct_mem_numbers *n);
  * fits (the arena and staging scale with the batch), --batch-size B/k
  * --accumulate k for the smallest divisor k of the batch whose
  * micro-batch fits (the same effective batch; k = 2 when the free memory
- * is unknown), and activation recompute, named as not implemented yet. */
+ * is unknown), and --recompute with the total its smaller arena gives
+ * (when n->arena_recompute says it saves something). */
 void ct_oom_message(const ct_mem_numbers *n, char *buf, size_t cap);
 
 /* 1 when models prepared on dev keep their state in dev's own memory. */

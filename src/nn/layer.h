@@ -48,6 +48,8 @@ typedef struct ct_exec {
   int64_t batch;   /* N of this pass (may be below the planned batch) */
   uint64_t seed;
   uint32_t step;   /* dropout key: optimizer step of this pass */
+  int recompute;   /* a training forward run again before the backward
+                      (nn/recompute.h): update no running statistics */
 } ct_exec;
 
 typedef struct ct_state_decl {

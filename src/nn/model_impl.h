@@ -6,6 +6,7 @@
 #include "ctrain/amp.h"
 #include "ctrain/model.h"
 #include "nn/layer.h"
+#include "nn/recompute.h"
 #include "plan/plan.h"
 
 /* Plan ids of a step's buffers, per layer (-1 = none). */
@@ -23,6 +24,14 @@ typedef struct ct_exec_bufs {
   int *xcast;  /* [2L] */
   int *dxcast; /* [2L] */
   int out32, dout32;
+  /* Activation recompute (nn/recompute.h): the segments and times of the
+   * step, and for a layer whose output is dropped the buffers its
+   * recompute forward writes (output, workspace, cast inputs); the plain
+   * act/ws/xcast ids then serve its first forward only. -1 elsewhere. */
+  ct_timeline tl;
+  int *act_rc;   /* [L] */
+  int *ws_rc;    /* [L] */
+  int *xcast_rc; /* [2L] */
 } ct_exec_bufs;
 
 struct ct_model {
@@ -50,7 +59,7 @@ struct ct_model {
   ct_plan plan;
   ct_exec_bufs eb;
   void *arena;
-  const ct_tensor *input;  /* x of the last forward */
+  ct_tensor input;         /* x of the last forward (the recompute reads it) */
   int64_t last_batch;
   int has_forward;         /* a training forward is pending backward */
   uint32_t last_step;      /* dropout key of the last forward */
@@ -58,6 +67,7 @@ struct ct_model {
   int grads_clean;         /* gradients are zero: backward may overwrite */
 
   ct_memory_format memory_format; /* ct_model_set_memory_format; applied by prepare */
+  int recompute;                  /* ct_model_set_recompute; applied by prepare */
 
   /* Mixed precision (src/amp): set by ct_model_set_precision, applied by
    * ct_model_prepare. */
@@ -118,6 +128,10 @@ ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64
 
 /* Frees the executor's per-model tables (called by ct_model_destroy). */
 void ct_exec_bufs_free(ct_exec_bufs *b);
+/* The arena peak the prepared training plan would have with `segments`
+ * recompute segments (CT_RECOMPUTE_AUTO: the best count); the plan in use
+ * is unchanged. For the out-of-memory advice (device_state.c). */
+ct_status ct_model_plan_peak_with_recompute(ct_model *m, int segments, size_t *peak);
 
 /* Zoo constructors: build the graph for the options (see zoo.c). */
 ct_status ct_zoo_build(const char *name, const ct_model_options *opt, ct_model **out);

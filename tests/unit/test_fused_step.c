@@ -147,7 +147,7 @@ static void test_skip_leaves_weights(void) {
 static void test_oom_message(void) {
   const size_t G = (size_t)1 << 30;
   ct_mem_numbers n = {"cuda:0", "alexnet", "fp32", 256, 6 * G, G / 4, G / 4, 1 << 20, 0, G / 2, 150 << 20,
-                      4 * G, 80 * G};
+                      4 * G, 80 * G, 0};
   char msg[1024];
   ct_oom_message(&n, msg, sizeof msg);
   CHECK_MSG(strstr(msg, "cuda:0") && strstr(msg, "alexnet") && strstr(msg, "batch 256"), "%s", msg);
@@ -160,7 +160,9 @@ static void test_oom_message(void) {
   size_t fixed = ct_mem_total(&n) - n.arena - n.staging, per = (n.arena + n.staging) / 256;
   snprintf(want, sizeof want, "--batch-size %zu or smaller", (n.dev_free - fixed) / per);
   CHECK_MSG(strstr(msg, want) != NULL, "missing '%s' in: %s", want, msg);
-  CHECK_MSG(strstr(msg, "--recompute: not implemented yet") != NULL, "%s", msg);
+  /* No recompute figure: the list ends at accumulation, without a comma. */
+  CHECK_MSG(strstr(msg, "recompute") == NULL, "%s", msg);
+  CHECK_MSG(msg[strlen(msg) - 1] == ')', "%s", msg);
   /* Accumulation: the smallest k dividing 256 whose micro-batch fits. */
   char want2[160];
   long long k = 2;
@@ -168,7 +170,13 @@ static void test_oom_message(void) {
   snprintf(want2, sizeof want2, "--batch-size %lld --accumulate %lld (same effective batch 256, about %.3f GiB)",
            256 / k, k, (double)(fixed + per * (size_t)(256 / k)) / (double)G);
   CHECK_MSG(strstr(msg, want2) != NULL, "missing '%s' in: %s", want2, msg);
-  CHECK_MSG(strstr(msg, "--accumulate, --recompute: not implemented") == NULL, "%s", msg);
+  /* With recompute's smaller arena: the option and the total it gives. */
+  ct_mem_numbers nr = n;
+  nr.arena_recompute = 2 * G;
+  ct_oom_message(&nr, msg, sizeof msg);
+  snprintf(want2, sizeof want2, "or --recompute (activation recompute: a step arena of 2.000 instead of 6.000 GiB, about %.3f GiB)",
+           (double)(ct_mem_total(&n) - 4 * G) / (double)G);
+  CHECK_MSG(strstr(msg, want2) != NULL, "missing '%s' in: %s", want2, msg);
   /* Batch 12 with room for 5 samples: k = 2 (6) does not fit, k = 3 (4) does. */
   ct_mem_numbers n12 = n;
   n12.batch = 12;

@@ -57,10 +57,15 @@ static ct_status forward(ct_layer *l, ct_exec *e) {
   int k = l->ip[2] ? 2 : 0;
   ct_tensor mean, invstd;
   stats(l, &mean, &invstd);
+  /* A recompute forward normalises with the batch statistics again but
+   * leaves the running ones (and the counter) as the first forward left
+   * them, unlike a re-run PyTorch module. */
+  int update = e->training && !e->recompute;
   ct_status s = e->be->batchnorm_fwd(e->dev, e->training, &l->x[0], l->ip[2] ? &l->w[0] : NULL,
-                                     l->ip[2] ? &l->w[1] : NULL, &l->w[k], &l->w[k + 1], l->fp[1], l->fp[0], &l->y,
+                                     l->ip[2] ? &l->w[1] : NULL, update || !e->training ? &l->w[k] : NULL,
+                                     update || !e->training ? &l->w[k + 1] : NULL, l->fp[1], l->fp[0], &l->y,
                                      e->training ? &mean : NULL, e->training ? &invstd : NULL);
-  if (s == CT_OK && e->training) (*l->counter)++;
+  if (s == CT_OK && update) (*l->counter)++;
   if (s == CT_OK && l->act != CT_ACT_NONE) s = e->be->act_fwd(e->dev, l->act, 0.0f, &l->y, &l->y);
   return s;
 }

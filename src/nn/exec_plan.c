@@ -1,0 +1,300 @@
+/* Binding a model to a device: the memory plan of a step.
+ *
+ * Timeline (nn/recompute.h): forward of layer i at time i, then the
+ * backward phase: per segment, last first, the recompute forwards of its
+ * dropped layers and the backwards of its layers (without recompute the
+ * backward of layer i is at 2L-1-i). Each layer output is one activation
+ * buffer (flatten shares its input's), alive from its forward until its
+ * last reader: a consumer's forward, a consumer's recompute forward, a
+ * consumer's backward that reads its input, or its own backward when that
+ * reads the output. A dropped output has two buffers: one from its forward
+ * to its last reader in the forward pass, one from its recompute to its
+ * last reader after that. Each output also has a gradient buffer alive from
+ * the backward of its last consumer to its own backward; when several
+ * consumers send gradients back (residual connections), all but the first
+ * write to a temporary that is added in. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/device_impl.h"
+#include "nn/device_state.h"
+#include "nn/exec_impl.h"
+#include "nn/fuse.h"
+#include "nn/layout.h"
+
+static int saves_input(const ct_layer *l) {
+  if (l->cls == &ct_layer_activation) return CT_ACT_BWD_NEEDS_X(l->act);
+  return (l->cls->flags & CT_LAYER_SAVES_INPUT) != 0;
+}
+
+static int saves_output(const ct_layer *l) {
+  if (l->cls == &ct_layer_activation) return CT_ACT_BWD_NEEDS_Y(l->act);
+  if (l->act != CT_ACT_NONE) return 1; /* fused activation: backward reads y */
+  return (l->cls->flags & CT_LAYER_SAVES_OUTPUT) != 0;
+}
+
+static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
+  return (size_t)(n * ct_shape_numel(l->out_ndim, l->out_shape)) * ct_dtype_size(ct_exec_out_dt(m, l->index));
+}
+
+/* Tables indexed per layer (L) or per input edge (2L). */
+static void free_plan_tables(ct_exec_bufs *b) {
+  free(b->act), free(b->grad), free(b->ws), free(b->tmp), free(b->xcast), free(b->dxcast);
+  free(b->act_rc), free(b->ws_rc), free(b->xcast_rc);
+  b->act = b->grad = b->ws = b->tmp = b->xcast = b->dxcast = b->act_rc = b->ws_rc = b->xcast_rc = NULL;
+  ct_timeline_free(&b->tl);
+}
+
+void ct_exec_bufs_free(ct_exec_bufs *b) {
+  free_plan_tables(b);
+  free(b->root), free(b->layout);
+  memset(b, 0, sizeof *b);
+}
+
+static int alloc_plan_tables(ct_exec_bufs *b, int L) {
+  size_t one = sizeof(int) * (size_t)(L ? L : 1), two = 2 * one;
+  b->act = malloc(one), b->grad = malloc(one), b->ws = malloc(one), b->act_rc = malloc(one), b->ws_rc = malloc(one);
+  b->tmp = malloc(two), b->xcast = malloc(two), b->dxcast = malloc(two), b->xcast_rc = malloc(two);
+  if (!b->act || !b->grad || !b->ws || !b->act_rc || !b->ws_rc || !b->tmp || !b->xcast || !b->dxcast || !b->xcast_rc)
+    return 0;
+  for (int i = 0; i < L; i++) b->act[i] = b->grad[i] = b->ws[i] = b->act_rc[i] = b->ws_rc[i] = -1;
+  for (int i = 0; i < 2 * L; i++) b->tmp[i] = b->xcast[i] = b->dxcast[i] = b->xcast_rc[i] = -1;
+  b->out32 = b->dout32 = -1;
+  return 1;
+}
+
+static int max_i(int a, int b) { return a > b ? a : b; }
+
+/* Adds every buffer of the step with timeline b->tl (b->root and b->layout
+ * set, descriptors shaped for max_batch) to plan and solves it. */
+static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int training, ct_exec_bufs *b,
+                           ct_plan *plan) {
+  const int L = m->n_layers;
+  const ct_timeline *tl = &b->tl;
+  const int T = tl->T; /* end of the step */
+  const int *bwd = tl->bwd, *rc = tl->rc, *rerun = tl->rerun;
+  if (!alloc_plan_tables(b, L)) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  int *last = malloc(sizeof(int) * (size_t)(L ? L : 1)), *last_rc = malloc(sizeof(int) * (size_t)(L ? L : 1));
+  int *gfirst = malloc(sizeof(int) * (size_t)(L ? L : 1));
+  if (!last || !last_rc || !gfirst) {
+    free(last), free(last_rc), free(gfirst);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  }
+  for (int i = 0; i < L; i++) last[i] = i, last_rc[i] = rc[i], gfirst[i] = T;
+  /* A read of root r at time t after the forward pass: a dropped r is read
+   * from its recompute buffer. */
+#define READ_LATE(r, t) (rerun[r] ? (last_rc[r] = max_i(last_rc[r], t)) : (last[r] = max_i(last[r], t)))
+  for (int i = 0; i < L; i++) {
+    ct_layer *l = &m->layers[i];
+    for (int j = 0; j < l->n_inputs; j++) {
+      int src = l->inputs[j];
+      if (src < 0) continue;
+      int r = b->root[src];
+      last[r] = max_i(last[r], i);
+      if (rerun[i]) READ_LATE(r, rc[i]);
+      /* A cast edge reads its source at the forward; the backward reads
+       * the cast copy. */
+      if (training && saves_input(l) && !ct_exec_edge_cast(m, i, j)) READ_LATE(r, bwd[i]);
+      if (bwd[i] < gfirst[src]) gfirst[src] = bwd[i];
+    }
+    if (training && saves_output(l)) READ_LATE(b->root[i], bwd[i]);
+  }
+#undef READ_LATE
+  /* The loss reads the output after forward, and model.h promises callers
+   * it stays valid until the next forward: keep it out of backward's reuse. */
+  last[b->root[m->output]] = T;
+  for (int i = 0; i < L; i++) {
+    ct_layer *l = &m->layers[i];
+    /* An alias of the model input (flatten first) has no buffer of its own:
+     * bind() points it at the input. */
+    int input_alias = (l->cls->flags & CT_LAYER_ALIAS) && l->inputs[0] < 0;
+    if (b->root[i] == i && !input_alias) {
+      b->act[i] = ct_plan_add(plan, act_bytes(m, l, max_batch), i, last[i]);
+      if (rerun[i]) b->act_rc[i] = ct_plan_add(plan, act_bytes(m, l, max_batch), rc[i], last_rc[i]);
+    }
+    if (!training) continue;
+    int gf = i == m->output ? L - 1 : gfirst[i];
+    if (gf <= bwd[i]) b->grad[i] = ct_plan_add(plan, act_bytes(m, l, max_batch), gf, bwd[i]);
+    if (l->cls->workspace_bytes) {
+      size_t wsb = l->cls->workspace_bytes(l, &(ct_exec){dev, ct_device_backend(dev), 1, max_batch, 0, 0, 0});
+      /* A rerun layer's first forward writes a workspace nobody reads. */
+      if (wsb) b->ws[i] = ct_plan_add(plan, wsb, i, rerun[i] ? i : bwd[i]);
+      if (wsb && rerun[i]) b->ws_rc[i] = ct_plan_add(plan, wsb, rc[i], bwd[i]);
+    }
+  }
+  /* Mixed precision: a copy of each input the layer reads in another
+   * dtype (kept to the backward when the layer reads its input there), its
+   * gradient in the layer's dtype, and fp32 copies of the output and of its
+   * gradient for the loss. None of these exist under O0. */
+  for (int i = 0; i < L; i++) {
+    ct_layer *l = &m->layers[i];
+    int keep = training && saves_input(l);
+    for (int j = 0; j < l->n_inputs; j++) {
+      if (!ct_exec_edge_cast(m, i, j)) continue;
+      size_t bytes = (size_t)ct_tensor_nbytes(&l->x[j]);
+      b->xcast[2 * i + j] = ct_plan_add(plan, bytes, i, keep && !rerun[i] ? bwd[i] : i);
+      if (rerun[i]) b->xcast_rc[2 * i + j] = ct_plan_add(plan, bytes, rc[i], keep ? bwd[i] : rc[i]);
+      if (training && l->inputs[j] >= 0) b->dxcast[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
+    }
+  }
+  if (ct_exec_out_dt(m, m->output) != CT_F32) {
+    const ct_layer *o = &m->layers[m->output];
+    size_t bytes = (size_t)(max_batch * ct_shape_numel(o->out_ndim, o->out_shape)) * sizeof(float);
+    b->out32 = ct_plan_add(plan, bytes, L - 1, training ? L : T);
+    if (training) b->dout32 = ct_plan_add(plan, bytes, L - 1, L);
+  }
+  /* Temporaries for the second and later gradient writers of one output,
+   * and a scratch dx for batch norm layers reading the model input. */
+  if (training) {
+    int *seen = gfirst; /* reused: gradient writers of layer i so far */
+    memset(seen, 0, sizeof(int) * (size_t)L);
+    for (int i = L - 1; i >= 0; i--) {
+      ct_layer *l = &m->layers[i];
+      for (int j = 0; j < l->n_inputs; j++) {
+        int src = l->inputs[j];
+        /* In the producer's dtype: a cast edge's gradient is cast into it. */
+        size_t bytes = (size_t)ct_tensor_numel(&l->x[j]) * ct_dtype_size(ct_exec_src_dt(m, src));
+        if (src < 0) {
+          if (l->cls == &ct_layer_batchnorm) b->tmp[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
+          continue;
+        }
+        if (seen[src]++) b->tmp[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
+      }
+    }
+  }
+  free(last), free(last_rc), free(gfirst);
+  return ct_plan_solve(plan);
+}
+
+/* The step's timeline and plan with `segments` recompute segments, into
+ * b and plan (both emptied first). */
+static ct_status plan_with_segments(ct_model *m, ct_device *dev, int64_t max_batch, int training, int segments,
+                                    ct_exec_bufs *b, ct_plan *plan) {
+  free_plan_tables(b);
+  ct_plan_free(plan);
+  ct_plan_init(plan);
+  const int L = m->n_layers;
+  size_t *bytes = calloc((size_t)(L ? L : 1), sizeof *bytes), *cost = calloc((size_t)(L ? L : 1), sizeof *cost);
+  if (!bytes || !cost) {
+    free(bytes), free(cost);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  }
+  for (int i = 0; i < L; i++) {
+    const ct_layer *l = &m->layers[i];
+    int input_alias = (l->cls->flags & CT_LAYER_ALIAS) && l->inputs[0] < 0;
+    if (b->root[i] == i && !input_alias) bytes[i] = act_bytes(m, l, max_batch);
+  }
+  /* What dropping saves: the buffers the plain step keeps for a backward. */
+  for (int i = 0; i < L; i++) {
+    const ct_layer *l = &m->layers[i];
+    for (int j = 0; j < l->n_inputs; j++)
+      if (l->inputs[j] >= 0 && saves_input(l) && !ct_exec_edge_cast(m, i, j))
+        cost[b->root[l->inputs[j]]] = bytes[b->root[l->inputs[j]]];
+    if (saves_output(l)) cost[b->root[i]] = bytes[b->root[i]];
+  }
+  ct_status s = ct_timeline_build(m, b->root, bytes, cost, training ? segments : 1, &b->tl);
+  free(bytes), free(cost);
+  if (s == CT_OK) s = plan_step(m, dev, max_batch, training, b, plan);
+  return s;
+}
+
+/* CT_RECOMPUTE_AUTO: every segment count the clean cuts allow, keeping the
+ * smallest peak (the fewest segments among equal peaks); 1 when nothing
+ * is saved. */
+static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch, int *segments) {
+  const int L = m->n_layers;
+  int *cut = malloc(sizeof(int) * (size_t)(L ? L : 1));
+  if (!cut) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  int n_cuts = ct_recompute_cuts(m, m->eb.root, cut);
+  free(cut);
+  ct_exec_bufs trial = {0};
+  trial.root = m->eb.root;
+  ct_plan p;
+  ct_plan_init(&p);
+  size_t best = 0;
+  *segments = 1;
+  ct_status s = CT_OK;
+  for (int k = 1; k <= n_cuts + 1 && k <= CT_RECOMPUTE_MAX && s == CT_OK; k++) {
+    s = plan_with_segments(m, dev, max_batch, 1, k, &trial, &p);
+    if (s == CT_OK && (k == 1 || p.peak < best)) best = p.peak, *segments = k;
+  }
+  free_plan_tables(&trial);
+  ct_plan_free(&p);
+  return s;
+}
+
+ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int training) {
+  if (max_batch <= 0) return ct_error(CT_ERR_INVALID_ARG, "model '%s': batch size must be positive", m->name);
+  /* A resident model first brings its state home; the plan below is
+   * built on the host buffers and moved again at the end. */
+  ct_model_device_release(m);
+  if (m->arena) ct_device_free(m->dev, m->arena);
+  m->arena = NULL;
+  ct_plan_free(&m->plan);
+  ct_plan_init(&m->plan);
+  m->dev = dev;
+  m->max_batch = max_batch;
+  m->training_plan = training;
+  m->has_forward = 0;
+  for (int i = 0; i < m->n_entries; i++) m->entries[i].value.device = m->entries[i].grad.device = dev;
+  for (int i = 0; i < m->n_layers; i++)
+    for (int k = 0; k < m->layers[i].n_state; k++) m->layers[i].w[k].device = m->layers[i].g[k].device = dev;
+  ct_model_fuse(m);
+  CT_TRY(ct_amp_model_plan(m));
+  ct_amp_model_bind_weights(m);
+
+  ct_exec_bufs *b = &m->eb;
+  ct_exec_bufs_free(b);
+  const int L = m->n_layers;
+  b->root = malloc(sizeof(int) * (size_t)(L ? L : 1));
+  b->layout = malloc(sizeof(int) * (size_t)(L ? L : 1));
+  if (!b->root || !b->layout) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  CT_TRY(ct_model_choose_layouts(m, b->layout));
+  ct_exec_shape_tensors(m, max_batch);
+  for (int i = 0; i < L; i++) {
+    ct_layer *l = &m->layers[i];
+    int alias = (l->cls->flags & CT_LAYER_ALIAS) && l->inputs[0] >= 0;
+    b->root[i] = alias ? b->root[l->inputs[0]] : i;
+  }
+  int segments = training ? m->recompute : 0;
+  if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, dev, max_batch, &segments));
+  CT_TRY(plan_with_segments(m, dev, max_batch, training, segments, b, &m->plan));
+  if (ct_model_device_resident(dev)) return ct_model_device_bind(m, dev);
+  m->arena = ct_device_alloc(dev, m->plan.peak ? m->plan.peak : 64);
+  if (!m->arena)
+    return ct_error(CT_ERR_OUT_OF_MEMORY,
+                    "model '%s': the step's memory plan needs %zu bytes for batch %lld and they cannot be allocated; try a smaller --batch-size",
+                    m->name, m->plan.peak, (long long)max_batch);
+  return CT_OK;
+}
+
+ct_status ct_model_plan_peak_with_recompute(ct_model *m, int segments, size_t *peak) {
+  *peak = 0;
+  if (!m->eb.root || !m->training_plan) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no training plan", m->name);
+  if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, m->dev, m->max_batch, &segments));
+  ct_exec_bufs trial = {0};
+  trial.root = m->eb.root;
+  ct_plan p;
+  ct_plan_init(&p);
+  ct_status s = plan_with_segments(m, m->dev, m->max_batch, 1, segments, &trial, &p);
+  if (s == CT_OK) *peak = p.peak;
+  free_plan_tables(&trial);
+  ct_plan_free(&p);
+  return s;
+}
+
+ct_status ct_model_set_recompute(ct_model *m, int segments) {
+  if (segments != CT_RECOMPUTE_AUTO && (segments < 0 || segments > CT_RECOMPUTE_MAX))
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': recompute segments must be 0 (off), auto or 2..%d, got %d",
+                    m->name, CT_RECOMPUTE_MAX, segments);
+  m->recompute = segments;
+  return CT_OK;
+}
+
+int ct_model_recompute_segments(const ct_model *m) { return m->eb.tl.nseg ? m->eb.tl.nseg : 1; }
+
+int ct_model_recompute_layers(const ct_model *m) {
+  int n = 0;
+  for (int i = 0; i < m->eb.tl.L && m->eb.tl.rerun; i++) n += m->eb.tl.rerun[i];
+  return n;
+}
