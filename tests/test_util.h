@@ -68,6 +68,18 @@ static inline const char *test_tmpdir(void) {
   return "/tmp";
 }
 
+/* Fills a mkstemps template (path, ending in a suffix of suffix_len
+ * characters such as ".txt") with a new file holding text. Returns 0, or
+ * -1 after recording a failed check. */
+static inline int test_write_temp(char *path, int suffix_len, const char *text) {
+  int fd = mkstemps(path, suffix_len);
+  CHECK_MSG(fd >= 0, "cannot create %s", path);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f) == 0 ? 0 : -1;
+}
+
 static inline int test_summary(const char *name) {
   printf("%s: %d checks, %d failed\n", name, test_checks_, test_failures_);
   return test_failures_ ? 1 : 0;

@@ -160,15 +160,9 @@ int main(void) {
   ct_device *dev;
   CHECK_OK(ct_device_open("cpu", &dev));
   char path[] = "/tmp/ctrain_layout_XXXXXX.txt";
-  int fd = mkstemps(path, 4);
-  CHECK(fd >= 0);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (f) fputs(model_text, f), fclose(f);
+  test_write_temp(path, 4, model_text);
   char apath[] = "/tmp/ctrain_layout_avg_XXXXXX.txt";
-  int afd = mkstemps(apath, 4);
-  CHECK(afd >= 0);
-  FILE *af = afd >= 0 ? fdopen(afd, "w") : NULL;
-  if (af) fputs(avg_model_text, af), fclose(af);
+  test_write_temp(apath, 4, avg_model_text);
   /* Each case runs for `auto` (C16) and `channels-last` (NHWC). Batch
    * norms (f32 and bf16) and residual adds take either layout. */
   for (int k = 0; k < 2; k++) {

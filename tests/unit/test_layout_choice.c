@@ -135,10 +135,7 @@ int main(void) {
   zoo_model(dev, "resnet18", 3, 32, 32, 0);
 
   char path[] = "/tmp/ctrain_layout_choice_XXXXXX.txt";
-  int fd = mkstemps(path, 4);
-  CHECK(fd >= 0);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (f) fputs(model_text, f), fclose(f);
+  test_write_temp(path, 4, model_text);
   ct_model *m = prepared(dev, path, 3, 20, 20);
   remove(path);
   if (m) {
@@ -169,10 +166,7 @@ int main(void) {
   }
   /* A conv that is the model's output stays plain. */
   char path2[] = "/tmp/ctrain_layout_choice2_XXXXXX.txt";
-  fd = mkstemps(path2, 4);
-  CHECK(fd >= 0);
-  f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (f) fputs("input 3x8x8\nconv2d 3 4 3\nrelu\nconv2d 4 4 3\n", f), fclose(f);
+  test_write_temp(path2, 4, "input 3x8x8\nconv2d 3 4 3\nrelu\nconv2d 4 4 3\n");
   m = prepared(dev, path2, 3, 8, 8);
   remove(path2);
   if (m) {

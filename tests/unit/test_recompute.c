@@ -163,10 +163,7 @@ int main(void) {
   ct_device *dev;
   CHECK_OK(ct_device_open("cpu", &dev));
   char path[] = "/tmp/ctrain_recompute_XXXXXX.txt";
-  int fd = mkstemps(path, 4);
-  CHECK(fd >= 0);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (f) fputs(model_text, f), fclose(f);
+  test_write_temp(path, 4, model_text);
   const int segs[] = {CT_RECOMPUTE_AUTO, 2, CT_RECOMPUTE_MAX};
   /* cnn keeps nothing recompute could save (its first conv output is
    * read by a max pool that keeps indices), so auto leaves it alone; a
