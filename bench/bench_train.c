@@ -11,12 +11,19 @@
  *                    [--classes 10] [--steps 20] [--warmup 3]
  *                    [--threads 2] [--precision fp32|bf16] [--profile]
  *                    [--no-fuse] [--memory-format auto|contiguous|channels-last]
+ *                    [--recompute auto|N|off] [--optim adam|sgd]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
  * --no-fuse turns off the ReLU folding of src/nn/fuse.c; --memory-format
  * picks the activation layouts (src/nn/layout.h; contiguous keeps every
- * activation NCHW; --plain-layouts is kept as its old spelling).
+ * activation NCHW; --plain-layouts is kept as its old spelling);
+ * --recompute sets ct_model_set_recompute before prepare (auto = the
+ * segment count with the smallest plan, N >= 2 segments, off/0/1 = none)
+ * and the summary names the segments and the layers run forward twice;
+ * --optim sgd swaps Adam for plain SGD (lr 0.01, no momentum: no state),
+ * what bench/recompute.sh uses to match torch.optim.SGD.
  * Last line: "RESULT key=value ..." for bench/run.sh. */
+#include <errno.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,11 +44,13 @@
     }                                                     \
   } while (0)
 
-/* Forward multiply-adds per sample of the conv and linear layers. */
-static double forward_macs(const ct_model *m) {
+/* Forward multiply-adds per sample of the conv and linear layers; rerun_only:
+ * of those the prepared plan runs forward a second time (recompute). */
+static double forward_macs(const ct_model *m, int rerun_only) {
   double macs = 0;
   for (int i = 0; i < m->n_layers; i++) {
     const ct_layer *l = &m->layers[i];
+    if (rerun_only && !(m->eb.tl.rerun && i < m->eb.tl.L && m->eb.tl.rerun[i])) continue;
     if (l->cls == &ct_layer_conv2d) {
       double out = (double)l->out_shape[0] * (double)l->out_shape[1] * (double)l->out_shape[2];
       macs += out * (double)(l->ip[0] / l->ip[10]) * l->ip[2] * l->ip[3];
@@ -50,6 +59,18 @@ static double forward_macs(const ct_model *m) {
     }
   }
   return macs;
+}
+
+/* Resident set now (VmRSS), MB; 0 where /proc is not there. */
+static double vmrss_mb(void) {
+  char line[256];
+  double kb = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %lf", &kb) == 1) break;
+  fclose(f);
+  return kb / 1024.0;
 }
 
 enum { STEP_PHASES = 5 };
@@ -135,6 +156,8 @@ int main(int argc, char **argv) {
   int c = 0, h = 0, w = 0;
   const char *prec = "fp32";
   ct_memory_format fmt = CT_MEMORY_FORMAT_AUTO;
+  int recompute = 0;
+  ct_optim_kind optim = CT_OPTIM_ADAM;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--profile")) {
@@ -161,6 +184,25 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--warmup")) warmup = atoi(v);
     else if (!strcmp(a, "--threads")) threads = atoi(v);
     else if (!strcmp(a, "--precision")) prec = v;
+    else if (!strcmp(a, "--optim")) {
+      if (!strcmp(v, "adam")) optim = CT_OPTIM_ADAM;
+      else if (!strcmp(v, "sgd")) optim = CT_OPTIM_SGD;
+      else {
+        fprintf(stderr, "--optim wants adam or sgd, got '%s'\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "--recompute")) {
+      char *end;
+      errno = 0;
+      long n = strtol(v, &end, 10);
+      if (!strcmp(v, "auto")) recompute = CT_RECOMPUTE_AUTO;
+      else if (!strcmp(v, "off")) recompute = 0;
+      else if (end != v && !*end && !errno && n >= 0 && n <= CT_RECOMPUTE_MAX) recompute = n <= 1 ? 0 : (int)n;
+      else {
+        fprintf(stderr, "--recompute wants auto, off or a segment count 0..%d, got '%s'\n", CT_RECOMPUTE_MAX, v);
+        return 2;
+      }
+    }
     else if (!strcmp(a, "--memory-format")) {
       if (ct_memory_format_parse(v, &fmt) != CT_OK) {
         fprintf(stderr, "%s\n", ct_last_error());
@@ -194,6 +236,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   CK(ct_model_set_memory_format(m, fmt));
+  CK(ct_model_set_recompute(m, recompute));
   CK(ct_model_prepare(m, dev, batch, 1));
   int ic, ih, iw;
   ct_model_input_shape(m, &ic, &ih, &iw);
@@ -203,7 +246,7 @@ int main(int argc, char **argv) {
   size_t np;
   sc.params = ct_model_params(m, &np);
   sc.grads = ct_model_grads(m, &np);
-  ct_optim_config oc = ct_optim_config_default(CT_OPTIM_ADAM);
+  ct_optim_config oc = ct_optim_config_default(optim);
   CK(ct_optimizer_create(&oc, np, &sc.opt));
   /* Random, non-constant data: images in [-1, 1), labels uniform. */
   float *xd = malloc(sizeof(float) * (size_t)(per * batch));
@@ -218,6 +261,7 @@ int main(int argc, char **argv) {
     sc.x = ct_tensor_4d(xd, CT_F32, batch, ic, ih, iw);
   sc.y = ct_tensor_1d(yd, CT_I64, batch);
 
+  double rss0_mb = vmrss_mb(); /* before the first step: the arena's pages are not touched yet */
   for (int i = 0; i < warmup; i++) step(&sc, (uint32_t)i);
   double *t = malloc(sizeof(double) * (size_t)steps), *ct = malloc(sizeof(double) * (size_t)steps);
   if (prof)
@@ -233,7 +277,8 @@ int main(int argc, char **argv) {
   double tmin = t[0], tmax = t[0];
   for (int i = 0; i < steps; i++) tmin = t[i] < tmin ? t[i] : tmin, tmax = t[i] > tmax ? t[i] : tmax;
   double med = bench_median(t, steps), cmed = bench_median(ct, steps);
-  double flop = 3.0 * 2.0 * forward_macs(m) * batch; /* training step = 3x forward */
+  double flop = 3.0 * 2.0 * forward_macs(m, 0) * batch; /* training step = 3x forward */
+  double rc_flop = 2.0 * forward_macs(m, 1) * batch;    /* recompute: one more forward of the dropped layers */
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   double rss_mb = (double)ru.ru_maxrss / 1024.0;
@@ -243,14 +288,20 @@ int main(int argc, char **argv) {
     if (fscanf(f, "%lf %lf %lf", &la[0], &la[1], &la[2]) != 3) la[0] = la[1] = la[2] = 0;
     fclose(f);
   }
-  printf("%s %s train step, batch %d, input %dx%dx%d, %d threads, median of %d after %d warm-up:\n", model, prec, batch, ic,
-         ih, iw, threads, steps, warmup);
+  const char *oname = optim == CT_OPTIM_SGD ? "sgd" : "adam";
+  int segs = ct_model_recompute_segments(m), rcl = ct_model_recompute_layers(m);
+  double plan_mb = ct_model_plan_bytes(m) / 1048576.0, state_mb = ct_model_state_bytes(m) / 1048576.0;
+  printf("%s %s train step (%s), batch %d, input %dx%dx%d, %d threads, median of %d after %d warm-up:\n", model, prec,
+         oname, batch, ic, ih, iw, threads, steps, warmup);
   printf("  wall: median %.2f ms (min %.2f, max %.2f) = %.0f img/s, %.1f GFLOP/s\n", med * 1e3, tmin * 1e3, tmax * 1e3,
          batch / med, flop / med * 1e-9);
   printf("  cpu-time/threads: median %.2f ms = %.0f img/s, %.1f GFLOP/s (uncontended estimate)\n", cmed * 1e3,
          batch / cmed, flop / cmed * 1e-9);
   printf("  %.3f GFLOP per step (forward conv/linear MACs x2 x3), plan %.1f MB, peak RSS %.0f MB, loss %.4f, load %.2f\n",
-         flop * 1e-9, ct_model_plan_bytes(m) / 1048576.0, rss_mb, loss, la[0]);
+         flop * 1e-9, plan_mb, rss_mb, loss, la[0]);
+  printf("  recompute: %d segment%s, %d of %d layers run forward twice (+%.3f GFLOP, +%.1f%%); parameters+gradients %.1f MB, "
+         "RSS before the first step %.0f MB\n",
+         segs, segs == 1 ? " (off)" : "s", rcl, m->n_layers, rc_flop * 1e-9, 100.0 * rc_flop / flop, state_mb, rss0_mb);
   if (prof) {
     printf("phases of the step, median wall ms over the %d timed steps:", steps);
     for (int p = 0; p < STEP_PHASES; p++) {
@@ -262,9 +313,10 @@ int main(int argc, char **argv) {
     profile(&sc, steps < 5 ? 5 : steps, threads);
   }
   printf("RESULT workload=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
-         "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f\n",
+         "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f optim=%s plan_mb=%.1f state_mb=%.1f "
+         "segments=%d rc_layers=%d layers=%d rc_gflop=%.4f rss0_mb=%.0f\n",
          model, prec, batch, threads, med, tmin, cmed, batch / med, batch / cmed, flop * 1e-9, flop / med * 1e-9, rss_mb,
-         la[0]);
+         la[0], oname, plan_mb, state_mb, segs, rcl, m->n_layers, rc_flop * 1e-9, rss0_mb);
   free(t), free(ct), free(xd), free(yd);
   ct_optimizer_destroy(sc.opt);
   ct_model_destroy(m);
