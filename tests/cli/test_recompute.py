@@ -1,0 +1,261 @@
+"""`ctrain train --recompute[=auto|N|off]` and `ctrain summary --recompute`
+end to end (activation recompute, i.e. gradient checkpointing).
+
+- A chain model file (batch norm, both dropout kinds, no residuals) and the
+  zoo resnet18 at 3x32x32 train a few steps on synthetic data with
+  recompute off (no flag, `--recompute off`) and on (bare `--recompute` =
+  auto, `--recompute=2`, `--recompute 3`): the saved tensors are equal
+  byte for byte and the final metrics exactly, while the start line says
+  "recompute: K segments" (K > 1, K = N when N is given) only when on and
+  the step plan (`peak_memory_bytes`) shrinks, auto's the least;
+- a run with recompute stopped by --max-steps in the middle of epoch 2 and
+  resumed with another segment count ends on the weights and checkpoint
+  (model + optimizer state) of an uninterrupted run without recompute;
+- `ctrain summary --recompute` reports a smaller "Forward/backward pass
+  size (MB)" than without, and its "(X MB without recompute)" is the plain
+  summary's figure; the layer table is unchanged;
+- bad values (x, -1, 5000) are usage errors (exit 2, one line naming
+  --recompute) that write nothing; eval and predict do not take the flag.
+"""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as u  # noqa: E402
+
+u.need_binary()
+try:
+    import st_util
+except ImportError as e:
+    print("skip:", e)
+    sys.exit(77)
+
+USAGE = 2
+THREADS = ["--threads", "2", "--workers", "0"]
+# Conv/batch-norm/relu blocks with dropout2d and dropout between them: a
+# chain with a clean cut after every layer, so every count up to the layer
+# count is placeable, and recomputed segments hold batch norm and dropout.
+CHAIN = """input 3x16x16
+conv2d 3 8 3 padding=1
+batchnorm2d 8
+relu
+conv2d 8 8 3 padding=1
+batchnorm2d 8
+relu
+dropout2d 0.2
+maxpool2d 2
+conv2d 8 16 3 padding=1
+batchnorm2d 16
+relu
+conv2d 16 16 3 padding=1
+batchnorm2d 16
+relu
+maxpool2d 2
+flatten
+dropout 0.3
+linear 256 10
+"""
+# Deterministic metrics: everything but the timings and the plan size.
+SAME_KEYS = ("steps", "epochs", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "test_top5",
+             "skipped_steps", "loss_scale", "resumed_from_epoch")
+START = re.compile(r"\(recompute: (\d+) segments, (\d+) layers run forward twice\)")
+
+
+def raw_tensors(path):
+    tensors, _ = st_util.load(path)
+    return {k: (str(v.dtype), tuple(v.shape), st_util.tensor_bytes(v)) for k, v in tensors.items()}
+
+
+def same_tensors(what, pa, pb):
+    if not (u.check(os.path.exists(pa), "%s: %s missing" % (what, pa)) and
+            u.check(os.path.exists(pb), "%s: %s missing" % (what, pb))):
+        return
+    ta, tb = raw_tensors(pa), raw_tensors(pb)
+    u.check(sorted(ta) == sorted(tb), "%s: tensor names differ: %s vs %s" % (what, sorted(ta)[:5], sorted(tb)[:5]))
+    diff = [k for k in ta if k in tb and ta[k] != tb[k]]
+    u.check(not diff, "%s: %d tensor(s) differ, e.g. %s" % (what, len(diff), diff[:6]))
+
+
+def start_line(stdout):
+    return next((l for l in stdout.splitlines() if l.startswith("ctrain:")), "")
+
+
+def train_variants(work, tag, base, variants, want_on_segments):
+    """Trains base + each variant's flags; checks the start lines, compares
+    weights and metrics with the first (plain) variant; returns {label:
+    (save path, metrics)}."""
+    out = {}
+    for label, flags in variants:
+        save = os.path.join(work, "%s_%d.safetensors" % (tag, len(out)))
+        js = os.path.join(work, "%s_%d.json" % (tag, len(out)))
+        # The flags go between other flags: a bare --recompute must not eat
+        # the next flag as its value.
+        r = u.run_ok(["train"] + base[:2] + flags + base[2:] + ["--save", save, "--metrics-json", js],
+                     "%s %s" % (tag, label), timeout=300)
+        if r.returncode:
+            continue
+        line = start_line(r.stdout)
+        m = START.search(line)
+        on = label not in ("plain", "off")
+        if on:
+            if u.check(m is not None, "%s %s: start line does not report recompute: %r" % (tag, label, line)):
+                k, n = int(m.group(1)), int(m.group(2))
+                want = want_on_segments.get(label)
+                u.check(k > 1 and n > 0, "%s %s: %d segments, %d layers recomputed" % (tag, label, k, n))
+                u.check(want is None or k == want, "%s %s: %d segments, asked for %s" % (tag, label, k, want))
+        else:
+            u.check("recompute" not in line, "%s %s: start line mentions recompute: %r" % (tag, label, line))
+        out[label] = (save, u.read_json(js))
+        print("%s %-16s %s" % (tag, label, line[line.find("step memory plan"):]))
+    plain = out.get("plain")
+    if not u.check(plain is not None, "%s: the plain run failed" % tag):
+        return out
+    for label, (save, mj) in out.items():
+        if label == "plain":
+            continue
+        same_tensors("%s: --save of %s vs plain" % (tag, label), plain[0], save)
+        for k in SAME_KEYS:
+            u.check(mj.get(k) == plain[1].get(k), "%s %s: metrics %s %r, plain %r" % (tag, label, k, mj.get(k),
+                                                                                       plain[1].get(k)))
+        pk, pp = mj.get("peak_memory_bytes", 0), plain[1].get("peak_memory_bytes", 0)
+        if label == "off":
+            u.check(pk == pp, "%s off: peak_memory_bytes %s, plain %s" % (tag, pk, pp))
+        else:
+            u.check(pk < pp, "%s %s: peak_memory_bytes %s not below plain %s" % (tag, label, pk, pp))
+    auto = out.get("auto")
+    for label, (_, mj) in out.items():
+        if auto and label not in ("plain", "off"):
+            u.check(auto[1]["peak_memory_bytes"] <= mj["peak_memory_bytes"],
+                    "%s: auto's plan %d bytes is larger than %s's %d" % (tag, auto[1]["peak_memory_bytes"], label,
+                                                                         mj["peak_memory_bytes"]))
+    return out
+
+
+def check_moved(what, init, trained):
+    if not (os.path.exists(init) and os.path.exists(trained)):
+        return
+    a, b = raw_tensors(init), raw_tensors(trained)
+    moved = [k for k in a if k in b and a[k] != b[k]]
+    # Every weight, bias and running statistic changes (num_batches_tracked too).
+    u.check(len(moved) == len(a), "%s: only %d of %d tensors changed in training: unchanged %s" % (
+        what, len(moved), len(a), sorted(set(a) - set(moved))[:6]))
+
+
+def resume(work, chain):
+    """Uninterrupted without recompute vs stopped + resumed with it."""
+    args = ["--model", chain, "--data", "synthetic", "--input", "3x16x16", "--batch-size", "64", "--epochs", "2",
+            "--seed", "9", "--optimizer", "adam", "--lr", "0.003", "--scheduler", "onecycle"] + THREADS
+    a_dir, b_dir = os.path.join(work, "ckA"), os.path.join(work, "ckB")
+    a_w, b_w = os.path.join(work, "resA.safetensors"), os.path.join(work, "resB.safetensors")
+    a_j, b_j = os.path.join(work, "resA.json"), os.path.join(work, "resB.json")
+    ra = u.run_ok(["train"] + args + ["--checkpoint-dir", a_dir, "--save", a_w, "--metrics-json", a_j],
+                  "resume: uninterrupted, no recompute")
+    # 1024 samples / 64 = 16 steps an epoch: stop at step 21, in epoch 2.
+    rb1 = u.run_ok(["train"] + args + ["--recompute", "--checkpoint-dir", b_dir, "--max-steps", "21"],
+                   "resume: first part with --recompute")
+    rb2 = u.run_ok(["train"] + args + ["--recompute=3", "--checkpoint-dir", b_dir, "--resume", "--save", b_w,
+                                       "--metrics-json", b_j], "resume: --resume with --recompute=3")
+    if ra.returncode or rb1.returncode or rb2.returncode:
+        return
+    u.check(START.search(start_line(rb1.stdout)) is not None and START.search(start_line(rb2.stdout)) is not None,
+            "resume: recompute not on in the interrupted run: %r / %r" % (start_line(rb1.stdout),
+                                                                          start_line(rb2.stdout)))
+    u.check("resumed from epoch 1" in rb2.stdout, "resume: not reported: %s" % rb2.stdout[-300:])
+    same_tensors("resume: --save, uninterrupted plain vs resumed with recompute", a_w, b_w)
+    same_tensors("resume: last checkpoint (model + optimizer)", os.path.join(a_dir, "last.safetensors"),
+                 os.path.join(b_dir, "last.safetensors"))
+    ma, mb = u.read_json(a_j), u.read_json(b_j)
+    for k in ("steps", "train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+        u.check(ma.get(k) == mb.get(k), "resume: metrics %s: uninterrupted %r, resumed %r" % (k, ma.get(k), mb.get(k)))
+    u.check(ma.get("steps") == 32, "resume: %r steps, expected 32" % ma.get("steps"))
+
+
+def summary():
+    base = ["summary", "--model", "resnet18", "--input", "3x64x64", "--batch-size", "16"]
+    plain = u.run_ok(base, "summary")
+    rc = u.run_ok(base + ["--recompute"], "summary --recompute")
+    two = u.run_ok(base + ["--recompute=2"], "summary --recompute=2")
+    if plain.returncode or rc.returncode or two.returncode:
+        return
+    size = re.compile(r"^Forward/backward pass size \(MB\): (\d+\.\d\d) ", re.M)
+    saving = re.compile(r"^Activation recompute: (\d+) segments, (\d+) layers run forward twice "
+                        r"\((\d+\.\d\d) MB without recompute\)$", re.M)
+    p, r, t = size.search(plain.stdout), size.search(rc.stdout), size.search(two.stdout)
+    if not u.check(p and r and t, "summary: no 'Forward/backward pass size (MB)' line"):
+        return
+    u.check(not saving.search(plain.stdout) and "recompute" not in plain.stdout.lower(),
+            "summary without --recompute mentions recompute")
+    for label, out, s in (("--recompute", rc, r), ("--recompute=2", two, t)):
+        m = saving.search(out.stdout)
+        if not u.check(m, "summary %s: no 'Activation recompute: ... (X MB without recompute)' line" % label):
+            continue
+        print("summary %-14s %s MB, %s segments, %s layers twice, %s MB without (plain %s MB)" % (
+            label, s.group(1), m.group(1), m.group(2), m.group(3), p.group(1)))
+        u.check(float(s.group(1)) < float(p.group(1)),
+                "summary %s: pass size %s MB not below plain %s MB" % (label, s.group(1), p.group(1)))
+        u.check(m.group(3) == p.group(1), "summary %s: '%s MB without recompute', plain summary says %s MB" % (
+            label, m.group(3), p.group(1)))
+        u.check(int(m.group(1)) > 1 and int(m.group(2)) > 0, "summary %s: %s segments, %s layers" % (
+            label, m.group(1), m.group(2)))
+        if label == "--recompute=2":
+            u.check(m.group(1) == "2", "summary --recompute=2: %s segments" % m.group(1))
+        # The model and its parameters are those of the plain summary.
+        u.check(out.stdout[:out.stdout.find("Forward/backward")] == plain.stdout[:plain.stdout.find("Forward/backward")],
+                "summary %s: layer table or totals differ from the plain summary" % label)
+    u.check(float(r.group(1)) <= float(t.group(1)), "summary: auto's %s MB above --recompute=2's %s MB" % (
+        r.group(1), t.group(1)))
+
+
+def bad_values(work, chain, weights):
+    base = ["train", "--model", chain, "--data", "synthetic", "--input", "3x16x16", "--max-steps", "1"] + THREADS
+    save = os.path.join(work, "bad.safetensors")
+    for flags in (["--recompute=x"], ["--recompute=-1"], ["--recompute=5000"], ["--recompute", "abc"],
+                  ["--recompute="]):
+        r = u.run(base + flags + ["--save", save])
+        err = r.stderr.strip()
+        u.check(r.returncode == USAGE and "--recompute" in err and len(err.splitlines()) == 1,
+                "train %s: exit %d (want %d), stderr %r" % (" ".join(flags), r.returncode, USAGE, err))
+        u.check(not os.path.exists(save), "train %s wrote --save" % " ".join(flags))
+    ev = ["--model", chain, "--weights", weights, "--data", "synthetic", "--input", "3x16x16"] + THREADS
+    for cmd in ("eval", "predict"):
+        for flag in ("--recompute", "--recompute=2"):
+            r = u.run([cmd] + ev + [flag])
+            err = r.stderr.strip()
+            u.check(r.returncode == USAGE and "recompute" in err and len(err.splitlines()) == 1,
+                    "%s %s: exit %d (want %d), stderr %r" % (cmd, flag, r.returncode, USAGE, err))
+    for cmd in ("train", "summary"):
+        h = u.run([cmd, "--help"], timeout=30)
+        u.check("--recompute" in h.stdout, "%s --help does not list --recompute" % cmd)
+
+
+def main():
+    work = u.tmpdir("recompute")
+    try:
+        chain = os.path.join(work, "chain.txt")
+        with open(chain, "w") as f:
+            f.write(CHAIN)
+        cbase = ["--model", chain, "--data", "synthetic", "--input", "3x16x16", "--batch-size", "32", "--max-steps",
+                 "6", "--seed", "4", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"] + THREADS
+        init = os.path.join(work, "chain_init.safetensors")
+        u.run_ok(["train"] + cbase + ["--max-steps", "1", "--lr", "0", "--momentum", "0", "--save", init],
+                 "chain: initial weights")
+        runs = train_variants(work, "chain", cbase,
+                              [("plain", []), ("off", ["--recompute", "off"]), ("auto", ["--recompute"]),
+                               ("2", ["--recompute=2"]), ("3", ["--recompute", "3"])],
+                              {"2": 2, "3": 3})
+        if "plain" in runs:
+            check_moved("chain", init, runs["plain"][0])
+        rbase = ["--model", "resnet18", "--data", "synthetic", "--input", "3x32x32", "--batch-size", "8",
+                 "--max-steps", "2", "--seed", "4", "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9"] + THREADS
+        train_variants(work, "resnet18", rbase, [("plain", []), ("auto", ["--recompute"]), ("2", ["--recompute=2"])],
+                       {"2": 2})
+        resume(work, chain)
+        summary()
+        bad_values(work, chain, runs["plain"][0] if "plain" in runs else init)
+    finally:
+        u.cleanup(work)
+    u.finish()
+
+
+main()
