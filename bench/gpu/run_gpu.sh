@@ -121,15 +121,23 @@ PYEOF
 
 # ctrain training throughput on synthetic data: --max-steps, metrics JSON.
 # $1 model $2 input $3 classes $4 batch $5 mode(fp32|tf32|fp16|bf16)
+# $6 extra ctrain flags (optional, e.g. "--recompute auto") $7 file tag.
+# The recompute segments ctrain chose (its start line) go to $TMP/segments.
 ctrain_train() {
-  local m=$1 in=$2 cl=$3 b=$4 mode=$5 j=$TMP/$1-$5.json prec=fp32 env=()
+  local m=$1 in=$2 cl=$3 b=$4 mode=$5 extra=${6:-} j=$TMP/$1-$5${7:-}.json prec=fp32 env=() lg=$TMP/ctrain${7:-}.log
   case $mode in tf32) env=(CTRAIN_CUDA_TF32=1) ;; fp16) prec=fp16 ;; bf16) prec=bf16 ;; esac
   local per=$(( (1024 + b - 1) / b ))
   local steps=$(( (STEPS + 5 + per - 1) / per * per ))
   [[ $steps -lt $((2 * per)) ]] && steps=$((2 * per))
+  # $extra unquoted on purpose: it is a list of flags.
+  # shellcheck disable=SC2086
   env ${env[@]+"${env[@]}"} timeout "$TMO" "$CTRAIN" train --model "$m" --data synthetic --input "$in" --classes "$cl" \
     --batch-size "$b" --max-steps "$steps" --epochs 1000 --device cuda --cudnn-benchmark --precision "$prec" \
-    --optimizer sgd --momentum 0.9 --metrics-json "$j" >>"$RAW" 2>&1 || { log "ctrain $m $mode failed"; echo "- -"; return; }
+    --optimizer sgd --momentum 0.9 $extra --metrics-json "$j" >"$lg" 2>&1
+  local rc=$?
+  cat "$lg" >>"$RAW"
+  sed -n 's/.*(recompute: \([0-9]*\) segments.*/\1/p' "$lg" | head -n1 >"$TMP/segments"
+  [[ $rc == 0 ]] || { log "ctrain $m $mode $extra failed"; echo "- -"; return; }
   echo "$(steady "$j" "$b") $(jnum peak_memory_bytes "$j")"
 }
 # PyTorch: $1 model $2 input $3 classes $4 batch $5 torch mode $6 extra flags
@@ -158,6 +166,78 @@ bench_model alexnet 3x227x227 1000 256 bf16 amp_bf16 ""
 bench_model resnet50 3x224x224 1000 256 bf16 amp_bf16 ""
 bench_model resnet50 3x224x224 1000 256 fp16 amp_fp16 ""
 bench_model resnet9 3x32x32 10 512 bf16 amp_bf16 ""
+
+# Activation recompute (gradient checkpointing), never run on a GPU yet.
+# Throughput row: ctrain --recompute auto against PyTorch eager with
+# torch.utils.checkpoint.checkpoint_sequential(use_reentrant=False) over
+# the model's sequential form (torch_gpu.py sequential_form), with the
+# segment count ctrain chose (4 when ctrain's run failed); compare with
+# the plain row of the same model above for the cost in img/s and the
+# saving in peak memory. No torch.compile row.
+bench_recompute() {
+  local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6 nseg note
+  read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "--recompute auto" "-rc")
+  nseg=$(cat "$TMP/segments" 2>/dev/null)
+  note="ctrain --recompute auto: $nseg segments"
+  if ! isnum "${nseg:-}" || [[ $nseg -lt 2 ]]; then nseg=4 note="ctrain's segment count unknown (run failed or no split)"; fi
+  read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "--checkpoint-segments $nseg")
+  row "$m $in b$b | $cmode + recompute | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | $note; torch eager, channels_last, cudnn.benchmark, checkpoint_sequential($nseg segments, use_reentrant=False)"
+}
+bench_recompute resnet50 3x224x224 1000 256 bf16 amp_bf16
+
+# What recompute lets fit: the largest batch, without and with it.
+# ctrain: 'ctrain summary --device cuda' prepares the training plan and
+# allocates it with the model's state on the GPU (exit 0 = fits; the
+# step itself allocates nothing more but cuDNN's workspace in the
+# device's scratch), doubling from 64, then bisection. PyTorch:
+# torch_gpu.py maxbatch runs one real training step per try. The synthetic
+# data set has 1024 images, so these batches are not trained here.
+# Granularity: 1/16 of the batch, 1/4 under QUICK=1.
+GRAN=16
+[[ ${QUICK:-0} == 1 ]] && GRAN=4
+ctrain_fits() {
+  # shellcheck disable=SC2086
+  timeout 120 "$CTRAIN" summary --model "$1" --input "$2" --classes "$3" --batch-size "$4" --precision "$5" \
+    --device cuda $6 >/dev/null 2>"$TMP/fits.err"
+}
+# $1 model $2 input $3 classes $4 precision $5 extra flags -> largest batch (0: none)
+ctrain_max_batch() {
+  local lo=0 hi=0 b=64 mid
+  while (( b <= 1048576 )); do
+    if ctrain_fits "$1" "$2" "$3" "$b" "$4" "$5"; then lo=$b b=$((b * 2)); else hi=$b; break; fi
+  done
+  # The refusal at the first batch that did not fit (the OOM message) goes to the log.
+  [[ $hi != 0 ]] && { echo "ctrain summary $1 $4 $5 at batch $hi:"; cat "$TMP/fits.err"; } >>"$RAW"
+  while (( lo > 0 && hi > 0 && hi - lo > (lo / GRAN > 8 ? lo / GRAN : 8) )); do
+    mid=$(( (lo + hi) / 2 / 8 * 8 ))
+    (( mid <= lo )) && break
+    if ctrain_fits "$1" "$2" "$3" "$mid" "$4" "$5"; then lo=$mid; else hi=$mid; fi
+  done
+  echo "$lo"
+}
+torch_max_batch() {
+  local f=$TMP/tmb.out
+  # shellcheck disable=SC2086
+  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" maxbatch --model "$1" --input "$2" --classes "$3" \
+    --mode "$4" --granularity "$(awk "BEGIN{print 1/$GRAN}")" $5 >"$f" 2>>"$RAW" || { log "torch maxbatch $1 $4 $5 failed"; echo "- -"; return; }
+  cat "$f" >>"$RAW"
+  echo "$(kv max_batch "$f") $(kv peak_bytes "$f")"
+}
+bench_max_batch() {
+  local m=$1 in=$2 cl=$3 cmode=$4 tmode=$5 nseg c0 c1 t0 t1 t1p
+  c0=$(ctrain_max_batch "$m" "$in" "$cl" "$cmode" "")
+  c1=$(ctrain_max_batch "$m" "$in" "$cl" "$cmode" "--recompute auto")
+  nseg=$(timeout 120 "$CTRAIN" summary --model "$m" --input "$in" --classes "$cl" --batch-size 64 --precision "$cmode" \
+    --device cuda --recompute auto 2>/dev/null | sed -n 's/^Activation recompute: \([0-9]*\) segments.*/\1/p' | head -n1)
+  if ! isnum "${nseg:-}" || [[ $nseg -lt 2 ]]; then nseg=4; fi
+  read -r t0 _ < <(torch_max_batch "$m" "$in" "$cl" "$tmode" "")
+  read -r t1 t1p < <(torch_max_batch "$m" "$in" "$cl" "$tmode" "--checkpoint-segments $nseg")
+  local gain="-" tgain="-"
+  isnum "$c0" && isnum "$c1" && [[ $c0 != 0 ]] && gain=$(awk "BEGIN{printf \"%.1fx\", $c1/$c0}")
+  isnum "${t0:-}" && isnum "${t1:-}" && [[ $t0 != 0 ]] && tgain=$(awk "BEGIN{printf \"%.1fx\", $t1/$t0}")
+  row "$m $in largest batch | $cmode + recompute | - | - | - | - | $(mib "${t1p:-}") | ctrain (plan + state allocated): ${c0:--} plain, ${c1:--} with --recompute auto ($gain); PyTorch (one step run): ${t0:--} plain, ${t1:--} with checkpoint_sequential($nseg) ($tgain; its peak at that batch in the PyTorch column); batches to 1/$GRAN"
+}
+bench_max_batch resnet50 3x224x224 1000 bf16 amp_bf16
 
 # Seed cnn on Fashion-MNIST: time to 91% test accuracy, training seconds
 # only on both sides (ctrain: history.csv's per-epoch `seconds` summed until

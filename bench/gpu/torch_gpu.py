@@ -11,6 +11,16 @@ model in torch.compile. Training step = forward, cross entropy, backward,
 SGD momentum 0.9 step, on synthetic data resident on the GPU (the input
 pipeline is not measured, as on the ctrain side).
 
+Activation recompute: `train --checkpoint-segments N` (N >= 2) runs the
+model's sequential form (sequential_form below) through
+torch.utils.checkpoint.checkpoint_sequential(seq, N, x,
+use_reentrant=False), the counterpart of ctrain's --recompute N (run_gpu.sh
+passes the count ctrain's --recompute auto chose); mode gets "_ckptN".
+`maxbatch` finds the largest batch for which one training step runs
+(doubling from --batch 64, then bisection down to --granularity of the
+bound), with and without --checkpoint-segments:
+  RESULT workload=... mode=...[_ckptN] max_batch=<B|0> peak_bytes=<at B>
+
 `tta` (time to accuracy): ctrain's zoo `cnn` on Fashion-MNIST read from the
 IDX .gz files of --data, ctrain's `train --model cnn --data fashion-mnist:DIR
 --epochs 15 --batch-size 128 --optimizer adam --lr 0.001` recipe, and
@@ -57,6 +67,63 @@ def grad_scaler(enabled):
     return torch.cuda.amp.GradScaler(enabled=enabled)
 
 
+def sequential_form(model):
+    """The model as one nn.Sequential of its top-level stages, the input of
+    checkpoint_sequential: torchvision's ResNet as stem, bottleneck/basic
+    blocks one by one, pool, flatten, fc; AlexNet/VGG as features, pool,
+    flatten, classifier; an nn.Sequential as it is. The modules are the
+    model's own (same parameters). A top-level in-place ReLU could start a
+    segment and overwrite the input checkpoint saved for it, so those get
+    inplace=False (block-internal ReLUs stay in place)."""
+    if isinstance(model, nn.Sequential):
+        seq = model
+    elif all(hasattr(model, k) for k in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer4", "avgpool", "fc")):
+        seq = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool, *model.layer1, *model.layer2,
+                            *model.layer3, *model.layer4, model.avgpool, nn.Flatten(1), model.fc)
+    elif all(hasattr(model, k) for k in ("features", "avgpool", "classifier")):
+        seq = nn.Sequential(*model.features, model.avgpool, nn.Flatten(1), *model.classifier)
+    else:
+        raise ValueError(f"no sequential form for {type(model).__name__}")
+    for child in seq.children():
+        if isinstance(child, nn.ReLU):
+            child.inplace = False
+    return seq
+
+
+def checkpointed(seq, segments):
+    """forward(x) = checkpoint_sequential(seq, segments, x) without
+    re-entrant autograd (the input needs no requires_grad and the
+    parameters of every segment get gradients). PyTorch before 2.0 has no
+    use_reentrant argument there: the same loop over
+    torch.utils.checkpoint.checkpoint, which has."""
+    import inspect
+    import torch.utils.checkpoint as cp
+    if "use_reentrant" in inspect.signature(cp.checkpoint_sequential).parameters:
+        return lambda x: cp.checkpoint_sequential(seq, segments, x, use_reentrant=False)
+    mods = list(seq.children())
+
+    def run(start, end):
+        def f(x):
+            for j in range(start, end + 1):
+                x = mods[j](x)
+            return x
+        return f
+
+    def forward(x):
+        size = len(mods) // segments
+        end = -1
+        for start in range(0, size * (segments - 1), size):
+            end = start + size - 1
+            x = cp.checkpoint(run(start, end), x, use_reentrant=False)
+        return run(end + 1, len(mods) - 1)(x)
+    return forward
+
+
+def mode_name(a):
+    ck = f"_ckpt{a.checkpoint_segments}" if a.checkpoint_segments >= 2 else ""
+    return f"{a.mode}{ck}{'_compile' if a.compile else ''}"
+
+
 def train_speed(a):
     need_torchvision(a.model)
     dev = torch.device("cuda")
@@ -66,7 +133,9 @@ def train_speed(a):
     c, h, w = (int(v) for v in a.input.split("x"))
     model = ctrain_models.build(a.model, c, h, w, a.classes).to(dev).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    step_model = torch.compile(model) if a.compile else model
+    step_model = checkpointed(sequential_form(model), a.checkpoint_segments) if a.checkpoint_segments >= 2 else model
+    if a.compile:
+        step_model = torch.compile(step_model)
     x = torch.randn(a.batch, c, h, w, device=dev).to(memory_format=torch.channels_last)
     y = torch.randint(0, a.classes, (a.batch,), device=dev)
     lossf = nn.CrossEntropyLoss()
@@ -90,8 +159,82 @@ def train_speed(a):
         step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    print(f"RESULT workload={a.model} mode={a.mode}{'_compile' if a.compile else ''} "
+    print(f"RESULT workload={a.model} mode={mode_name(a)} "
           f"img_s={a.batch * a.steps / dt:.1f} peak_bytes={torch.cuda.max_memory_allocated()}")
+
+
+def is_oom(e):
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(e, oom)) or "out of memory" in str(e)
+
+
+def max_batch(a):
+    """Largest batch (a multiple of 8 past the doubling) for which one
+    training step of train_speed's kind runs on the GPU. cudnn.benchmark
+    stays off: a timing run per new batch shape would dominate, and the
+    question is what fits. Every failed try is cleaned up (gradients, the
+    allocator's cache) before the next."""
+    import gc
+    need_torchvision(a.model)
+    dev = torch.device("cuda")
+    torch.backends.cudnn.benchmark = False
+    c, h, w = (int(v) for v in a.input.split("x"))
+    model = ctrain_models.build(a.model, c, h, w, a.classes).to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    fwd = checkpointed(sequential_form(model), a.checkpoint_segments) if a.checkpoint_segments >= 2 else model
+    lossf = nn.CrossEntropyLoss()
+    amp_dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(a.mode)
+    scaler = grad_scaler(a.mode == "amp_fp16")
+
+    def fits(b):
+        ok, why = False, "out of memory"
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            x = torch.randn(b, c, h, w, device=dev).to(memory_format=torch.channels_last)
+            y = torch.randint(0, a.classes, (b,), device=dev)
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                loss = lossf(fwd(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            torch.cuda.synchronize()
+            ok = True
+        except RuntimeError as e:
+            # Not only out of memory: a library may refuse a tensor past
+            # its 32-bit index range at large batches; that does not run
+            # either, so it ends the search the same way (reason logged).
+            if not is_oom(e):
+                why = f"failed: {str(e).splitlines()[0][:160] if str(e) else type(e).__name__}"
+        # Outside the except block: its traceback holds the failed step's
+        # frames (and their tensors) until the block ends.
+        peak = torch.cuda.max_memory_allocated()
+        x = y = loss = None
+        opt.zero_grad(set_to_none=True)
+        gc.collect()
+        torch.cuda.empty_cache()
+        print(f"maxbatch {a.model} {mode_name(a)}: batch {b} {'fits' if ok else why}, "
+              f"peak {peak / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+        return ok, peak
+
+    lo, lo_peak, hi, b = 0, 0, 0, a.batch
+    while b <= a.max_batch_cap:
+        ok, peak = fits(b)
+        if not ok:
+            hi = b
+            break
+        lo, lo_peak, b = b, peak, b * 2
+    while lo and hi and hi - lo > max(8, int(lo * a.granularity)):
+        mid = (lo + hi) // 2 // 8 * 8
+        if mid <= lo:
+            break
+        ok, peak = fits(mid)
+        if ok:
+            lo, lo_peak = mid, peak
+        else:
+            hi = mid
+    print(f"RESULT workload={a.model} mode={mode_name(a)} max_batch={lo} peak_bytes={lo_peak} "
+          f"first_oom={hi or '-'} img_s=0")
 
 
 def matmul(a):
@@ -276,7 +419,7 @@ def tta(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("workload", choices=["train", "matmul", "linreg", "tta"])
+    p.add_argument("workload", choices=["train", "matmul", "linreg", "tta", "maxbatch"])
     p.add_argument("--model", default="alexnet")
     p.add_argument("--input", default="3x227x227")
     p.add_argument("--classes", type=int, default=1000)
@@ -287,6 +430,11 @@ def main():
     p.add_argument("--mode", default="fp32", choices=["fp32", "amp_fp16", "amp_bf16"])
     p.add_argument("--tf32", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--checkpoint-segments", type=int, default=0,
+                   help="train/maxbatch: checkpoint_sequential with N >= 2 segments (0: off)")
+    p.add_argument("--granularity", type=float, default=1 / 16,
+                   help="maxbatch: stop bisecting when the bracket is below this share of the batch")
+    p.add_argument("--max-batch-cap", type=int, default=1 << 16, help="maxbatch: largest batch tried")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="tta only")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="tta: folder of the IDX files")
     p.add_argument("--epochs", type=int, default=15, help="tta")
@@ -295,7 +443,7 @@ def main():
     p.add_argument("--target", type=float, default=0.91, help="tta: test accuracy to reach")
     a = p.parse_args()
     if a.batch is None:
-        a.batch = 128 if a.workload == "tta" else 256
+        a.batch = {"tta": 128, "maxbatch": 64}.get(a.workload, 256)
     if a.workload == "tta" and a.epochs < 1:
         p.error("--epochs must be >= 1")
     if a.workload == "tta" and a.device == "cpu":
@@ -304,7 +452,7 @@ def main():
     if not torch.cuda.is_available():
         print("torch_gpu.py: no CUDA device visible to PyTorch", file=sys.stderr)
         sys.exit(77)
-    {"train": train_speed, "matmul": matmul, "linreg": linreg, "tta": tta}[a.workload](a)
+    {"train": train_speed, "matmul": matmul, "linreg": linreg, "tta": tta, "maxbatch": max_batch}[a.workload](a)
 
 
 if __name__ == "__main__":
