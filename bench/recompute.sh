@@ -64,9 +64,12 @@ run_one() {
 }
 # median of key over the runs of one configuration
 med() { while read -r l; do val "$1" "$l"; done <"$TMP/$2" | median; }
-# median over rounds of the step-time ratio configuration / plain of the same round
-ratio() { paste -d' ' <(while read -r l; do val median_s "$l"; done <"$TMP/$1") \
-                      <(while read -r l; do val median_s "$l"; done <"$TMP/$2") | awk '{print $1/$2}' | median; }
+# median over rounds of the step-time ratio configuration / plain of the same
+# round, of the wall time (median_s) and of the cpu-time/threads (cpu_s):
+# "wall; cpu"
+ratio1() { paste -d' ' <(while read -r l; do val "$3" "$l"; done <"$TMP/$1") \
+                       <(while read -r l; do val "$3" "$l"; done <"$TMP/$2") | awk '{print $1/$2}' | median; }
+ratio() { awk -v w="$(ratio1 "$1" "$2" median_s)" -v c="$(ratio1 "$1" "$2" cpu_s)" 'BEGIN{printf "%.2fx; %.2fx", w, c}'; }
 spread() { while read -r l; do val img_s "$l"; done <"$TMP/$1" | sort -g | paste -sd/ -; }
 
 {
@@ -100,7 +103,7 @@ for model in "${MODELS[@]}"; do
     echo
     echo "ctrain: $(val layers "$first") layers, $(val gflop_step "$first") GFLOP per plain step (conv/linear, forward x3); PyTorch: $(val modules "$(head -1 "$TMP/$model.torch.off")") modules in the sequential form."
     echo
-    echo "| recompute | ctrain img/s | ctrain time vs off | ctrain arena MB | ctrain peak RSS MB | ctrain extra FLOP | PyTorch img/s | PyTorch time vs plain | PyTorch peak RSS MB | PyTorch extra FLOP | img/s ctrain/PyTorch | peak RSS ctrain/PyTorch |"
+    echo "| recompute | ctrain img/s | ctrain time vs off (wall; cpu) | ctrain arena MB | ctrain peak RSS MB | ctrain extra FLOP | PyTorch img/s | PyTorch time vs plain (wall; cpu) | PyTorch peak RSS MB | PyTorch extra FLOP | img/s ctrain/PyTorch | peak RSS ctrain/PyTorch |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   } >>"$OUT"
   for set in off auto "${fixed[@]}"; do
@@ -113,7 +116,7 @@ for model in "${MODELS[@]}"; do
     [ "$set" = off ] || label="$set: $segs segments, $(val rc_layers "$cl") layers rerun"
     cimg=$(med img_s "$cf") crss=$(med rss_mb "$cf") arena=$(val plan_mb "$cl")
     cx=$(awk -v r="$(val rc_gflop "$cl")" -v f="$(val gflop_step "$cl")" 'BEGIN{printf "+%.1f%%", 100*r/f}')
-    cr=1 tr=1
+    cr="1.00x; 1.00x" tr="1.00x; 1.00x"
     [ "$set" = off ] || cr=$(ratio "$cf" "$model.ctrain.off")
     if [ -f "$TMP/$tf" ]; then
       tl=$(head -1 "$TMP/$tf")
@@ -126,7 +129,7 @@ for model in "${MODELS[@]}"; do
     fi
     awk -v l="$label" -v ci="$cimg" -v cr="$cr" -v a="$arena" -v cs="$crss" -v cx="$cx" -v ti="$timg" -v tr="$tr" \
       -v ts="$trss" -v tx="$tx" -v tl="$tlabel" \
-      'BEGIN{printf "| %s | %.1f | %.2fx | %.0f | %.0f | %s | %.1f (%s) | %.2fx | %.0f | %s | %s | %s |\n", l, ci, cr, a, cs, cx,
+      'BEGIN{printf "| %s | %.1f | %s | %.0f | %.0f | %s | %.1f (%s) | %s | %.0f | %s | %s | %s |\n", l, ci, cr, a, cs, cx,
              ti, tl, tr, ts, tx, (ti > 0 ? sprintf("%.2f", ci/ti) : "-"), (ts > 0 ? sprintf("%.2f", cs/ts) : "-")}' | tee -a "$OUT"
   done
   {
