@@ -259,6 +259,8 @@ int cmd_train(int argc_in, char **argv_in) {
     if (ct_model_recompute_segments(m) > 1)
       printf(" (recompute: %d segments, %d layers run forward twice)", ct_model_recompute_segments(m),
              ct_model_recompute_layers(m));
+    else if (o.recompute)
+      printf(" (recompute: off, no segmenting of this model makes the plan smaller)");
     printf("\n");
     fflush(stdout);
     s = ct_fit(m, dev, ltr, lte, &cfg, &res);
