@@ -11,14 +11,15 @@
  *                    [--classes 10] [--steps 20] [--warmup 3]
  *                    [--threads 2] [--precision fp32|bf16] [--profile]
  *                    [--no-fuse] [--memory-format auto|contiguous|channels-last]
- *                    [--recompute auto|N|off] [--optim adam|sgd]
+ *                    [--recompute auto|cheap|N|off] [--optim adam|sgd]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
  * --no-fuse turns off the ReLU folding of src/nn/fuse.c; --memory-format
  * picks the activation layouts (src/nn/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);
  * --recompute sets ct_model_set_recompute before prepare (auto = the
- * segment count with the smallest plan, N >= 2 segments, off/0/1 = none)
+ * segment count with the smallest plan, cheap = batch norm/activation/add/
+ * dropout outputs only, N >= 2 segments, off/0/1 = none)
  * and the summary names the segments and the layers run forward twice;
  * --optim sgd swaps Adam for plain SGD (lr 0.01, no momentum: no state),
  * what bench/recompute.sh uses to match torch.optim.SGD.
@@ -196,10 +197,11 @@ int main(int argc, char **argv) {
       errno = 0;
       long n = strtol(v, &end, 10);
       if (!strcmp(v, "auto")) recompute = CT_RECOMPUTE_AUTO;
+      else if (!strcmp(v, "cheap")) recompute = CT_RECOMPUTE_CHEAP;
       else if (!strcmp(v, "off")) recompute = 0;
       else if (end != v && !*end && !errno && n >= 0 && n <= CT_RECOMPUTE_MAX) recompute = n <= 1 ? 0 : (int)n;
       else {
-        fprintf(stderr, "--recompute wants auto, off or a segment count 0..%d, got '%s'\n", CT_RECOMPUTE_MAX, v);
+        fprintf(stderr, "--recompute wants auto, cheap, off or a segment count 0..%d, got '%s'\n", CT_RECOMPUTE_MAX, v);
         return 2;
       }
     }

@@ -97,11 +97,16 @@ const char *ct_memory_format_name(ct_memory_format f);
  * statistics and dropout masks are those of the plain step (bit for bit
  * on the CPU). segments: 0 = off (default), CT_RECOMPUTE_AUTO = the count
  * whose plan has the smallest peak (ties: fewer segments), N >= 2 = N
- * segments, or as many as there are clean cuts. Applied by the next
- * ct_model_prepare() of a training plan; inference plans ignore it.
- * CT_ERR_INVALID_ARG for a negative count other than AUTO or above
+ * segments, or as many as there are clean cuts. CT_RECOMPUTE_CHEAP
+ * (memory-efficient batch norm) instead drops only the outputs of batch
+ * norms, activations, residual adds and dropout, recomputing each from
+ * the convolution/linear outputs the backward keeps anyway just before
+ * its first backward reader: less saved, little extra time. Applied by
+ * the next ct_model_prepare() of a training plan; inference plans ignore
+ * it. CT_ERR_INVALID_ARG for other negative values or counts above
  * CT_RECOMPUTE_MAX. */
 #define CT_RECOMPUTE_AUTO (-1)
+#define CT_RECOMPUTE_CHEAP (-2)
 #define CT_RECOMPUTE_MAX 4096
 ct_status ct_model_set_recompute(ct_model *m, int segments);
 /* Segments the prepared plan runs (1 = no recompute), and the layers whose

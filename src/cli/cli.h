@@ -31,8 +31,8 @@ typedef struct cli_opts {
   int in_c, in_h, in_w;
   /* --memory-format (--channels-last sets "channels-last"); NULL = auto. */
   const char *memory_format;
-  /* --recompute[=auto|off|N]: activation recompute segments for
-   * ct_model_set_recompute (0 = off, CT_RECOMPUTE_AUTO; a bare flag). */
+  /* --recompute[=auto|cheap|off|N]: activation recompute for
+   * ct_model_set_recompute (0 = off; a bare flag = CT_RECOMPUTE_AUTO). */
   int recompute;
   /* Mixed precision: --precision, --opt-level, --loss-scale, --loss-scale-init. */
   const char *precision, *opt_level, *loss_scale;

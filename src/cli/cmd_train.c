@@ -41,9 +41,10 @@ static const char *HELP =
     "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
     "  --memory-format auto|contiguous|channels-last (auto: nChw16c on an AVX-512 cpu, NHWC on cuda)\n"
     "                          activation layout between layers, PyTorch's memory_format; --channels-last for short\n"
-    "  --recompute[=auto|N|off] (off; bare = auto)  activation recompute (gradient checkpointing): keep the\n"
-    "                          activations at the ends of N segments, run each segment's forward again before\n"
-    "                          its backward; auto = the count with the smallest step memory plan\n"
+    "  --recompute[=auto|N|cheap|off] (off; bare = auto)  activation recompute (gradient checkpointing): keep\n"
+    "                          the activations at the ends of N segments, run each segment's forward again\n"
+    "                          before its backward; auto = the count with the smallest step memory plan;\n"
+    "                          cheap = drop only batch norm/activation/add/dropout outputs (little extra time)\n"
     "  --seed N (0)            --no-shuffle (file order, contiguous batches)\n"
     "  --init FILE.safetensors initial weights   --save FILE.safetensors final weights\n"
     "  --checkpoint-dir DIR    per-epoch checkpoints, last, best     --keep-last N (3)   --resume\n"
@@ -259,6 +260,8 @@ int cmd_train(int argc_in, char **argv_in) {
     if (ct_model_recompute_segments(m) > 1)
       printf(" (recompute: %d segments, %d layers run forward twice)", ct_model_recompute_segments(m),
              ct_model_recompute_layers(m));
+    else if (ct_model_recompute_layers(m))
+      printf(" (recompute: cheap, %d layers run forward twice)", ct_model_recompute_layers(m));
     else if (o.recompute)
       printf(" (recompute: off, no segmenting of this model makes the plan smaller)");
     printf("\n");

@@ -155,13 +155,14 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     else if (!strcmp(name, "accumulate")) { r = parse_i64(cmd, name, val, 1, 1024, &iv); o->accumulate = (int)iv; }
     else if (!strcmp(name, "recompute")) {
       if (!strcmp(val, "auto")) o->recompute = CT_RECOMPUTE_AUTO;
+      else if (!strcmp(val, "cheap")) o->recompute = CT_RECOMPUTE_CHEAP;
       else if (!strcmp(val, "off")) o->recompute = 0;
       else {
         _Static_assert(CT_RECOMPUTE_MAX == 4096, "the message below names the limit");
         char *end;
         long v = strtol(val, &end, 10);
         if (!*val || *end || v < 0 || v > CT_RECOMPUTE_MAX)
-          return usage_err(cmd, "--recompute expects auto, off or a segment count 0..4096, got '%s'%s", val, "");
+          return usage_err(cmd, "--recompute expects auto, cheap, off or a segment count 0..4096, got '%s'%s", val, "");
         o->recompute = v <= 1 ? 0 : (int)v;
       }
     }

@@ -18,6 +18,18 @@ static inline int ct_exec_edge_cast(const ct_model *m, int i, int j) {
   return ct_exec_src_dt(m, m->layers[i].inputs[j]) != ct_exec_out_dt(m, i);
 }
 
+/* What a layer's backward reads (the planner keeps it alive): its input
+ * (a cast edge's backward reads the cast copy instead), its output. */
+static inline int ct_exec_saves_input(const ct_layer *l) {
+  if (l->cls == &ct_layer_activation) return CT_ACT_BWD_NEEDS_X(l->act);
+  return (l->cls->flags & CT_LAYER_SAVES_INPUT) != 0;
+}
+static inline int ct_exec_saves_output(const ct_layer *l) {
+  if (l->cls == &ct_layer_activation) return CT_ACT_BWD_NEEDS_Y(l->act);
+  if (l->act != CT_ACT_NONE) return 1; /* fused activation: backward reads y */
+  return (l->cls->flags & CT_LAYER_SAVES_OUTPUT) != 0;
+}
+
 /* Sets every layer's x/y/dx/dy descriptors (shape, dtype, layout, device)
  * for batch n; data pointers are bound separately. */
 void ct_exec_shape_tensors(ct_model *m, int64_t n);

@@ -22,17 +22,6 @@
 #include "nn/fuse.h"
 #include "nn/layout.h"
 
-static int saves_input(const ct_layer *l) {
-  if (l->cls == &ct_layer_activation) return CT_ACT_BWD_NEEDS_X(l->act);
-  return (l->cls->flags & CT_LAYER_SAVES_INPUT) != 0;
-}
-
-static int saves_output(const ct_layer *l) {
-  if (l->cls == &ct_layer_activation) return CT_ACT_BWD_NEEDS_Y(l->act);
-  if (l->act != CT_ACT_NONE) return 1; /* fused activation: backward reads y */
-  return (l->cls->flags & CT_LAYER_SAVES_OUTPUT) != 0;
-}
-
 static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
   return (size_t)(n * ct_shape_numel(l->out_ndim, l->out_shape)) * ct_dtype_size(ct_exec_out_dt(m, l->index));
 }
@@ -94,10 +83,10 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
       if (rerun[i]) READ_LATE(r, rc[i]);
       /* A cast edge reads its source at the forward; the backward reads
        * the cast copy. */
-      if (training && saves_input(l) && !ct_exec_edge_cast(m, i, j)) READ_LATE(r, bwd[i]);
+      if (training && ct_exec_saves_input(l) && !ct_exec_edge_cast(m, i, j)) READ_LATE(r, bwd[i]);
       if (bwd[i] < gfirst[src]) gfirst[src] = bwd[i];
     }
-    if (training && saves_output(l)) READ_LATE(b->root[i], bwd[i]);
+    if (training && ct_exec_saves_output(l)) READ_LATE(b->root[i], bwd[i]);
   }
 #undef READ_LATE
   /* The loss reads the output after forward, and model.h promises callers
@@ -128,7 +117,7 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
    * gradient for the loss. None of these exist under O0. */
   for (int i = 0; i < L; i++) {
     ct_layer *l = &m->layers[i];
-    int keep = training && saves_input(l);
+    int keep = training && ct_exec_saves_input(l);
     for (int j = 0; j < l->n_inputs; j++) {
       if (!ct_exec_edge_cast(m, i, j)) continue;
       size_t bytes = (size_t)ct_tensor_nbytes(&l->x[j]);
@@ -174,27 +163,30 @@ static ct_status plan_with_segments(ct_model *m, ct_device *dev, int64_t max_bat
   ct_plan_free(plan);
   ct_plan_init(plan);
   const int L = m->n_layers;
-  size_t *bytes = calloc((size_t)(L ? L : 1), sizeof *bytes), *cost = calloc((size_t)(L ? L : 1), sizeof *cost);
-  if (!bytes || !cost) {
-    free(bytes), free(cost);
-    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
-  }
+  size_t *bytes = calloc((size_t)(L ? L : 1), sizeof *bytes);
+  if (!bytes) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
   for (int i = 0; i < L; i++) {
     const ct_layer *l = &m->layers[i];
     int input_alias = (l->cls->flags & CT_LAYER_ALIAS) && l->inputs[0] < 0;
     if (b->root[i] == i && !input_alias) bytes[i] = act_bytes(m, l, max_batch);
   }
-  /* What dropping saves: the buffers the plain step keeps for a backward. */
-  for (int i = 0; i < L; i++) {
-    const ct_layer *l = &m->layers[i];
-    for (int j = 0; j < l->n_inputs; j++)
-      if (l->inputs[j] >= 0 && saves_input(l) && !ct_exec_edge_cast(m, i, j))
-        cost[b->root[l->inputs[j]]] = bytes[b->root[l->inputs[j]]];
-    if (saves_output(l)) cost[b->root[i]] = bytes[b->root[i]];
-  }
-  ct_status s = ct_timeline_build(m, b->root, bytes, cost, training ? segments : 1, &b->tl);
-  free(bytes), free(cost);
+  ct_status s = ct_timeline_build(m, b->root, bytes, training ? segments : 0, &b->tl);
+  free(bytes);
   if (s == CT_OK) s = plan_step(m, dev, max_batch, training, b, plan);
+  return s;
+}
+
+/* The peak of a training plan with `segments` (the model's bound plan
+ * untouched). */
+static ct_status trial_peak(ct_model *m, ct_device *dev, int64_t max_batch, int segments, size_t *peak) {
+  ct_exec_bufs trial = {0};
+  trial.root = m->eb.root;
+  ct_plan p;
+  ct_plan_init(&p);
+  ct_status s = plan_with_segments(m, dev, max_batch, 1, segments, &trial, &p);
+  *peak = p.peak;
+  free_plan_tables(&trial);
+  ct_plan_free(&p);
   return s;
 }
 
@@ -207,20 +199,23 @@ static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch,
   if (!cut) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
   int n_cuts = ct_recompute_cuts(m, m->eb.root, cut);
   free(cut);
-  ct_exec_bufs trial = {0};
-  trial.root = m->eb.root;
-  ct_plan p;
-  ct_plan_init(&p);
-  size_t best = 0;
+  size_t best = 0, peak;
   *segments = 1;
-  ct_status s = CT_OK;
-  for (int k = 1; k <= n_cuts + 1 && k <= CT_RECOMPUTE_MAX && s == CT_OK; k++) {
-    s = plan_with_segments(m, dev, max_batch, 1, k, &trial, &p);
-    if (s == CT_OK && (k == 1 || p.peak < best)) best = p.peak, *segments = k;
+  for (int k = 1; k <= n_cuts + 1 && k <= CT_RECOMPUTE_MAX; k++) {
+    CT_TRY(trial_peak(m, dev, max_batch, k, &peak));
+    if (k == 1 || peak < best) best = peak, *segments = k;
   }
-  free_plan_tables(&trial);
-  ct_plan_free(&p);
-  return s;
+  return CT_OK;
+}
+
+/* CT_RECOMPUTE_CHEAP only where its plan is smaller than the plain one
+ * (AlexNet's only cheap output is a dropout's: nothing to gain). */
+static ct_status cheap_if_smaller(ct_model *m, ct_device *dev, int64_t max_batch, int *segments) {
+  size_t plain, cheap;
+  CT_TRY(trial_peak(m, dev, max_batch, 0, &plain));
+  CT_TRY(trial_peak(m, dev, max_batch, CT_RECOMPUTE_CHEAP, &cheap));
+  if (cheap >= plain) *segments = 0;
+  return CT_OK;
 }
 
 ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int training) {
@@ -258,6 +253,7 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   }
   int segments = training ? m->recompute : 0;
   if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, dev, max_batch, &segments));
+  if (segments == CT_RECOMPUTE_CHEAP) CT_TRY(cheap_if_smaller(m, dev, max_batch, &segments));
   CT_TRY(plan_with_segments(m, dev, max_batch, training, segments, b, &m->plan));
   if (ct_model_device_resident(dev)) return ct_model_device_bind(m, dev);
   m->arena = ct_device_alloc(dev, m->plan.peak ? m->plan.peak : 64);
@@ -272,20 +268,12 @@ ct_status ct_model_plan_peak_with_recompute(ct_model *m, int segments, size_t *p
   *peak = 0;
   if (!m->eb.root || !m->training_plan) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no training plan", m->name);
   if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, m->dev, m->max_batch, &segments));
-  ct_exec_bufs trial = {0};
-  trial.root = m->eb.root;
-  ct_plan p;
-  ct_plan_init(&p);
-  ct_status s = plan_with_segments(m, m->dev, m->max_batch, 1, segments, &trial, &p);
-  if (s == CT_OK) *peak = p.peak;
-  free_plan_tables(&trial);
-  ct_plan_free(&p);
-  return s;
+  return trial_peak(m, m->dev, m->max_batch, segments, peak);
 }
 
 ct_status ct_model_set_recompute(ct_model *m, int segments) {
-  if (segments != CT_RECOMPUTE_AUTO && (segments < 0 || segments > CT_RECOMPUTE_MAX))
-    return ct_error(CT_ERR_INVALID_ARG, "model '%s': recompute segments must be 0 (off), auto or 2..%d, got %d",
+  if (segments != CT_RECOMPUTE_AUTO && segments != CT_RECOMPUTE_CHEAP && (segments < 0 || segments > CT_RECOMPUTE_MAX))
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': recompute segments must be 0 (off), auto, cheap or 2..%d, got %d",
                     m->name, CT_RECOMPUTE_MAX, segments);
   m->recompute = segments;
   return CT_OK;
@@ -293,8 +281,4 @@ ct_status ct_model_set_recompute(ct_model *m, int segments) {
 
 int ct_model_recompute_segments(const ct_model *m) { return m->eb.tl.nseg ? m->eb.tl.nseg : 1; }
 
-int ct_model_recompute_layers(const ct_model *m) {
-  int n = 0;
-  for (int i = 0; i < m->eb.tl.L && m->eb.tl.rerun; i++) n += m->eb.tl.rerun[i];
-  return n;
-}
+int ct_model_recompute_layers(const ct_model *m) { return m->eb.tl.n_rerun; }

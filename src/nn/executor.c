@@ -146,19 +146,16 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
   float beta = m->grads_clean ? 0.0f : 1.0f;
   const ct_timeline *tl = &b->tl;
   /* Recompute: dropped outputs (and whatever reads them) now live in the
-   * recompute buffers; each segment's dropped layers run forward again,
-   * in order, just before the segment's backward. */
-  if (tl->nseg > 1) bind(m, b, &m->input, m->last_batch, 1);
+   * recompute buffers; the dropped layers due before layer i's backward
+   * (a whole segment's, or one cheap layer's) run forward again first, in
+   * layer order. */
+  if (tl->n_rerun) bind(m, b, &m->input, m->last_batch, 1);
   ct_exec rc = e;
   rc.recompute = 1;
   for (int i = m->n_layers - 1; i >= 0; i--) {
     ct_layer *l = &m->layers[i];
-    if (tl->nseg > 1 && ct_timeline_seg_end(tl, i)) {
-      int first = i;
-      while (first > 0 && tl->seg[first - 1] == tl->seg[i]) first--;
-      for (int r = first; r <= i; r++)
-        if (tl->rerun[r]) CT_TRY(forward_layer(m, r, &rc, &m->input));
-    }
+    for (int r = 0; r <= i && tl->n_rerun; r++)
+      if (tl->rerun[r] && tl->rc_at[r] == i) CT_TRY(forward_layer(m, r, &rc, &m->input));
     l->grad_beta = beta;
     ct_status s = l->cls->backward(l, &e);
     if (s != CT_OK) return ct_error_wrap(s, "model '%s', backward of layer %d (%s %s)", m->name, i, l->cls->kind, l->name);

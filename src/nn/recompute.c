@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/model_impl.h"
+#include "nn/exec_impl.h"
 
 /* last_read[r]: the last layer reading root r's buffer (through r or a
  * view of it), r itself when nobody does; the model output counts as read
@@ -37,7 +37,7 @@ int ct_recompute_cuts(const ct_model *m, const int *root, int *cut) {
 }
 
 void ct_timeline_free(ct_timeline *tl) {
-  free(tl->seg), free(tl->rerun), free(tl->rc), free(tl->bwd);
+  free(tl->seg), free(tl->rerun), free(tl->rc_at), free(tl->rc), free(tl->bwd);
   memset(tl, 0, sizeof *tl);
 }
 
@@ -85,46 +85,124 @@ static int place_cuts(int L, const int *root, const int *cut, const size_t *cost
   return greedy_segments(L, root, cut, cost, lo, biggest, seg);
 }
 
-ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *bytes, const size_t *cost, int segments,
-                            ct_timeline *tl) {
+/* What the plain step keeps for the backward: cost[r] = bytes[r] when
+ * some layer's backward reads root r's buffer, else 0. */
+static void saved_costs(const ct_model *m, const int *root, const size_t *bytes, size_t *cost) {
   int L = m->n_layers;
-  memset(tl, 0, sizeof *tl);
-  tl->L = L;
-  size_t sz = sizeof(int) * (size_t)(L ? L : 1);
-  tl->seg = calloc(1, sz), tl->rerun = calloc(1, sz), tl->rc = malloc(sz), tl->bwd = malloc(sz);
-  int *cut = malloc(sz), *last_read = malloc(sz), *last_view = malloc(sz);
-  ct_status s = CT_OK;
-  if (!tl->seg || !tl->rerun || !tl->rc || !tl->bwd || !cut || !last_read || !last_view) {
-    s = ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
-    goto done;
+  memset(cost, 0, sizeof(size_t) * (size_t)L);
+  for (int i = 0; i < L; i++) {
+    const ct_layer *l = &m->layers[i];
+    for (int j = 0; j < l->n_inputs; j++)
+      if (l->inputs[j] >= 0 && ct_exec_saves_input(l) && !ct_exec_edge_cast(m, i, j))
+        cost[root[l->inputs[j]]] = bytes[root[l->inputs[j]]];
+    if (ct_exec_saves_output(l)) cost[root[i]] = bytes[root[i]];
   }
-  tl->nseg = 1;
-  if (segments > 1 && ct_recompute_cuts(m, root, cut) > 0) {
-    tl->nseg = place_cuts(L, root, cut, cost, segments, tl->seg);
-  }
-  /* Drop root r when its buffer is used only inside its segment, before the
-   * segment's last layer (which may still read it), and the segment is not
-   * the last. */
+}
+
+/* Segment mode: drop root r when its buffer is used only inside its
+ * segment, before the segment's last layer (which may still read it), and
+ * the segment is not the last; recompute before the segment end's
+ * backward. */
+static void drop_in_segments(const ct_model *m, const int *root, const size_t *bytes, ct_timeline *tl, int *scratch) {
+  int L = m->n_layers, *last_read = scratch, *last_view = scratch + L, *end = scratch + 2 * L;
   last_reads(m, root, last_read);
   for (int i = 0; i < L; i++) last_view[i] = i;
   for (int k = 0; k < L; k++) last_view[root[k]] = k > last_view[root[k]] ? k : last_view[root[k]];
-  int *end = cut; /* reused: end[s] = last layer of segment s */
   for (int i = 0; i < L; i++) end[tl->seg[i]] = i;
   for (int r = 0; r < L; r++) {
     int sg = tl->seg[r];
     if (root[r] != r || !bytes[r] || sg == tl->nseg - 1) continue;
-    if (last_read[r] <= end[sg] && last_view[r] < end[sg]) tl->rerun[r] = 1;
+    if (last_read[r] <= end[sg] && last_view[r] < end[sg]) tl->rerun[r] = 1, tl->rc_at[r] = end[sg];
   }
-  for (int k = 0; k < L; k++) tl->rerun[k] = tl->rerun[root[k]];
+}
+
+/* Cheap mode: the layers whose forward costs little next to the memory it
+ * writes (batch norm, activations, residual adds, dropout). */
+static int cheap(const ct_layer *l) {
+  return l->cls == &ct_layer_batchnorm || l->cls == &ct_layer_activation || l->cls == &ct_layer_add ||
+         l->cls == &ct_layer_dropout || l->cls == &ct_layer_dropout2d;
+}
+
+/* Cheap mode: drop a cheap layer's output that the plain step keeps for a
+ * backward, when each of its inputs is the model input, kept for a
+ * backward anyway, or itself a cheap output that can be dropped (a batch
+ * norm before a residual add); recompute it just before the first
+ * backward that reads it (or before the recompute of a dropped reader). */
+static void drop_cheap(const ct_model *m, const int *root, const size_t *bytes, const size_t *cost, ct_timeline *tl) {
+  int L = m->n_layers, out_root = root[m->output];
+  int *drop = tl->rerun;
+  for (int r = 0; r < L; r++)
+    drop[r] = root[r] == r && bytes[r] && cost[r] && r != out_root && cheap(&m->layers[r]);
+  /* To a fixpoint: an input that is neither kept nor droppable undrops the
+   * reader; a droppable one not kept joins the dropped. */
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int r = 0; r < L; r++) {
+      if (!drop[r]) continue;
+      const ct_layer *l = &m->layers[r];
+      for (int j = 0; j < l->n_inputs && drop[r]; j++) {
+        if (l->inputs[j] < 0) continue;
+        int p = root[l->inputs[j]];
+        if (drop[p] || cost[p]) continue;
+        if (bytes[p] && p != out_root && cheap(&m->layers[p])) drop[p] = 1;
+        else drop[r] = 0;
+        changed = 1;
+      }
+    }
+  }
+  /* Last reader in the backward phase first: layers go back from L-1, so
+   * the highest index among the readers runs its backward first. A reader
+   * that is itself dropped reads r at its recompute. */
+  for (int r = L - 1; r >= 0; r--) {
+    if (!drop[r]) continue;
+    int at = ct_exec_saves_output(&m->layers[r]) ? r : -1;
+    for (int k = r + 1; k < L; k++) {
+      const ct_layer *l = &m->layers[k];
+      for (int j = 0; j < l->n_inputs; j++) {
+        if (l->inputs[j] < 0 || root[l->inputs[j]] != r) continue;
+        if (ct_exec_saves_input(l) && !ct_exec_edge_cast(m, k, j) && k > at) at = k;
+        if (drop[root[k]] && tl->rc_at[root[k]] > at) at = tl->rc_at[root[k]];
+      }
+    }
+    tl->rc_at[r] = at;
+    if (at < 0) drop[r] = 0; /* nothing reads it after the forward */
+  }
+}
+
+ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *bytes, int segments, ct_timeline *tl) {
+  int L = m->n_layers;
+  memset(tl, 0, sizeof *tl);
+  tl->L = L;
+  size_t sz = sizeof(int) * (size_t)(L ? L : 1);
+  tl->seg = calloc(1, sz), tl->rerun = calloc(1, sz), tl->rc_at = malloc(sz), tl->rc = malloc(sz), tl->bwd = malloc(sz);
+  int *scratch = malloc(3 * sz);
+  size_t *cost = malloc(sizeof(size_t) * (size_t)(L ? L : 1));
+  ct_status s = CT_OK;
+  if (!tl->seg || !tl->rerun || !tl->rc_at || !tl->rc || !tl->bwd || !scratch || !cost) {
+    s = ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+    goto done;
+  }
+  for (int i = 0; i < L; i++) tl->rc_at[i] = -1;
+  saved_costs(m, root, bytes, cost);
+  tl->nseg = 1;
+  if (segments == CT_RECOMPUTE_CHEAP) {
+    drop_cheap(m, root, bytes, cost, tl);
+  } else if (segments > 1 && ct_recompute_cuts(m, root, scratch) > 0) {
+    tl->nseg = place_cuts(L, root, scratch, cost, segments, tl->seg);
+    drop_in_segments(m, root, bytes, tl, scratch);
+  }
+  /* Only roots rerun: a view (flatten, a folded ReLU) computes nothing
+   * and follows its root's buffer wherever that is bound. */
   int t = L;
-  for (int sg = tl->nseg - 1; sg >= 0; sg--) {
-    int first = sg ? end[sg - 1] + 1 : 0;
-    for (int k = first; k <= end[sg]; k++) tl->rc[k] = tl->rerun[k] ? t++ : -1;
-    for (int k = end[sg]; k >= first; k--) tl->bwd[k] = t++;
+  for (int i = 0; i < L; i++) tl->rc[i] = -1;
+  for (int i = L - 1; i >= 0; i--) {
+    for (int r = 0; r <= i; r++)
+      if (tl->rerun[r] && tl->rc_at[r] == i) tl->rc[r] = t++, tl->n_rerun++;
+    tl->bwd[i] = t++;
   }
   tl->T = t;
 done:
-  free(cut), free(last_read), free(last_view);
+  free(scratch), free(cost);
   if (s != CT_OK) ct_timeline_free(tl);
   return s;
 }

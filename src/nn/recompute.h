@@ -15,10 +15,16 @@
  * backend. This is torch.utils.checkpoint.checkpoint_sequential for any
  * graph; the last segment is never dropped, as there.
  *
- * Timeline: forward of layer i at time i; then for each segment, last
- * first, the recompute forwards of its dropped layers in order, then the
- * backwards of its layers in reverse. Without recompute (one segment) the
- * backward of layer i is at 2L-1-i as before. */
+ * A second mode (CT_RECOMPUTE_CHEAP, "memory-efficient batch norm") drops
+ * only what is cheap to recompute: the outputs of batch norms,
+ * activations, residual adds and dropout, rebuilt from the convolution
+ * and linear outputs the backward keeps anyway, each just before the
+ * first backward that reads it.
+ *
+ * Timeline: forward of layer i at time i; then, for i from L-1 down, the
+ * recompute forwards due before layer i's backward (in layer order), then
+ * that backward. Without recompute the backward of layer i is at 2L-1-i
+ * as before. */
 #ifndef CTRAIN_NN_RECOMPUTE_H
 #define CTRAIN_NN_RECOMPUTE_H
 
@@ -29,13 +35,15 @@
 typedef struct ct_model ct_model;
 
 typedef struct ct_timeline {
-  int L;      /* layers */
-  int T;      /* end of the step: one past the last backward */
-  int nseg;   /* segments (1 = no recompute) */
-  int *seg;   /* [L] segment of layer i (0 = first) */
-  int *rerun; /* [L] 1 = layer i's output is dropped after the forward and recomputed */
-  int *rc;    /* [L] time of layer i's recompute forward, -1 = none */
-  int *bwd;   /* [L] time of layer i's backward */
+  int L;       /* layers */
+  int T;       /* end of the step: one past the last backward */
+  int nseg;    /* segments (1 = none) */
+  int n_rerun; /* layers whose forward runs twice (0 = no recompute) */
+  int *seg;    /* [L] segment of layer i (0 = first) */
+  int *rerun;  /* [L] 1 = layer i's output is dropped after the forward and recomputed */
+  int *rc_at;  /* [L] the layer before whose backward layer i's recompute runs, -1 = none */
+  int *rc;     /* [L] time of layer i's recompute forward, -1 = none */
+  int *bwd;    /* [L] time of layer i's backward */
 } ct_timeline;
 
 /* Clean cuts: cut[i] = 1 when, after layer i (i < L-1), no activation but
@@ -43,20 +51,22 @@ typedef struct ct_timeline {
  * i's output uses, itself unless a view). Returns how many. */
 int ct_recompute_cuts(const ct_model *m, const int *root, int *cut);
 
-/* Builds the timeline of a training step split into at most `segments`
- * segments (<= 1: none) at clean cuts. bytes[i]: the size of root i's
- * buffer (0 for views and for outputs without a buffer); cost[i]: of
- * those, the bytes the plain step keeps for the backward (what dropping
- * saves). The cuts minimise the largest cost a segment keeps inside it
- * (all but its last output); nseg may come out lower when there are fewer
- * cuts or more would not lower that. CT_ERR_OUT_OF_MEMORY on allocation
- * failure. */
-ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *bytes, const size_t *cost, int segments,
-                            ct_timeline *tl);
+/* Builds the timeline of a training step. bytes[i]: the size of root i's
+ * buffer (0 for views and outputs without a buffer). segments <= 1: no
+ * recompute; N > 1: at most N segments at clean cuts, placed to minimise
+ * the largest cost a segment keeps inside it (the bytes of its
+ * activations but its last output that the plain step keeps for a
+ * backward); nseg may come out lower when there are fewer cuts or more
+ * would not lower that. CT_RECOMPUTE_CHEAP: no segments; the outputs of
+ * batch norms, activations, residual adds and dropout that a backward
+ * reads are dropped when their inputs stay (or are dropped the same way),
+ * each recomputed just before the first backward that reads it.
+ * Recomputes run in layer order before the backward of their rc_at layer.
+ * CT_ERR_OUT_OF_MEMORY on allocation failure. */
+ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *bytes, int segments, ct_timeline *tl);
 void ct_timeline_free(ct_timeline *tl);
 
-/* Layer i ends its segment (its output is kept; the segment's recompute
- * runs just before its backward). */
+/* Layer i ends its segment. */
 int ct_timeline_seg_end(const ct_timeline *tl, int i);
 
 #endif

@@ -69,9 +69,12 @@ ct_status ct_model_summary(ct_model *m, int64_t batch, FILE *out) {
   fprintf(out, "Forward/backward pass size (MB): %.2f  (memory plan peak; %.2f without buffer reuse)\n",
           (double)m->plan.peak / mb, (double)m->plan.naive / mb);
   size_t plain = 0;
-  if (ct_model_recompute_segments(m) > 1 && ct_model_plan_peak_with_recompute(m, 0, &plain) == CT_OK)
-    fprintf(out, "Activation recompute: %d segments, %d layers run forward twice (%.2f MB without recompute)\n",
-            ct_model_recompute_segments(m), ct_model_recompute_layers(m), (double)plain / mb);
+  if (ct_model_recompute_layers(m) && ct_model_plan_peak_with_recompute(m, 0, &plain) == CT_OK) {
+    char how[32] = "cheap";
+    if (ct_model_recompute_segments(m) > 1) snprintf(how, sizeof how, "%d segments", ct_model_recompute_segments(m));
+    fprintf(out, "Activation recompute: %s, %d layers run forward twice (%.2f MB without recompute)\n", how,
+            ct_model_recompute_layers(m), (double)plain / mb);
+  }
   fprintf(out, "Params size (MB): %.2f  (+ %.2f gradients, %.2f buffers)\n", params_mb, params_mb, buf_mb);
   double low_mb = (double)ct_model_low_precision_bytes(m) / mb;
   if (amp) {

@@ -6,8 +6,9 @@
  * sequential and residual zoo models, a model file with average pooling,
  * batch norm and dropout (dropout kept on: its masks must come out the
  * same when regenerated), in fp32, bf16 and fp16, with automatic, 2 and
- * as many segments as there are clean cuts; and the plan it runs in is
- * smaller. Also: the segments fall on clean cuts only, the timeline puts
+ * as many segments as there are clean cuts, and in the cheap mode (batch
+ * norm, activation, add and dropout outputs only); and the plan it runs
+ * in is smaller. Also: the segments fall on clean cuts only, the timeline puts
  * every recompute before the backwards that need it, and the setter
  * refuses nonsense. */
 #include <stdio.h>
@@ -30,34 +31,47 @@ static void rc_free(rc_run *r) {
   free(r->counters);
 }
 
-/* Every activation a layer reads is produced before it, and each layer's
- * recompute precedes the backward of every layer in its segment. */
+/* Every recompute runs after the forward, before the backward it is due
+ * at (and so before that of every later-timed reader), and after the
+ * recomputes of dropped layers it reads; in segment mode, a segment's
+ * recomputes precede all its backwards, segment ends are clean cuts and
+ * are kept, and the last segment drops nothing. */
 static void check_timeline(const ct_model *m, const char *name) {
   const ct_timeline *tl = &m->eb.tl;
-  int seen_end = 0;
-  for (int i = 0; i < m->n_layers; i++) {
-    if (tl->rerun[i]) {
-      CHECK_MSG(tl->rc[i] >= m->n_layers, "%s: layer %d recomputed at %d, inside the forward", name, i, tl->rc[i]);
-      for (int k = 0; k < m->n_layers; k++)
+  int L = m->n_layers, n = 0;
+  for (int i = 0; i < L; i++) {
+    if (!tl->rerun[i]) {
+      CHECK_MSG(tl->rc[i] == -1, "%s: layer %d kept but has a recompute time", name, i);
+      continue;
+    }
+    n++;
+    CHECK_MSG(tl->rc[i] >= L && tl->rc_at[i] >= i && tl->rc[i] < tl->bwd[tl->rc_at[i]],
+              "%s: layer %d recomputed at %d, due before layer %d's backward at %d", name, i, tl->rc[i], tl->rc_at[i],
+              tl->bwd[tl->rc_at[i]]);
+    for (int j = 0; j < m->layers[i].n_inputs; j++) {
+      int p = m->layers[i].inputs[j];
+      if (p >= 0 && tl->rerun[p])
+        CHECK_MSG(tl->rc[p] < tl->rc[i], "%s: layer %d recomputed before its input %d", name, i, p);
+    }
+    if (tl->nseg > 1) {
+      for (int k = 0; k < L; k++)
         if (tl->seg[k] == tl->seg[i])
           CHECK_MSG(tl->rc[i] < tl->bwd[k], "%s: layer %d recomputed after layer %d's backward", name, i, k);
       CHECK_MSG(tl->seg[i] < tl->nseg - 1, "%s: layer %d of the last segment dropped", name, i);
-    } else {
-      CHECK_MSG(tl->rc[i] == -1, "%s: layer %d kept but has a recompute time", name, i);
-    }
-    if (i < m->n_layers - 1 && ct_timeline_seg_end(tl, i)) {
-      seen_end++;
-      CHECK_MSG(!tl->rerun[m->eb.root[i]], "%s: segment end %d dropped", name, i);
     }
   }
-  CHECK_MSG(seen_end == tl->nseg - 1, "%s: %d segment ends for %d segments", name, seen_end, tl->nseg);
-  /* Segment ends are clean cuts: nothing produced before them but the
-   * end's own buffer is read after them. */
-  int *cut = calloc((size_t)m->n_layers, sizeof(int));
+  CHECK_MSG(n == tl->n_rerun, "%s: %d layers rerun, the timeline counts %d", name, n, tl->n_rerun);
+  int seen_end = 0;
+  int *cut = calloc((size_t)L, sizeof(int));
   if (!cut) return;
   ct_recompute_cuts(m, m->eb.root, cut);
-  for (int i = 0; i < m->n_layers - 1; i++)
-    if (ct_timeline_seg_end(tl, i)) CHECK_MSG(cut[i], "%s: segment ends at %d, not a clean cut", name, i);
+  for (int i = 0; i < L - 1; i++)
+    if (ct_timeline_seg_end(tl, i)) {
+      seen_end++;
+      CHECK_MSG(!tl->rerun[m->eb.root[i]], "%s: segment end %d dropped", name, i);
+      CHECK_MSG(cut[i], "%s: segment ends at %d, not a clean cut", name, i);
+    }
+  CHECK_MSG(seen_end == tl->nseg - 1, "%s: %d segment ends for %d segments", name, seen_end, tl->nseg);
   free(cut);
 }
 
@@ -113,10 +127,13 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
   for (size_t i = 0; i < a.s.n_par; i++) gsum += fabs(a.s.grads[i]);
   CHECK_MSG(gsum > 0, "%s: all-zero gradients, the comparison proves nothing", name);
   if (segments == CT_RECOMPUTE_AUTO) CHECK_MSG(b.peak <= a.peak, "%s: auto recompute grew the plan", name);
-  if (segments == CT_RECOMPUTE_AUTO && min_reruns)
-    CHECK_MSG(b.peak < a.peak, "%s: auto recompute saved nothing (%zu bytes)", name, b.peak);
+  if ((segments == CT_RECOMPUTE_AUTO || segments == CT_RECOMPUTE_CHEAP) && min_reruns)
+    CHECK_MSG(b.peak < a.peak, "%s: recompute saved nothing (%zu bytes)", name, b.peak);
   printf("%-12s %-5s segments %-4s -> %2d, %3d layers recomputed, arena %8.1f KiB -> %8.1f KiB (%.2fx)\n", name, pn,
-         segments == CT_RECOMPUTE_AUTO ? "auto" : segments == CT_RECOMPUTE_MAX ? "max" : segments == 2 ? "2" : "?",
+         segments == CT_RECOMPUTE_AUTO    ? "auto"
+         : segments == CT_RECOMPUTE_CHEAP ? "cheap"
+         : segments == CT_RECOMPUTE_MAX   ? "max"
+                                          : "n",
          b.segments, b.reruns, a.peak / 1024.0, b.peak / 1024.0, (double)b.peak / (double)a.peak);
   rc_free(&a), rc_free(&b);
 }
@@ -171,9 +188,9 @@ int main(void) {
    * residual blocks always drop their insides. */
   for (int k = 0; k < 3; k++) {
     compare(dev, "cnn", 1, 28, 28, 8, CT_PRECISION_FP32, segs[k], segs[k] == CT_RECOMPUTE_AUTO ? 0 : 1);
-    compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_FP32, segs[k], 3);
-    compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_FP32, segs[k], 9);
-    compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, segs[k], segs[k] == CT_RECOMPUTE_MAX ? 0 : 3);
+    compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_FP32, segs[k], 2);
+    compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_FP32, segs[k], 7);
+    compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, segs[k], segs[k] == CT_RECOMPUTE_MAX ? 0 : 2);
   }
   compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, 3, 3);
   compare(dev, "vgg11_bn", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_AUTO, 4);
@@ -184,6 +201,15 @@ int main(void) {
   compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_BF16, CT_RECOMPUTE_AUTO, 4);
   compare(dev, path, 3, 20, 20, 4, CT_PRECISION_BF16, 2, 1);
   compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP16, 3, 1);
+  /* Cheap mode: batch norm, activation, add and dropout outputs rebuilt
+   * from the kept convolution outputs (no segments). */
+  compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 20);
+  compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_BF16, CT_RECOMPUTE_CHEAP, 20);
+  compare(dev, "resnet50", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 40);
+  compare(dev, "vgg11_bn", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 4);
+  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 1);
+  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 1);
+  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP16, CT_RECOMPUTE_CHEAP, 1);
   check_auto_is_best(dev, "resnet18", 3, 32, 32, 4);
   check_auto_is_best(dev, "alexnet", 3, 64, 64, 2);
   remove(path);
@@ -197,7 +223,7 @@ int main(void) {
   ct_model_options opt = {1, 28, 28, 10, 5};
   ct_model *m = NULL;
   CHECK_OK(ct_model_create("cnn", &opt, &m));
-  CHECK(ct_model_set_recompute(m, -2) == CT_ERR_INVALID_ARG);
+  CHECK(ct_model_set_recompute(m, -3) == CT_ERR_INVALID_ARG);
   CHECK(ct_model_set_recompute(m, CT_RECOMPUTE_MAX + 1) == CT_ERR_INVALID_ARG);
   CHECK_OK(ct_model_set_recompute(m, 1)); /* one segment: nothing dropped */
   ct_model_destroy(m);
