@@ -95,9 +95,10 @@ const char *ct_memory_format_name(ct_memory_format f);
  * each segment's forward again before its backward. Fewer bytes in the
  * step arena for up to one extra forward pass; the gradients, running
  * statistics and dropout masks are those of the plain step (bit for bit
- * on the CPU). segments: 0 = off (default), CT_RECOMPUTE_AUTO = the count
- * whose plan has the smallest peak (ties: fewer segments), N >= 2 = N
- * segments, or as many as there are clean cuts. CT_RECOMPUTE_CHEAP
+ * on the CPU). segments: 0 = off (default), CT_RECOMPUTE_AUTO = the mode
+ * whose plan has the smallest peak among CT_RECOMPUTE_CHEAP and every
+ * segment count (ties: cheap, then fewer segments), N >= 2 = N segments,
+ * or as many as there are clean cuts. CT_RECOMPUTE_CHEAP
  * (memory-efficient batch norm) instead drops only the outputs of batch
  * norms, activations, residual adds and dropout, recomputing each from
  * the convolution/linear outputs the backward keeps anyway just before

@@ -190,20 +190,24 @@ static ct_status trial_peak(ct_model *m, ct_device *dev, int64_t max_batch, int 
   return s;
 }
 
-/* CT_RECOMPUTE_AUTO: every segment count the clean cuts allow, keeping the
- * smallest peak (the fewest segments among equal peaks); 1 when nothing
- * is saved. */
+/* CT_RECOMPUTE_AUTO: the cheap mode and every segment count the clean
+ * cuts allow, keeping the smallest peak; among equal peaks the least
+ * rerun work: the cheap mode (no convolution twice), then the fewest
+ * segments. 1 when nothing is saved. */
 static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch, int *segments) {
   const int L = m->n_layers;
   int *cut = malloc(sizeof(int) * (size_t)(L ? L : 1));
   if (!cut) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
   int n_cuts = ct_recompute_cuts(m, m->eb.root, cut);
   free(cut);
-  size_t best = 0, peak;
-  *segments = 1;
-  for (int k = 1; k <= n_cuts + 1 && k <= CT_RECOMPUTE_MAX; k++) {
+  size_t plain, best, peak;
+  CT_TRY(trial_peak(m, dev, max_batch, 0, &plain));
+  CT_TRY(trial_peak(m, dev, max_batch, CT_RECOMPUTE_CHEAP, &best));
+  *segments = best < plain ? CT_RECOMPUTE_CHEAP : 1;
+  if (best > plain) best = plain;
+  for (int k = 2; k <= n_cuts + 1 && k <= CT_RECOMPUTE_MAX; k++) {
     CT_TRY(trial_peak(m, dev, max_batch, k, &peak));
-    if (k == 1 || peak < best) best = peak, *segments = k;
+    if (peak < best) best = peak, *segments = k;
   }
   return CT_OK;
 }
