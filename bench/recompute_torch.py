@@ -41,15 +41,14 @@ and the RSS just before the first step (VmRSS). Last line:
 "RESULT key=value ..." for bench/recompute.sh.
 """
 import argparse
-import resource
-import statistics
 import sys
-import time
 
 import torch
 import torchvision
 from torch import nn
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+from torch_timing import load1, peak_rss_mb, time_steps
 
 
 def sequential_form(name, model):
@@ -186,19 +185,8 @@ def main():
             sys.exit(1)
 
     rss0 = vmrss_mb()
-    for _ in range(a.warmup):
-        step()
-    ts, cs = [], []
-    for _ in range(a.steps):
-        c0 = time.process_time()
-        t0 = time.perf_counter()
-        loss = step()
-        ts.append(time.perf_counter() - t0)
-        cs.append((time.process_time() - c0) / a.threads)
-    med, cmed = statistics.median(ts), statistics.median(cs)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    with open("/proc/loadavg") as f:
-        load = float(f.read().split()[0])
+    ts, med, cmed, loss = time_steps(step, a.warmup, a.steps, a.threads)
+    rss, load = peak_rss_mb(), load1()
     mode = f"checkpoint_sequential {a.segments} segments ({a.impl})" if ckpt else "plain"
     print(f"torch {torch.__version__} {a.model} fp32 train step (sgd, {mode}), batch {a.batch}, input {c}x{h}x{w}, "
           f"{len(seq)} modules, {a.threads} threads, median of {a.steps} after {a.warmup} warm-up:")

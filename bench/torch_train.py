@@ -16,13 +16,12 @@ Last line: "RESULT key=value ..." for bench/run.sh.
 """
 import argparse
 import os
-import resource
-import statistics
 import sys
-import time
 
 import torch
 from torch import nn
+
+from torch_timing import load1, peak_rss_mb, time_steps
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "parity"))
 import ctrain_models  # noqa: E402
@@ -102,19 +101,8 @@ def main():
         opt.step()
         return float(loss)
 
-    for _ in range(a.warmup):
-        step()
-    ts, cs = [], []
-    for _ in range(a.steps):
-        c0 = time.process_time()
-        t0 = time.perf_counter()
-        loss = step()
-        ts.append(time.perf_counter() - t0)
-        cs.append((time.process_time() - c0) / a.threads)
-    med, cmed = statistics.median(ts), statistics.median(cs)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    with open("/proc/loadavg") as f:
-        load = float(f.read().split()[0])
+    ts, med, cmed, loss = time_steps(step, a.warmup, a.steps, a.threads)
+    rss, load = peak_rss_mb(), load1()
     print(f"torch {torch.__version__} {a.model} {a.precision} train step, batch {a.batch}, input {c}x{h}x{w}, "
           f"{a.threads} threads, median of {a.steps} after {a.warmup} warm-up:")
     print(f"  wall: median {med * 1e3:.2f} ms (min {min(ts) * 1e3:.2f}, max {max(ts) * 1e3:.2f}) = "
