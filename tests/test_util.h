@@ -68,6 +68,16 @@ static inline const char *test_tmpdir(void) {
   return "/tmp";
 }
 
+/* The tests' quick deterministic stream (xorshift64; *s nonzero): the next
+ * state, and a float in [-1, 1) from its top 53 bits. */
+static inline uint64_t test_xorshift(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+static inline float test_frand(uint64_t *s) {
+  return (float)((double)(test_xorshift(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
 /* Fills a mkstemps template (path, ending in a suffix of suffix_len
  * characters such as ".txt") with a new file holding text. Returns 0, or
  * -1 after recording a failed check. */

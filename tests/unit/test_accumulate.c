@@ -16,10 +16,7 @@
 #include "train/accumulate.h"
 
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
-static uint32_t urand(void) {
-  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-  return (uint32_t)(rs >> 32);
-}
+static uint32_t urand(void) { return (uint32_t)(test_xorshift(&rs) >> 32); }
 
 static const char *MLP = "input 1x8x8\nflatten\nlinear 64 32\nrelu\nlinear 32 10\n";
 static const char *CNN = "input 1x8x8\nconv2d 1 4 3 padding=1\nrelu\nmaxpool2d 2\nflatten\nlinear 64 10\n";

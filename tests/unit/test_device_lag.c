@@ -23,10 +23,7 @@
 #include "train/device_step.h"
 
 static uint64_t rs = 0xD1B54A32D192ED03ull;
-static float frand(void) {
-  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rs); }
 
 static void test_ring(void) {
   ct_lag_ring r;

@@ -11,10 +11,7 @@
 #include "optim/optimizer_device.h"
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
-static float frand(void) {
-  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rs); }
 
 /* Max |a-b| / max(1, |a|) over n. */
 static double maxrel(const float *a, const float *b, size_t n) {

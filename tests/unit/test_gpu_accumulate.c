@@ -15,10 +15,7 @@
 #include "optim/optimizer_device.h"
 
 static uint64_t rs = 0x2545f4914f6cdd1dull;
-static uint32_t urand(void) {
-  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-  return (uint32_t)(rs >> 32);
-}
+static uint32_t urand(void) { return (uint32_t)(test_xorshift(&rs) >> 32); }
 
 static const char *MLP = "input 2x8x8\nflatten\nlinear 128 32\nrelu\nlinear 32 10\n";
 static const char *CNN = "input 2x8x8\nconv2d 2 4 3 padding=1\nrelu\nmaxpool2d 2\nflatten\nlinear 64 10\n";

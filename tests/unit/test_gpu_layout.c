@@ -19,10 +19,7 @@
 #include "train/device_step.h"
 
 static uint64_t rs = 424242;
-static float frand(void) {
-  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rs); }
 
 /* max |a - b| / max(1e-30, max |b|) */
 static double nerr(const float *a, const float *b, size_t n) {

@@ -278,6 +278,18 @@ static void losses(int64_t N, int64_t C, ct_dtype lt, ct_dtype gt, ct_dtype tt) 
  * here (a wrong dw is off by O(1)). */
 #define TOL_LONG_F32 2e-4
 
+/* f32 weight and bias gradients on both sides for beta 0 (fresh outputs,
+ * zero on the reference side) or 1 (random values both accumulate into). */
+static void grad_outputs(gb *dw, gb *db, int beta, ct_tensor *dwg, ct_tensor *dbg) {
+  if (beta) {
+    gb_rand(dw, 1.0, CT_F32), gb_rand(db, 1.0, CT_F32);
+    *dwg = gb_gpu(dw), *dbg = gb_gpu(db);
+  } else {
+    *dwg = out_as(dw, CT_F32, 0), *dbg = out_as(db, CT_F32, 0);
+    memset(dw->d, 0, (size_t)dw->n * 8), memset(db->d, 0, (size_t)db->n * 8);
+  }
+}
+
 static void linear_bias(int64_t rows, int64_t K, int64_t M, ct_dtype dt) {
   gb x = GB(rows, K), dy = GB(rows, M), dw = GB(M, K), db = GB(M);
   gb_rand(&x, 1.0, dt), gb_rand(&dy, 1.0, dt);
@@ -286,13 +298,7 @@ static void linear_bias(int64_t rows, int64_t K, int64_t M, ct_dtype dt) {
   const double dwtol = TOL_LONG_F32;
   for (int beta = 0; beta <= 1; beta++) {
     ct_tensor dwg, dbg;
-    if (beta) {
-      gb_rand(&dw, 1.0, CT_F32), gb_rand(&db, 1.0, CT_F32);
-      dwg = gb_gpu(&dw), dbg = gb_gpu(&db);
-    } else {
-      dwg = out_as(&dw, CT_F32, 0), dbg = out_as(&db, CT_F32, 0);
-      memset(dw.d, 0, (size_t)dw.n * 8), memset(db.d, 0, (size_t)db.n * 8);
-    }
+    grad_outputs(&dw, &db, beta, &dwg, &dbg);
     ct_tensor dwr = gb_ref(&dw), dbr = gb_ref(&db);
     CHECK_OK(G_->linear_bwd_weights(g_gpu, &xg, &dyg, &dwg, &dbg, (float)beta));
     CHECK_OK(R_->linear_bwd_weights(g_ref, &xr, &dyr, &dwr, &dbr, (float)beta));
@@ -313,13 +319,7 @@ static void conv_nhwc_bias(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O
   const double dwtol = TOL_LONG_F32; /* 16-bit inputs with an f32 dw run as an f32 convolution */
   for (int beta = 0; beta <= 1; beta++) {
     ct_tensor dwg, dbg;
-    if (beta) {
-      gb_rand(&dw, 1.0, CT_F32), gb_rand(&db, 1.0, CT_F32);
-      dwg = gb_gpu(&dw), dbg = gb_gpu(&db);
-    } else {
-      dwg = out_as(&dw, CT_F32, 0), dbg = out_as(&db, CT_F32, 0);
-      memset(dw.d, 0, (size_t)dw.n * 8), memset(db.d, 0, (size_t)db.n * 8);
-    }
+    grad_outputs(&dw, &db, beta, &dwg, &dbg);
     ct_tensor dwr = gb_ref(&dw), dbr = gb_ref(&db);
     CHECK_OK(G_->conv2d_bwd_weights(g_gpu, &p, &xg, &dyg, &dwg, &dbg, (float)beta));
     CHECK_OK(R_->conv2d_bwd_weights(g_ref, &p, &xr, &dyr, &dwr, &dbr, (float)beta));

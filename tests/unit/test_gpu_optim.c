@@ -33,10 +33,7 @@
 enum { N = 50021, STEPS = 5 };
 
 static uint64_t rs = 0x5DEECE66Dull;
-static float frand(void) {
-  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rs); }
 
 /* max |a - b| / max |b|; NaN anywhere gives infinity. */
 static double nerr(const float *a, const float *b, size_t n) {

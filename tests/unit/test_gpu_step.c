@@ -21,10 +21,7 @@
 #include "train/linreg_device.h"
 
 static uint64_t rs = 0x243F6A8885A308D3ull;
-static float frand(void) {
-  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rs); }
 
 static void *up(ct_device *d, const void *h, size_t b) {
   void *p = ct_device_alloc(d, b);

@@ -13,10 +13,7 @@
 #include "train/device_step.h"
 
 static uint64_t rs = 12345;
-static float frand(void) {
-  rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-  return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float frand(void) { return test_frand(&rs); }
 
 static double maxrel(const float *a, const float *b, size_t n) {
   double m = 0;
