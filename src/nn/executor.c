@@ -152,10 +152,11 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
   if (tl->n_rerun) bind(m, b, &m->input, m->last_batch, 1);
   ct_exec rc = e;
   rc.recompute = 1;
+  int next = 0; /* into tl->order, the recomputes in the order they run */
   for (int i = m->n_layers - 1; i >= 0; i--) {
     ct_layer *l = &m->layers[i];
-    for (int r = 0; r <= i && tl->n_rerun; r++)
-      if (tl->rerun[r] && tl->rc_at[r] == i) CT_TRY(forward_layer(m, r, &rc, &m->input));
+    for (; next < tl->n_rerun && tl->rc_at[tl->order[next]] == i; next++)
+      CT_TRY(forward_layer(m, tl->order[next], &rc, &m->input));
     l->grad_beta = beta;
     ct_status s = l->cls->backward(l, &e);
     if (s != CT_OK) return ct_error_wrap(s, "model '%s', backward of layer %d (%s %s)", m->name, i, l->cls->kind, l->name);

@@ -37,7 +37,7 @@ int ct_recompute_cuts(const ct_model *m, const int *root, int *cut) {
 }
 
 void ct_timeline_free(ct_timeline *tl) {
-  free(tl->seg), free(tl->rerun), free(tl->rc_at), free(tl->rc), free(tl->bwd);
+  free(tl->seg), free(tl->rerun), free(tl->rc_at), free(tl->rc), free(tl->order), free(tl->bwd);
   memset(tl, 0, sizeof *tl);
 }
 
@@ -175,10 +175,11 @@ ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *by
   tl->L = L;
   size_t sz = sizeof(int) * (size_t)(L ? L : 1);
   tl->seg = calloc(1, sz), tl->rerun = calloc(1, sz), tl->rc_at = malloc(sz), tl->rc = malloc(sz), tl->bwd = malloc(sz);
+  tl->order = malloc(sz);
   int *scratch = malloc(3 * sz);
   size_t *cost = malloc(sizeof(size_t) * (size_t)(L ? L : 1));
   ct_status s = CT_OK;
-  if (!tl->seg || !tl->rerun || !tl->rc_at || !tl->rc || !tl->bwd || !scratch || !cost) {
+  if (!tl->seg || !tl->rerun || !tl->rc_at || !tl->rc || !tl->bwd || !tl->order || !scratch || !cost) {
     s = ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
     goto done;
   }
@@ -197,7 +198,7 @@ ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *by
   for (int i = 0; i < L; i++) tl->rc[i] = -1;
   for (int i = L - 1; i >= 0; i--) {
     for (int r = 0; r <= i; r++)
-      if (tl->rerun[r] && tl->rc_at[r] == i) tl->rc[r] = t++, tl->n_rerun++;
+      if (tl->rerun[r] && tl->rc_at[r] == i) tl->rc[r] = t++, tl->order[tl->n_rerun++] = r;
     tl->bwd[i] = t++;
   }
   tl->T = t;

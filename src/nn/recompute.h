@@ -43,6 +43,7 @@ typedef struct ct_timeline {
   int *rerun;  /* [L] 1 = layer i's output is dropped after the forward and recomputed */
   int *rc_at;  /* [L] the layer before whose backward layer i's recompute runs, -1 = none */
   int *rc;     /* [L] time of layer i's recompute forward, -1 = none */
+  int *order;  /* [n_rerun] the rerun layers in the order they run */
   int *bwd;    /* [L] time of layer i's backward */
 } ct_timeline;
 
