@@ -1,0 +1,1257 @@
+/* The CUDA emulator's cuDNN (tests only): the legacy descriptor API calls
+ * that src/backend/cuda/cuda_conv.c and cuda_bnorm.c make, with the
+ * signatures of <cudnn.h> (cuDNN 9) and the documented semantics, computed
+ * on the CPU in double and rounded to the output type. See emu.h for the
+ * emulator's model.
+ *
+ * What is emulated (anything else is refused with CUDNN_STATUS_NOT_SUPPORTED,
+ * never ignored):
+ * - 4-D tensor descriptors (NCHW or NHWC packed, as cudnnSetTensor4dDescriptor
+ *   builds them; the compute calls honour the strides) and 4-D filter
+ *   descriptors (KCRS for NCHW, KRSC for NHWC); FLOAT, HALF and BFLOAT16.
+ * - Convolution descriptors: pad/stride/dilation, CUDNN_CROSS_CORRELATION
+ *   and CUDNN_CONVOLUTION (the filter flipped), groups, math type; compute
+ *   type FLOAT only (the one cuDNN uses for these data types).
+ * - Forward, backward data and backward filter: out = alpha * result +
+ *   beta * out, where out is not read when beta is 0 (cuDNN documents it may
+ *   then hold NaN). Products and sums in double; the blended value goes to
+ *   f32 and then to the output type (round to nearest even), as a GPU
+ *   epilogue computing in f32 would.
+ * - Math (cudnnMathType_t in the cuDNN 9 API reference): on Ampere and
+ *   later, CUDNN_DEFAULT_MATH and the tensor-op math types permit TF32
+ *   tensor-core kernels for FLOAT data and CUDNN_FMA_MATH does not; the
+ *   environment variable NVIDIA_TF32_OVERRIDE=0 disables TF32 for all. The
+ *   emulator takes the permission as use (the worst case a test must
+ *   tolerate): FLOAT inputs are rounded with ct_emu::round_tf32 before the
+ *   products. HALF/BFLOAT16 inputs are exact in any math type.
+ * - Algorithms: every query offers two per pass, the first with a workspace
+ *   (so the caller's workspace plumbing is exercised: the emulator fills the
+ *   workspace with 0xFF bytes before computing, which turns any operand the
+ *   caller placed inside it into NaN) and one without. A compute call with
+ *   an algorithm not offered is NOT_SUPPORTED; with a workspace smaller than
+ *   the query reported it is BAD_PARAM.
+ * - Batch norm (SPATIAL, and SPATIAL_PERSISTENT for training and backward;
+ *   bnOps CUDNN_BATCHNORM_OPS_BN, no activation, no z): batch mean, biased
+ *   variance for normalising, resultSaveInvVariance = 1/sqrt(var + eps),
+ *   running = (1 - factor) * running + factor * batch statistic with the
+ *   unbiased variance (M/(M-1), M = N*H*W) for the running variance;
+ *   epsilon below CUDNN_BN_MIN_EPSILON is BAD_PARAM. Workspace: SPATIAL
+ *   asks for one and no reserve, SPATIAL_PERSISTENT for both (the two paths
+ *   cuda_bnorm.c has); workspace NULL with size 0 runs as the non-Ex
+ *   function, as documented.
+ *
+ * Every compute call checks each data pointer (bytes from its descriptor)
+ * and the workspace with ct_emu::check_device_range; on a failure it returns
+ * CUDNN_STATUS_EXECUTION_FAILED and queues nothing (the runtime keeps the
+ * cudaErrorIllegalAddress for the next synchronising call). The work itself
+ * is queued on the handle's stream with descriptor contents and alpha/beta
+ * copied into the closure. cudnnGetLastErrorString returns why the last
+ * refused call was refused. */
+#include <cudnn.h>
+
+#include <cstdarg>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "emu.h"
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+/* ---- descriptor objects ---------------------------------------------- */
+
+struct cudnnContext {
+  cudaStream_t stream;
+};
+
+namespace {
+
+struct tdesc {
+  bool set;
+  cudnnDataType_t dt;
+  cudnnTensorFormat_t fmt;
+  int n, c, h, w;
+  int64_t ns, cs, hs, ws;
+};
+
+struct fdesc {
+  bool set;
+  cudnnDataType_t dt;
+  cudnnTensorFormat_t fmt;
+  int k, c, r, s;
+};
+
+struct cdesc {
+  bool set;
+  int ph, pw, u, v, dh, dw;
+  cudnnConvolutionMode_t mode;
+  cudnnDataType_t compute;
+  int groups;
+  cudnnMathType_t math;
+};
+
+}  // namespace
+
+struct cudnnTensorStruct {
+  tdesc d;
+};
+struct cudnnFilterStruct {
+  fdesc d;
+};
+struct cudnnConvolutionStruct {
+  cdesc d;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+cudnnStatus_t refuse(cudnnStatus_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+cudnnStatus_t refuse(cudnnStatus_t s, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  last_error = buf;
+  return s;
+}
+
+bool supported_type(cudnnDataType_t t) {
+  return t == CUDNN_DATA_FLOAT || t == CUDNN_DATA_HALF || t == CUDNN_DATA_BFLOAT16;
+}
+
+size_t type_size(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 2; }
+
+/* ---- f16 / bf16 ------------------------------------------------------- */
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  int exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp == 0) {
+    if (!man) {
+      bits = sign;
+    } else { /* subnormal: normalise */
+      exp = 1;
+      while (!(man & 0x400)) man <<= 1, exp--;
+      man &= 0x3ff;
+      bits = sign | (uint32_t)(exp + 127 - 15) << 23 | man << 13;
+    }
+  } else {
+    bits = sign | (uint32_t)(exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00 : 0x7c00);
+  if (ax >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65520: inf */
+  if (ax < 0x38800000u) {                      /* below the smallest normal half */
+    if (ax < 0x33000000u) return sign;         /* < half of the smallest subnormal */
+    const int e = (int)(ax >> 23);
+    const uint32_t m = (ax & 0x7fffff) | 0x800000;
+    const int shift = 126 - e; /* m * 2^(e-150) / 2^-24 = m >> (126 - e) */
+    uint32_t q = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (q & 1))) q++;
+    return sign | (uint16_t)q;
+  }
+  uint32_t q = ((ax - 0x38000000u) >> 13); /* rebias 127 -> 15 */
+  const uint32_t rem = ax & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++;
+  return sign | (uint16_t)q;
+}
+
+float bf16_to_float(uint16_t b) {
+  const uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+  x += 0x7fff + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+double load(const void *p, cudnnDataType_t t, int64_t i) {
+  switch (t) {
+    case CUDNN_DATA_FLOAT: return ((const float *)p)[i];
+    case CUDNN_DATA_HALF: return half_to_float(((const uint16_t *)p)[i]);
+    default: return bf16_to_float(((const uint16_t *)p)[i]);
+  }
+}
+
+void store(void *p, cudnnDataType_t t, int64_t i, double v) {
+  const float f = (float)v;
+  switch (t) {
+    case CUDNN_DATA_FLOAT: ((float *)p)[i] = f; break;
+    case CUDNN_DATA_HALF: ((uint16_t *)p)[i] = float_to_half(f); break;
+    default: ((uint16_t *)p)[i] = float_to_bf16(f); break;
+  }
+}
+
+/* Bytes from the first to one past the last element a descriptor reaches. */
+size_t tensor_bytes(const tdesc &t) {
+  const int64_t last = (int64_t)(t.n - 1) * t.ns + (int64_t)(t.c - 1) * t.cs + (int64_t)(t.h - 1) * t.hs +
+                       (int64_t)(t.w - 1) * t.ws;
+  return (size_t)(last + 1) * type_size(t.dt);
+}
+
+size_t filter_bytes(const fdesc &f) { return (size_t)f.k * f.c * f.r * f.s * type_size(f.dt); }
+
+/* The tensor's elements in canonical NHWC order, as double. */
+std::vector<double> gather_nhwc(const void *p, const tdesc &t, bool tf32) {
+  std::vector<double> out((size_t)t.n * t.h * t.w * t.c);
+  size_t o = 0;
+  for (int n = 0; n < t.n; n++)
+    for (int h = 0; h < t.h; h++)
+      for (int w = 0; w < t.w; w++) {
+        const int64_t base = n * t.ns + h * t.hs + w * t.ws;
+        for (int c = 0; c < t.c; c++) {
+          double v = load(p, t.dt, base + c * t.cs);
+          if (tf32) v = ct_emu::round_tf32((float)v);
+          out[o++] = v;
+        }
+      }
+  return out;
+}
+
+/* out (strided) = alpha * canonical NHWC values + beta * out. */
+void scatter_nhwc(void *p, const tdesc &t, const std::vector<double> &v, double alpha, double beta) {
+  size_t o = 0;
+  for (int n = 0; n < t.n; n++)
+    for (int h = 0; h < t.h; h++)
+      for (int w = 0; w < t.w; w++) {
+        const int64_t base = n * t.ns + h * t.hs + w * t.ws;
+        for (int c = 0; c < t.c; c++) {
+          const int64_t i = base + c * t.cs;
+          double r = alpha * v[o++];
+          if (beta != 0.0) r += beta * load(p, t.dt, i);
+          store(p, t.dt, i, r);
+        }
+      }
+}
+
+int64_t filter_index(const fdesc &f, int k, int c, int r, int s) {
+  if (f.fmt == CUDNN_TENSOR_NHWC) return (((int64_t)k * f.r + r) * f.s + s) * f.c + c;
+  return (((int64_t)k * f.c + c) * f.r + r) * f.s + s;
+}
+
+/* The filter as canonical [K][R][S][C], flipped for CUDNN_CONVOLUTION. */
+std::vector<double> gather_filter(const void *p, const fdesc &f, bool flip, bool tf32) {
+  std::vector<double> out((size_t)f.k * f.r * f.s * f.c);
+  size_t o = 0;
+  for (int k = 0; k < f.k; k++)
+    for (int r = 0; r < f.r; r++)
+      for (int s = 0; s < f.s; s++)
+        for (int c = 0; c < f.c; c++) {
+          const int rr = flip ? f.r - 1 - r : r, ss = flip ? f.s - 1 - s : s;
+          double v = load(p, f.dt, filter_index(f, k, c, rr, ss));
+          if (tf32) v = ct_emu::round_tf32((float)v);
+          out[o++] = v;
+        }
+  return out;
+}
+
+void scatter_filter(void *p, const fdesc &f, bool flip, const std::vector<double> &v, double alpha, double beta) {
+  size_t o = 0;
+  for (int k = 0; k < f.k; k++)
+    for (int r = 0; r < f.r; r++)
+      for (int s = 0; s < f.s; s++)
+        for (int c = 0; c < f.c; c++) {
+          const int rr = flip ? f.r - 1 - r : r, ss = flip ? f.s - 1 - s : s;
+          const int64_t i = filter_index(f, k, c, rr, ss);
+          double x = alpha * v[o++];
+          if (beta != 0.0) x += beta * load(p, f.dt, i);
+          store(p, f.dt, i, x);
+        }
+}
+
+/* ---- convolution geometry --------------------------------------------- */
+
+struct geo {
+  int N, C, H, W, K, Cg, Kg, G, R, S, OH, OW;
+  int ph, pw, u, v, dh, dw;
+  bool flip, tf32;
+  cudnnDataType_t dt;
+};
+
+bool tf32_allowed(cudnnMathType_t m) {
+  if (m == CUDNN_FMA_MATH) return false;
+  const char *e = getenv("NVIDIA_TF32_OVERRIDE");
+  return !(e && !strcmp(e, "0"));
+}
+
+cudnnStatus_t out_dim(const cdesc &cv, const tdesc &x, const fdesc &w, int *on, int *oc, int *oh, int *ow,
+                      const char *who) {
+  if (!cv.set || !x.set || !w.set) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: a descriptor was never set", who);
+  if (x.c != w.c * cv.groups)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: input has %d channels, filter %d per group x %d groups", who, x.c, w.c,
+                  cv.groups);
+  if (w.k % cv.groups)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: %d output channels do not divide into %d groups", who, w.k, cv.groups);
+  const int eh = (w.r - 1) * cv.dh + 1, ew = (w.s - 1) * cv.dw + 1;
+  const int h = x.h + 2 * cv.ph - eh, wd = x.w + 2 * cv.pw - ew;
+  if (h < 0 || wd < 0)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: dilated filter %dx%d larger than padded input %dx%d", who, eh, ew,
+                  x.h + 2 * cv.ph, x.w + 2 * cv.pw);
+  *on = x.n, *oc = w.k, *oh = h / cv.u + 1, *ow = wd / cv.v + 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t conv_geo(const tdesc &x, const fdesc &w, const cdesc &cv, const tdesc &y, geo *g, const char *who) {
+  int on, oc, oh, ow;
+  cudnnStatus_t s = out_dim(cv, x, w, &on, &oc, &oh, &ow, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (!y.set) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: output descriptor never set", who);
+  if (x.dt != w.dt || x.dt != y.dt)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: data types x %d, w %d, y %d differ (emulated: one of FLOAT, HALF, "
+                  "BFLOAT16 for all)", who, (int)x.dt, (int)w.dt, (int)y.dt);
+  if (cv.compute != CUDNN_DATA_FLOAT)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: compute type %d (emulated: FLOAT)", who, (int)cv.compute);
+  if (y.n != on || y.c != oc || y.h != oh || y.w != ow)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: output descriptor [%d,%d,%d,%d], the convolution gives [%d,%d,%d,%d]",
+                  who, y.n, y.c, y.h, y.w, on, oc, oh, ow);
+  g->N = x.n, g->C = x.c, g->H = x.h, g->W = x.w, g->K = w.k, g->Cg = w.c, g->G = cv.groups, g->Kg = w.k / cv.groups;
+  g->R = w.r, g->S = w.s, g->OH = oh, g->OW = ow;
+  g->ph = cv.ph, g->pw = cv.pw, g->u = cv.u, g->v = cv.v, g->dh = cv.dh, g->dw = cv.dw;
+  g->flip = cv.mode == CUDNN_CONVOLUTION;
+  g->dt = x.dt;
+  g->tf32 = x.dt == CUDNN_DATA_FLOAT && tf32_allowed(cv.math);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* y[n][oh][ow][k] = sum x[n][ih][iw][g*Cg + c] * w[k][r][s][c] */
+std::vector<double> conv_fwd(const geo &g, const std::vector<double> &x, const std::vector<double> &w) {
+  std::vector<double> y((size_t)g.N * g.OH * g.OW * g.K);
+  size_t o = 0;
+  for (int n = 0; n < g.N; n++)
+    for (int oh = 0; oh < g.OH; oh++)
+      for (int ow = 0; ow < g.OW; ow++)
+        for (int k = 0; k < g.K; k++) {
+          const int gi = k / g.Kg;
+          double acc = 0;
+          for (int r = 0; r < g.R; r++) {
+            const int ih = oh * g.u - g.ph + r * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int s = 0; s < g.S; s++) {
+              const int iw = ow * g.v - g.pw + s * g.dw;
+              if (iw < 0 || iw >= g.W) continue;
+              const double *xp = &x[(((size_t)n * g.H + ih) * g.W + iw) * g.C + (size_t)gi * g.Cg];
+              const double *wp = &w[(((size_t)k * g.R + r) * g.S + s) * g.Cg];
+              for (int c = 0; c < g.Cg; c++) acc += xp[c] * wp[c];
+            }
+          }
+          y[o++] = acc;
+        }
+  return y;
+}
+
+/* dx[n][ih][iw][g*Cg + c] = sum dy[n][oh][ow][k] * w[k][r][s][c] over the taps that reach it. */
+std::vector<double> conv_bwd_data(const geo &g, const std::vector<double> &dy, const std::vector<double> &w) {
+  std::vector<double> dx((size_t)g.N * g.H * g.W * g.C, 0.0);
+  for (int n = 0; n < g.N; n++)
+    for (int oh = 0; oh < g.OH; oh++)
+      for (int ow = 0; ow < g.OW; ow++)
+        for (int k = 0; k < g.K; k++) {
+          const double d = dy[(((size_t)n * g.OH + oh) * g.OW + ow) * g.K + k];
+          if (d == 0.0) continue;
+          const int gi = k / g.Kg;
+          for (int r = 0; r < g.R; r++) {
+            const int ih = oh * g.u - g.ph + r * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int s = 0; s < g.S; s++) {
+              const int iw = ow * g.v - g.pw + s * g.dw;
+              if (iw < 0 || iw >= g.W) continue;
+              double *xp = &dx[(((size_t)n * g.H + ih) * g.W + iw) * g.C + (size_t)gi * g.Cg];
+              const double *wp = &w[(((size_t)k * g.R + r) * g.S + s) * g.Cg];
+              for (int c = 0; c < g.Cg; c++) xp[c] += d * wp[c];
+            }
+          }
+        }
+  return dx;
+}
+
+/* dw[k][r][s][c] = sum dy[n][oh][ow][k] * x[n][ih][iw][g*Cg + c] */
+std::vector<double> conv_bwd_filter(const geo &g, const std::vector<double> &x, const std::vector<double> &dy) {
+  std::vector<double> dw((size_t)g.K * g.R * g.S * g.Cg, 0.0);
+  for (int n = 0; n < g.N; n++)
+    for (int oh = 0; oh < g.OH; oh++)
+      for (int ow = 0; ow < g.OW; ow++)
+        for (int k = 0; k < g.K; k++) {
+          const double d = dy[(((size_t)n * g.OH + oh) * g.OW + ow) * g.K + k];
+          if (d == 0.0) continue;
+          const int gi = k / g.Kg;
+          for (int r = 0; r < g.R; r++) {
+            const int ih = oh * g.u - g.ph + r * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int s = 0; s < g.S; s++) {
+              const int iw = ow * g.v - g.pw + s * g.dw;
+              if (iw < 0 || iw >= g.W) continue;
+              const double *xp = &x[(((size_t)n * g.H + ih) * g.W + iw) * g.C + (size_t)gi * g.Cg];
+              double *wp = &dw[(((size_t)k * g.R + r) * g.S + s) * g.Cg];
+              for (int c = 0; c < g.Cg; c++) wp[c] += d * xp[c];
+            }
+          }
+        }
+  return dw;
+}
+
+/* ---- algorithms and workspaces ----------------------------------------- */
+
+enum pass { FWD, BWD_DATA, BWD_FILTER };
+
+/* The offered algorithms of a pass, best first: [0] uses a workspace. */
+const int offered[3][2] = {
+    {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM},
+    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0},
+    {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0},
+};
+const int algo_count[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
+
+/* Workspace of algorithm algo; -1 when it is not offered. A shape-dependent
+ * size (an index table per filter tap and channel, as a precomputed-offset
+ * kernel would keep), so callers cannot get by with a constant. */
+int64_t algo_workspace(pass p, int algo, const geo &g) {
+  if (algo == offered[p][1]) return 0;
+  if (algo != offered[p][0]) return -1;
+  return 256 + (int64_t)g.R * g.S * g.Cg * 8;
+}
+
+bool deterministic(pass p, int algo) {
+  if (p == BWD_DATA) return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+  if (p == BWD_FILTER) return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 && algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+  return true;
+}
+
+/* The math type an offered algorithm is listed with: FMA stays FMA;
+ * otherwise tensor-op kernels rank first (TF32 for FLOAT on Ampere+). */
+cudnnMathType_t listed_math(cudnnMathType_t m) {
+  return m == CUDNN_DEFAULT_MATH ? CUDNN_TENSOR_OP_MATH : m;
+}
+
+template <typename Perf, typename Algo>
+cudnnStatus_t list_algos(pass p, const geo &g, cudnnMathType_t math, bool measured, int requested, int *returned,
+                         Perf *perf, const char *who) {
+  if (requested < 1 || !returned || !perf)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: requestedAlgoCount %d (must be >= 1) or a NULL output", who, requested);
+  const int n = requested < 2 ? requested : 2;
+  for (int i = 0; i < n; i++) {
+    Perf q;
+    memset(&q, 0, sizeof q);
+    q.algo = (Algo)offered[p][i];
+    q.status = CUDNN_STATUS_SUCCESS;
+    q.time = measured ? 0.01f * (float)(i + 1) : -1.0f;
+    q.memory = (size_t)algo_workspace(p, offered[p][i], g);
+    q.determinism = deterministic(p, offered[p][i]) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
+    q.mathType = listed_math(math);
+    perf[i] = q;
+  }
+  *returned = n;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t workspace_size(pass p, const geo &g, int algo, size_t *size, const char *who) {
+  if (!size) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: sizeInBytes is NULL", who);
+  if (algo < 0 || algo >= algo_count[p]) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: algorithm %d out of range", who, algo);
+  const int64_t ws = algo_workspace(p, algo, g);
+  if (ws < 0) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: algorithm %d is not one the emulator offers", who, algo);
+  *size = (size_t)ws;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+float scalar(const void *p) { return *(const float *)p; }
+
+bool dev(const void *p, size_t bytes, const char *who, const char *what) {
+  return ct_emu::check_device_range(p, bytes, who, what);
+}
+
+/* The checks common to the three compute calls: handle, scalars, algorithm,
+ * workspace (size, then device range). *need is the workspace to scribble. */
+cudnnStatus_t check_call(cudnnHandle_t h, const void *alpha, const void *beta, pass p, const geo &g, int algo,
+                         void *ws, size_t wsb, size_t *need, const char *who) {
+  if (!h) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  if (!alpha || !beta) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL alpha or beta", who);
+  if (algo < 0 || algo >= algo_count[p]) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: algorithm %d out of range", who, algo);
+  const int64_t req = algo_workspace(p, algo, g);
+  if (req < 0) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: algorithm %d is not one the emulator offers", who, algo);
+  if (wsb < (size_t)req)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: workspace of %zu bytes, algorithm %d needs %lld", who, wsb, algo,
+                  (long long)req);
+  if (wsb > 0 && !ws) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL workspace with size %zu", who, wsb);
+  *need = (size_t)req;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* ---- batch norm --------------------------------------------------------- */
+
+struct bn_geo {
+  tdesc x;
+  int M; /* N*H*W per channel */
+};
+
+cudnnStatus_t bn_check_mode(cudnnBatchNormMode_t mode, bool persistent_ok, const char *who) {
+  if (mode == CUDNN_BATCHNORM_SPATIAL || (persistent_ok && mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT))
+    return CUDNN_STATUS_SUCCESS;
+  return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: batch-norm mode %d (emulated: SPATIAL%s)", who, (int)mode,
+                persistent_ok ? ", SPATIAL_PERSISTENT" : "");
+}
+
+cudnnStatus_t bn_check_ops(cudnnBatchNormOps_t ops, cudnnActivationDescriptor_t act, const char *who) {
+  if (ops != CUDNN_BATCHNORM_OPS_BN || act)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: bnOps %d / activation descriptor %p (emulated: OPS_BN, no "
+                  "activation)", who, (int)ops, (void *)act);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* x-like descriptors alike, the parameter descriptor 1xCx1x1 FLOAT. */
+cudnnStatus_t bn_check_descs(const cudnnTensorDescriptor_t *acts, int na, cudnnTensorDescriptor_t pd, bn_geo *g,
+                             const char *who) {
+  for (int i = 0; i < na; i++)
+    if (!acts[i] || !acts[i]->d.set) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: tensor descriptor %d not set", who, i);
+  const tdesc &x = acts[0]->d;
+  if (!supported_type(x.dt)) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: data type %d", who, (int)x.dt);
+  for (int i = 1; i < na; i++) {
+    const tdesc &t = acts[i]->d;
+    if (t.n != x.n || t.c != x.c || t.h != x.h || t.w != x.w || t.dt != x.dt)
+      return refuse(CUDNN_STATUS_BAD_PARAM, "%s: tensor %d is [%d,%d,%d,%d] type %d, x is [%d,%d,%d,%d] type %d", who,
+                    i, t.n, t.c, t.h, t.w, (int)t.dt, x.n, x.c, x.h, x.w, (int)x.dt);
+  }
+  if (!pd || !pd->d.set) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: parameter descriptor not set", who);
+  const tdesc &p = pd->d;
+  if (p.n != 1 || p.c != x.c || p.h != 1 || p.w != 1 || p.dt != CUDNN_DATA_FLOAT)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: parameter descriptor [%d,%d,%d,%d] type %d, expected [1,%d,1,1] FLOAT",
+                  who, p.n, p.c, p.h, p.w, (int)p.dt, x.c);
+  g->x = x;
+  g->M = x.n * x.h * x.w;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* The channel's values in (n, h, w) order and their element indices. */
+void bn_channel(const tdesc &t, int c, std::vector<int64_t> &idx) {
+  idx.clear();
+  for (int n = 0; n < t.n; n++)
+    for (int h = 0; h < t.h; h++)
+      for (int w = 0; w < t.w; w++) idx.push_back(n * t.ns + c * t.cs + h * t.hs + w * t.ws);
+}
+
+void blend_param(float *p, int c, double alpha, double beta, double v) {
+  double r = alpha * v;
+  if (beta != 0.0) r += beta * p[c];
+  p[c] = (float)r;
+}
+
+int64_t bn_workspace(cudnnBatchNormMode_t mode, const tdesc &x) {
+  (void)mode;
+  return 256 + (int64_t)x.c * 2 * (int64_t)sizeof(double);
+}
+
+int64_t bn_reserve(cudnnBatchNormMode_t mode, const tdesc &x) {
+  return mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT ? 256 + (int64_t)x.c * 2 * (int64_t)sizeof(float) : 0;
+}
+
+/* Workspace and reserve: NULL with 0 bytes is the non-Ex behaviour;
+ * otherwise at least the queried size, in device memory. */
+cudnnStatus_t bn_check_space(const char *who, const char *what, void *p, size_t bytes, int64_t need, bool *ok) {
+  *ok = true;
+  if (!p && bytes == 0) return CUDNN_STATUS_SUCCESS;
+  if (!p || bytes < (size_t)need)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: %s %p of %zu bytes, %lld needed", who, what, p, bytes, (long long)need);
+  *ok = dev(p, bytes, who, what);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+/* ---- the API ------------------------------------------------------------ */
+
+extern "C" {
+
+const char *CUDNNWINAPI cudnnGetErrorString(cudnnStatus_t status) {
+  switch ((int)status) {
+#define S(x) \
+  case x: return #x;
+    S(CUDNN_STATUS_SUCCESS)
+    S(CUDNN_STATUS_NOT_INITIALIZED)
+    S(CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH)
+    S(CUDNN_STATUS_DEPRECATED)
+    S(CUDNN_STATUS_BAD_PARAM)
+    S(CUDNN_STATUS_BAD_PARAM_NULL_POINTER)
+    S(CUDNN_STATUS_BAD_PARAM_OUT_OF_BOUND)
+    S(CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT)
+    S(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH)
+    S(CUDNN_STATUS_NOT_SUPPORTED)
+    S(CUDNN_STATUS_NOT_SUPPORTED_SHAPE)
+    S(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE)
+    S(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT)
+    S(CUDNN_STATUS_INTERNAL_ERROR)
+    S(CUDNN_STATUS_EXECUTION_FAILED)
+#undef S
+    default: return "CUDNN_STATUS_UNKNOWN (emulated cuDNN)";
+  }
+}
+
+void CUDNNWINAPI cudnnGetLastErrorString(char *message, size_t max_size) {
+  if (!message || !max_size) return;
+  snprintf(message, max_size, "%s", last_error.c_str());
+  last_error.clear();
+}
+
+size_t CUDNNWINAPI cudnnGetVersion(void) { return CUDNN_VERSION; }
+
+cudnnStatus_t CUDNNWINAPI cudnnCreate(cudnnHandle_t *handle) {
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnCreate: NULL handle pointer");
+  *handle = new cudnnContext{nullptr};
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnDestroy(cudnnHandle_t handle) {
+  delete handle;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId) {
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnSetStream: NULL handle");
+  handle->stream = streamId;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetStream(cudnnHandle_t handle, cudaStream_t *streamId) {
+  if (!handle || !streamId) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnGetStream: NULL argument");
+  *streamId = handle->stream;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* tensors */
+
+cudnnStatus_t CUDNNWINAPI cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *tensorDesc) {
+  if (!tensorDesc) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnCreateTensorDescriptor: NULL pointer");
+  *tensorDesc = new cudnnTensorStruct();
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t tensorDesc) {
+  delete tensorDesc;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t t, cudnnTensorFormat_t format,
+                                                     cudnnDataType_t dataType, int n, int c, int h, int w) {
+  static const char *who = "cudnnSetTensor4dDescriptor";
+  if (!t) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL descriptor", who);
+  if (n <= 0 || c <= 0 || h <= 0 || w <= 0)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: dims [%d,%d,%d,%d] must be positive", who, n, c, h, w);
+  if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: format %d (emulated: NCHW, NHWC)", who, (int)format);
+  if (!supported_type(dataType))
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: data type %d (emulated: FLOAT, HALF, BFLOAT16)", who, (int)dataType);
+  if ((double)n * c * h * w > (double)INT_MAX)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: [%d,%d,%d,%d] exceeds 2^31-1 elements", who, n, c, h, w);
+  tdesc d;
+  d.set = true, d.dt = dataType, d.fmt = format, d.n = n, d.c = c, d.h = h, d.w = w;
+  if (format == CUDNN_TENSOR_NCHW) d.ws = 1, d.hs = w, d.cs = (int64_t)h * w, d.ns = (int64_t)c * h * w;
+  else d.cs = 1, d.ws = c, d.hs = (int64_t)w * c, d.ns = (int64_t)h * w * c;
+  t->d = d;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetTensor4dDescriptor(const cudnnTensorDescriptor_t t, cudnnDataType_t *dataType,
+                                                     int *n, int *c, int *h, int *w, int *nStride, int *cStride,
+                                                     int *hStride, int *wStride) {
+  if (!t || !t->d.set) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnGetTensor4dDescriptor: descriptor not set");
+  if (!dataType || !n || !c || !h || !w || !nStride || !cStride || !hStride || !wStride)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnGetTensor4dDescriptor: NULL output");
+  const tdesc &d = t->d;
+  *dataType = d.dt, *n = d.n, *c = d.c, *h = d.h, *w = d.w;
+  *nStride = (int)d.ns, *cStride = (int)d.cs, *hStride = (int)d.hs, *wStride = (int)d.ws;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* filters */
+
+cudnnStatus_t CUDNNWINAPI cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *filterDesc) {
+  if (!filterDesc) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnCreateFilterDescriptor: NULL pointer");
+  *filterDesc = new cudnnFilterStruct();
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t filterDesc) {
+  delete filterDesc;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t f, cudnnDataType_t dataType,
+                                                     cudnnTensorFormat_t format, int k, int c, int h, int w) {
+  static const char *who = "cudnnSetFilter4dDescriptor";
+  if (!f) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL descriptor", who);
+  if (k <= 0 || c <= 0 || h <= 0 || w <= 0)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: dims [%d,%d,%d,%d] must be positive", who, k, c, h, w);
+  if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: format %d (emulated: NCHW = KCRS, NHWC = KRSC)", who, (int)format);
+  if (!supported_type(dataType))
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: data type %d (emulated: FLOAT, HALF, BFLOAT16)", who, (int)dataType);
+  if ((double)k * c * h * w > (double)INT_MAX)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: [%d,%d,%d,%d] exceeds 2^31-1 elements", who, k, c, h, w);
+  f->d = fdesc{true, dataType, format, k, c, h, w};
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* convolutions */
+
+cudnnStatus_t CUDNNWINAPI cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *convDesc) {
+  if (!convDesc) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnCreateConvolutionDescriptor: NULL pointer");
+  *convDesc = new cudnnConvolutionStruct();
+  (*convDesc)->d.groups = 1;
+  (*convDesc)->d.math = CUDNN_DEFAULT_MATH;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t convDesc) {
+  delete convDesc;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t cv, int pad_h, int pad_w,
+                                                          int u, int v, int dilation_h, int dilation_w,
+                                                          cudnnConvolutionMode_t mode, cudnnDataType_t computeType) {
+  static const char *who = "cudnnSetConvolution2dDescriptor";
+  if (!cv) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL descriptor", who);
+  if (pad_h < 0 || pad_w < 0 || u <= 0 || v <= 0 || dilation_h <= 0 || dilation_w <= 0)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: pad %d,%d stride %d,%d dilation %d,%d", who, pad_h, pad_w, u, v,
+                  dilation_h, dilation_w);
+  if (mode != CUDNN_CONVOLUTION && mode != CUDNN_CROSS_CORRELATION)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: mode %d", who, (int)mode);
+  if (computeType != CUDNN_DATA_FLOAT)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: compute type %d (emulated: FLOAT)", who, (int)computeType);
+  cdesc &d = cv->d;
+  d.set = true;
+  d.ph = pad_h, d.pw = pad_w, d.u = u, d.v = v, d.dh = dilation_h, d.dw = dilation_w;
+  d.mode = mode, d.compute = computeType;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t cv, int groupCount) {
+  if (!cv || groupCount < 1)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnSetConvolutionGroupCount: group count %d", groupCount);
+  cv->d.groups = groupCount;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t cv, cudnnMathType_t mathType) {
+  if (!cv || (mathType != CUDNN_DEFAULT_MATH && mathType != CUDNN_TENSOR_OP_MATH &&
+              mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && mathType != CUDNN_FMA_MATH))
+    return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnSetConvolutionMathType: math type %d", (int)mathType);
+  cv->d.math = mathType;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t cv,
+                                                                const cudnnTensorDescriptor_t x,
+                                                                const cudnnFilterDescriptor_t w, int *n, int *c,
+                                                                int *h, int *wo) {
+  static const char *who = "cudnnGetConvolution2dForwardOutputDim";
+  if (!cv || !x || !w || !n || !c || !h || !wo) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL argument", who);
+  return out_dim(cv->d, x->d, w->d, n, c, h, wo, who);
+}
+
+/* algorithm queries */
+
+#define GEO_OR_RETURN(xd, wd, cvd, yd, who)                      \
+  geo g;                                                         \
+  if (!(xd) || !(wd) || !(cvd) || !(yd))                         \
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL descriptor", who); \
+  {                                                              \
+    cudnnStatus_t s_ = conv_geo((xd)->d, (wd)->d, (cvd)->d, (yd)->d, &g, who); \
+    if (s_ != CUDNN_STATUS_SUCCESS) return s_;                   \
+  }
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t x,
+                                                                 const cudnnFilterDescriptor_t w,
+                                                                 const cudnnConvolutionDescriptor_t cv,
+                                                                 const cudnnTensorDescriptor_t y, const int requested,
+                                                                 int *returned, cudnnConvolutionFwdAlgoPerf_t *perf) {
+  static const char *who = "cudnnGetConvolutionForwardAlgorithm_v7";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(x, w, cv, y, who);
+  return list_algos<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(FWD, g, cv->d.math, false, requested,
+                                                                              returned, perf, who);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t x,
+                                                               const cudnnFilterDescriptor_t w,
+                                                               const cudnnConvolutionDescriptor_t cv,
+                                                               const cudnnTensorDescriptor_t y, const int requested,
+                                                               int *returned, cudnnConvolutionFwdAlgoPerf_t *perf) {
+  static const char *who = "cudnnFindConvolutionForwardAlgorithm";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(x, w, cv, y, who);
+  return list_algos<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(FWD, g, cv->d.math, true, requested,
+                                                                              returned, perf, who);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t dx, const int requested, int *returned,
+    cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+  static const char *who = "cudnnGetConvolutionBackwardDataAlgorithm_v7";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(dx, w, cv, dy, who);
+  return list_algos<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(BWD_DATA, g, cv->d.math, false,
+                                                                                      requested, returned, perf, who);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardDataAlgorithm(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t dx, const int requested, int *returned,
+    cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+  static const char *who = "cudnnFindConvolutionBackwardDataAlgorithm";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(dx, w, cv, dy, who);
+  return list_algos<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(BWD_DATA, g, cv->d.math, true,
+                                                                                      requested, returned, perf, who);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t dw, const int requested, int *returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+  static const char *who = "cudnnGetConvolutionBackwardFilterAlgorithm_v7";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(x, dw, cv, dy, who);
+  return list_algos<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+      BWD_FILTER, g, cv->d.math, false, requested, returned, perf, who);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardFilterAlgorithm(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t dw, const int requested, int *returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+  static const char *who = "cudnnFindConvolutionBackwardFilterAlgorithm";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(x, dw, cv, dy, who);
+  return list_algos<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+      BWD_FILTER, g, cv->d.math, true, requested, returned, perf, who);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle,
+                                                                  const cudnnTensorDescriptor_t x,
+                                                                  const cudnnFilterDescriptor_t w,
+                                                                  const cudnnConvolutionDescriptor_t cv,
+                                                                  const cudnnTensorDescriptor_t y,
+                                                                  cudnnConvolutionFwdAlgo_t algo, size_t *size) {
+  static const char *who = "cudnnGetConvolutionForwardWorkspaceSize";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(x, w, cv, y, who);
+  return workspace_size(FWD, g, (int)algo, size, who);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle,
+                                                                       const cudnnFilterDescriptor_t w,
+                                                                       const cudnnTensorDescriptor_t dy,
+                                                                       const cudnnConvolutionDescriptor_t cv,
+                                                                       const cudnnTensorDescriptor_t dx,
+                                                                       cudnnConvolutionBwdDataAlgo_t algo,
+                                                                       size_t *size) {
+  static const char *who = "cudnnGetConvolutionBackwardDataWorkspaceSize";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(dx, w, cv, dy, who);
+  return workspace_size(BWD_DATA, g, (int)algo, size, who);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle,
+                                                                         const cudnnTensorDescriptor_t x,
+                                                                         const cudnnTensorDescriptor_t dy,
+                                                                         const cudnnConvolutionDescriptor_t cv,
+                                                                         const cudnnFilterDescriptor_t dw,
+                                                                         cudnnConvolutionBwdFilterAlgo_t algo,
+                                                                         size_t *size) {
+  static const char *who = "cudnnGetConvolutionBackwardFilterWorkspaceSize";
+  if (!handle) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  GEO_OR_RETURN(x, dw, cv, dy, who);
+  return workspace_size(BWD_FILTER, g, (int)algo, size, who);
+}
+
+/* convolution compute */
+
+cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
+                                                  const cudnnTensorDescriptor_t xDesc, const void *x,
+                                                  const cudnnFilterDescriptor_t wDesc, const void *w,
+                                                  const cudnnConvolutionDescriptor_t convDesc,
+                                                  cudnnConvolutionFwdAlgo_t algo, void *workSpace,
+                                                  size_t workSpaceSizeInBytes, const void *beta,
+                                                  const cudnnTensorDescriptor_t yDesc, void *y) {
+  static const char *who = "cudnnConvolutionForward";
+  GEO_OR_RETURN(xDesc, wDesc, convDesc, yDesc, who);
+  size_t need = 0;
+  cudnnStatus_t s = check_call(handle, alpha, beta, FWD, g, (int)algo, workSpace, workSpaceSizeInBytes, &need, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  const tdesc xd = xDesc->d, yd = yDesc->d;
+  const fdesc wd = wDesc->d;
+  if (!dev(x, tensor_bytes(xd), who, "x") || !dev(w, filter_bytes(wd), who, "w") ||
+      !dev(y, tensor_bytes(yd), who, "y") || !dev(workSpace, workSpaceSizeInBytes, who, "workSpace"))
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
+  const double a = scalar(alpha), b = scalar(beta);
+  ct_emu::enqueue(handle->stream, [=] {
+    if (need) memset(workSpace, 0xff, need);
+    const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), wv = gather_filter(w, wd, g.flip, g.tf32);
+    scatter_nhwc(y, yd, conv_fwd(g, xv, wv), a, b);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha,
+                                                       const cudnnFilterDescriptor_t wDesc, const void *w,
+                                                       const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                                       const cudnnConvolutionDescriptor_t convDesc,
+                                                       cudnnConvolutionBwdDataAlgo_t algo, void *workSpace,
+                                                       size_t workSpaceSizeInBytes, const void *beta,
+                                                       const cudnnTensorDescriptor_t dxDesc, void *dx) {
+  static const char *who = "cudnnConvolutionBackwardData";
+  GEO_OR_RETURN(dxDesc, wDesc, convDesc, dyDesc, who);
+  size_t need = 0;
+  cudnnStatus_t s =
+      check_call(handle, alpha, beta, BWD_DATA, g, (int)algo, workSpace, workSpaceSizeInBytes, &need, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  const tdesc dxd = dxDesc->d, dyd = dyDesc->d;
+  const fdesc wd = wDesc->d;
+  if (!dev(w, filter_bytes(wd), who, "w") || !dev(dy, tensor_bytes(dyd), who, "dy") ||
+      !dev(dx, tensor_bytes(dxd), who, "dx") || !dev(workSpace, workSpaceSizeInBytes, who, "workSpace"))
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
+  const double a = scalar(alpha), b = scalar(beta);
+  ct_emu::enqueue(handle->stream, [=] {
+    if (need) memset(workSpace, 0xff, need);
+    const std::vector<double> dyv = gather_nhwc(dy, dyd, g.tf32), wv = gather_filter(w, wd, g.flip, g.tf32);
+    scatter_nhwc(dx, dxd, conv_bwd_data(g, dyv, wv), a, b);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *alpha,
+                                                         const cudnnTensorDescriptor_t xDesc, const void *x,
+                                                         const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                                         const cudnnConvolutionDescriptor_t convDesc,
+                                                         cudnnConvolutionBwdFilterAlgo_t algo, void *workSpace,
+                                                         size_t workSpaceSizeInBytes, const void *beta,
+                                                         const cudnnFilterDescriptor_t dwDesc, void *dw) {
+  static const char *who = "cudnnConvolutionBackwardFilter";
+  GEO_OR_RETURN(xDesc, dwDesc, convDesc, dyDesc, who);
+  size_t need = 0;
+  cudnnStatus_t s =
+      check_call(handle, alpha, beta, BWD_FILTER, g, (int)algo, workSpace, workSpaceSizeInBytes, &need, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  const tdesc xd = xDesc->d, dyd = dyDesc->d;
+  const fdesc wd = dwDesc->d;
+  if (!dev(x, tensor_bytes(xd), who, "x") || !dev(dy, tensor_bytes(dyd), who, "dy") ||
+      !dev(dw, filter_bytes(wd), who, "dw") || !dev(workSpace, workSpaceSizeInBytes, who, "workSpace"))
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
+  const double a = scalar(alpha), b = scalar(beta);
+  ct_emu::enqueue(handle->stream, [=] {
+    if (need) memset(workSpace, 0xff, need);
+    const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), dyv = gather_nhwc(dy, dyd, g.tf32);
+    scatter_filter(dw, wd, g.flip, conv_bwd_filter(g, xv, dyv), a, b);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* batch norm */
+
+cudnnStatus_t CUDNNWINAPI cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derived,
+                                                        const cudnnTensorDescriptor_t xDesc,
+                                                        cudnnBatchNormMode_t mode) {
+  static const char *who = "cudnnDeriveBNTensorDescriptor";
+  if (!derived || !xDesc || !xDesc->d.set) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: descriptor not set", who);
+  cudnnStatus_t s = bn_check_mode(mode, true, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  /* HALF/BFLOAT16/FLOAT data take FLOAT parameters */
+  return cudnnSetTensor4dDescriptor(derived, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, xDesc->d.c, 1, 1);
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc,
+    const cudnnTensorDescriptor_t zDesc, const cudnnTensorDescriptor_t yDesc,
+    const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const cudnnActivationDescriptor_t activationDesc,
+    size_t *sizeInBytes) {
+  static const char *who = "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize";
+  if (!handle || !sizeInBytes) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL argument", who);
+  cudnnStatus_t s = bn_check_mode(mode, true, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (zDesc) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: zDesc with OPS_BN", who);
+  const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
+  bn_geo g;
+  s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  *sizeInBytes = (size_t)bn_workspace(mode, g.x);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const cudnnTensorDescriptor_t xDesc,
+    const cudnnTensorDescriptor_t yDesc, const cudnnTensorDescriptor_t dyDesc, const cudnnTensorDescriptor_t dzDesc,
+    const cudnnTensorDescriptor_t dxDesc, const cudnnTensorDescriptor_t dBnScaleBiasDesc,
+    const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes) {
+  static const char *who = "cudnnGetBatchNormalizationBackwardExWorkspaceSize";
+  if (!handle || !sizeInBytes) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL argument", who);
+  cudnnStatus_t s = bn_check_mode(mode, true, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (dzDesc) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: dzDesc with OPS_BN", who);
+  /* yDesc is only used with an activation; the backend passes x's */
+  const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc};
+  bn_geo g;
+  s = bn_check_descs(acts, 3, dBnScaleBiasDesc, &g, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  (void)yDesc;
+  *sizeInBytes = (size_t)bn_workspace(mode, g.x);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps,
+    const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t xDesc, size_t *sizeInBytes) {
+  static const char *who = "cudnnGetBatchNormalizationTrainingExReserveSpaceSize";
+  if (!handle || !sizeInBytes || !xDesc || !xDesc->d.set)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL argument or unset descriptor", who);
+  cudnnStatus_t s = bn_check_mode(mode, true, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  *sizeInBytes = (size_t)bn_reserve(mode, xDesc->d);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const void *alpha, const void *beta,
+    const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t zDesc, const void *zData,
+    const cudnnTensorDescriptor_t yDesc, void *yData, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc,
+    const void *bnScale, const void *bnBias, double exponentialAverageFactor, void *resultRunningMean,
+    void *resultRunningVariance, double epsilon, void *resultSaveMean, void *resultSaveInvVariance,
+    cudnnActivationDescriptor_t activationDesc, void *workspace, size_t workSpaceSizeInBytes, void *reserveSpace,
+    size_t reserveSpaceSizeInBytes) {
+  static const char *who = "cudnnBatchNormalizationForwardTrainingEx";
+  if (!handle || !alpha || !beta) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle, alpha or beta", who);
+  cudnnStatus_t s = bn_check_mode(mode, true, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (zDesc || zData) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: z with OPS_BN", who);
+  const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
+  bn_geo g;
+  s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: epsilon %g below CUDNN_BN_MIN_EPSILON %g", who, epsilon,
+                  (double)CUDNN_BN_MIN_EPSILON);
+  if (!bnScale || !bnBias || !xData || !yData) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL data pointer", who);
+  if (!resultRunningMean != !resultRunningVariance)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: resultRunningMean and resultRunningVariance must both be NULL or not",
+                  who);
+  if (!resultSaveMean != !resultSaveInvVariance)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: resultSaveMean and resultSaveInvVariance must both be NULL or not", who);
+  const bool running = resultRunningMean, save = resultSaveMean;
+  if (running && g.M < 2)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: %d value(s) per channel: no unbiased variance for the running "
+                  "statistics", who, g.M);
+  const tdesc xd = xDesc->d, yd = yDesc->d;
+  const size_t pb = (size_t)xd.c * sizeof(float);
+  bool ok = true, ok2 = true;
+  s = bn_check_space(who, "workspace", workspace, workSpaceSizeInBytes, bn_workspace(mode, xd), &ok);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = bn_check_space(who, "reserveSpace", reserveSpace, reserveSpaceSizeInBytes, bn_reserve(mode, xd), &ok2);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (!ok || !ok2 || !dev(xData, tensor_bytes(xd), who, "x") || !dev(yData, tensor_bytes(yd), who, "y") ||
+      !dev(bnScale, pb, who, "bnScale") || !dev(bnBias, pb, who, "bnBias") ||
+      (running && (!dev(resultRunningMean, pb, who, "resultRunningMean") ||
+                   !dev(resultRunningVariance, pb, who, "resultRunningVariance"))) ||
+      (save && (!dev(resultSaveMean, pb, who, "resultSaveMean") ||
+                !dev(resultSaveInvVariance, pb, who, "resultSaveInvVariance"))))
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
+  const double a = scalar(alpha), b = scalar(beta), f = exponentialAverageFactor, eps = epsilon;
+  const size_t wsb = workspace ? workSpaceSizeInBytes : 0;
+  const int M = g.M;
+  ct_emu::enqueue(handle->stream, [=] {
+    if (wsb) memset(workspace, 0xff, wsb);
+    std::vector<int64_t> xi, yi;
+    for (int c = 0; c < xd.c; c++) {
+      bn_channel(xd, c, xi);
+      bn_channel(yd, c, yi);
+      double sum = 0;
+      for (int64_t i : xi) sum += load(xData, xd.dt, i);
+      const double mean = sum / M;
+      double sq = 0;
+      for (int64_t i : xi) {
+        const double d = load(xData, xd.dt, i) - mean;
+        sq += d * d;
+      }
+      const double var = sq / M, inv = 1.0 / std::sqrt(var + eps);
+      const double gm = ((const float *)bnScale)[c], bt = ((const float *)bnBias)[c];
+      for (size_t j = 0; j < xi.size(); j++) {
+        double r = a * (gm * (load(xData, xd.dt, xi[j]) - mean) * inv + bt);
+        if (b != 0.0) r += b * load(yData, yd.dt, yi[j]);
+        store(yData, yd.dt, yi[j], r);
+      }
+      if (running) {
+        float *rm = (float *)resultRunningMean, *rv = (float *)resultRunningVariance;
+        rm[c] = (float)((1.0 - f) * rm[c] + f * mean);
+        rv[c] = (float)((1.0 - f) * rv[c] + f * var * M / (M - 1));
+      }
+      if (save) {
+        ((float *)resultSaveMean)[c] = (float)mean;
+        ((float *)resultSaveInvVariance)[c] = (float)inv;
+      }
+    }
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta,
+    const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t yDesc, void *y,
+    const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale, const void *bnBias,
+    const void *estimatedMean, const void *estimatedVariance, double epsilon) {
+  static const char *who = "cudnnBatchNormalizationForwardInference";
+  if (!handle || !alpha || !beta) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle, alpha or beta", who);
+  cudnnStatus_t s = bn_check_mode(mode, false, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
+  bn_geo g;
+  s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: epsilon %g below CUDNN_BN_MIN_EPSILON %g", who, epsilon,
+                  (double)CUDNN_BN_MIN_EPSILON);
+  if (!x || !y || !bnScale || !bnBias || !estimatedMean || !estimatedVariance)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL data pointer", who);
+  const tdesc xd = xDesc->d, yd = yDesc->d;
+  const size_t pb = (size_t)xd.c * sizeof(float);
+  if (!dev(x, tensor_bytes(xd), who, "x") || !dev(y, tensor_bytes(yd), who, "y") || !dev(bnScale, pb, who, "bnScale") ||
+      !dev(bnBias, pb, who, "bnBias") || !dev(estimatedMean, pb, who, "estimatedMean") ||
+      !dev(estimatedVariance, pb, who, "estimatedVariance"))
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
+  const double a = scalar(alpha), b = scalar(beta), eps = epsilon;
+  ct_emu::enqueue(handle->stream, [=] {
+    std::vector<int64_t> xi, yi;
+    for (int c = 0; c < xd.c; c++) {
+      bn_channel(xd, c, xi);
+      bn_channel(yd, c, yi);
+      const double mean = ((const float *)estimatedMean)[c], var = ((const float *)estimatedVariance)[c];
+      const double inv = 1.0 / std::sqrt(var + eps);
+      const double gm = ((const float *)bnScale)[c], bt = ((const float *)bnBias)[c];
+      for (size_t j = 0; j < xi.size(); j++) {
+        double r = a * (gm * (load(x, xd.dt, xi[j]) - mean) * inv + bt);
+        if (b != 0.0) r += b * load(y, yd.dt, yi[j]);
+        store(y, yd.dt, yi[j], r);
+      }
+    }
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t bnOps, const void *alphaDataDiff,
+    const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff,
+    const cudnnTensorDescriptor_t xDesc, const void *xData, const cudnnTensorDescriptor_t yDesc, const void *yData,
+    const cudnnTensorDescriptor_t dyDesc, const void *dyData, const cudnnTensorDescriptor_t dzDesc, void *dzData,
+    const cudnnTensorDescriptor_t dxDesc, void *dxData, const cudnnTensorDescriptor_t dBnScaleBiasDesc,
+    const void *bnScaleData, const void *bnBiasData, void *dBnScaleData, void *dBnBiasData, double epsilon,
+    const void *savedMean, const void *savedInvVariance, cudnnActivationDescriptor_t activationDesc, void *workSpace,
+    size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes) {
+  static const char *who = "cudnnBatchNormalizationBackwardEx";
+  if (!handle || !alphaDataDiff || !betaDataDiff || !alphaParamDiff || !betaParamDiff)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle or scaling factor", who);
+  cudnnStatus_t s = bn_check_mode(mode, true, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (dzDesc || dzData || yData)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: y / dz data with OPS_BN (emulated: NULL)", who);
+  (void)yDesc;
+  (void)bnBiasData; /* only used with an activation */
+  const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc};
+  bn_geo g;
+  s = bn_check_descs(acts, 3, dBnScaleBiasDesc, &g, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: epsilon %g below CUDNN_BN_MIN_EPSILON %g", who, epsilon,
+                  (double)CUDNN_BN_MIN_EPSILON);
+  if (!xData || !dyData || !dxData || !bnScaleData || !dBnScaleData || !dBnBiasData)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL data pointer", who);
+  if (!savedMean != !savedInvVariance)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: savedMean and savedInvVariance must both be NULL or not", who);
+  const bool saved = savedMean;
+  const tdesc xd = xDesc->d, dyd = dyDesc->d, dxd = dxDesc->d;
+  const size_t pb = (size_t)xd.c * sizeof(float);
+  bool ok = true, ok2 = true;
+  s = bn_check_space(who, "workSpace", workSpace, workSpaceSizeInBytes, bn_workspace(mode, xd), &ok);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = bn_check_space(who, "reserveSpace", reserveSpace, reserveSpaceSizeInBytes, bn_reserve(mode, xd), &ok2);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (!ok || !ok2 || !dev(xData, tensor_bytes(xd), who, "x") || !dev(dyData, tensor_bytes(dyd), who, "dy") ||
+      !dev(dxData, tensor_bytes(dxd), who, "dx") || !dev(bnScaleData, pb, who, "bnScale") ||
+      !dev(dBnScaleData, pb, who, "dBnScale") || !dev(dBnBiasData, pb, who, "dBnBias") ||
+      (saved && (!dev(savedMean, pb, who, "savedMean") || !dev(savedInvVariance, pb, who, "savedInvVariance"))))
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
+  const double ad = scalar(alphaDataDiff), bd = scalar(betaDataDiff), ap = scalar(alphaParamDiff),
+               bp = scalar(betaParamDiff), eps = epsilon;
+  const size_t wsb = workSpace ? workSpaceSizeInBytes : 0;
+  const int M = g.M;
+  ct_emu::enqueue(handle->stream, [=] {
+    if (wsb) memset(workSpace, 0xff, wsb);
+    std::vector<int64_t> xi, dyi, dxi;
+    for (int c = 0; c < xd.c; c++) {
+      bn_channel(xd, c, xi);
+      bn_channel(dyd, c, dyi);
+      bn_channel(dxd, c, dxi);
+      double mean, inv;
+      if (saved) {
+        mean = ((const float *)savedMean)[c];
+        inv = ((const float *)savedInvVariance)[c];
+      } else {
+        double sum = 0, sq = 0;
+        for (int64_t i : xi) sum += load(xData, xd.dt, i);
+        mean = sum / M;
+        for (int64_t i : xi) {
+          const double d = load(xData, xd.dt, i) - mean;
+          sq += d * d;
+        }
+        inv = 1.0 / std::sqrt(sq / M + eps);
+      }
+      double sdy = 0, sdyx = 0;
+      for (size_t j = 0; j < xi.size(); j++) {
+        const double d = load(dyData, dyd.dt, dyi[j]);
+        sdy += d;
+        sdyx += d * (load(xData, xd.dt, xi[j]) - mean) * inv;
+      }
+      const double gm = ((const float *)bnScaleData)[c];
+      for (size_t j = 0; j < xi.size(); j++) {
+        const double xh = (load(xData, xd.dt, xi[j]) - mean) * inv;
+        const double d = load(dyData, dyd.dt, dyi[j]);
+        double r = ad * (gm * inv / M * (M * d - sdy - xh * sdyx));
+        if (bd != 0.0) r += bd * load(dxData, dxd.dt, dxi[j]);
+        store(dxData, dxd.dt, dxi[j], r);
+      }
+      blend_param((float *)dBnScaleData, c, ap, bp, sdyx);
+      blend_param((float *)dBnBiasData, c, ap, bp, sdy);
+    }
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // extern "C"
