@@ -777,7 +777,7 @@ cudnnStatus_t CUDNNWINAPI cudnnGetConvolution2dForwardOutputDim(const cudnnConvo
 /* algorithm queries */
 
 #define GEO_OR_RETURN(xd, wd, cvd, yd, who)                      \
-  geo g;                                                         \
+  geo g{};                                                       \
   if (!(xd) || !(wd) || !(cvd) || !(yd))                         \
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL descriptor", who); \
   {                                                              \
@@ -998,7 +998,7 @@ cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationForwardTrainingExWorkspaceSi
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (zDesc) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: zDesc with OPS_BN", who);
   const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
-  bn_geo g;
+  bn_geo g{};
   s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   *sizeInBytes = (size_t)bn_workspace(mode, g.x);
@@ -1018,7 +1018,7 @@ cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationBackwardExWorkspaceSize(
   if (dzDesc) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: dzDesc with OPS_BN", who);
   /* yDesc is only used with an activation; the backend passes x's */
   const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc};
-  bn_geo g;
+  bn_geo g{};
   s = bn_check_descs(acts, 3, dBnScaleBiasDesc, &g, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   (void)yDesc;
@@ -1054,7 +1054,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (zDesc || zData) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: z with OPS_BN", who);
   const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
-  bn_geo g;
+  bn_geo g{};
   s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
@@ -1132,7 +1132,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardInference(
   cudnnStatus_t s = bn_check_mode(mode, false, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
-  bn_geo g;
+  bn_geo g{};
   s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
@@ -1185,7 +1185,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
   (void)yDesc;
   (void)bnBiasData; /* only used with an activation */
   const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc};
-  bn_geo g;
+  bn_geo g{};
   s = bn_check_descs(acts, 3, dBnScaleBiasDesc, &g, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
