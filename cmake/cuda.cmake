@@ -70,7 +70,7 @@ if(CTRAIN_WITH_CUDA AND CTRAIN_CUDA_SOURCES)
       target_sources(ctrain PRIVATE $<TARGET_OBJECTS:ctrain_cuda>)
       # ctrain was created before CUDA was enabled, so it missed the default.
       set_target_properties(ctrain PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
-      target_compile_definitions(ctrain PRIVATE CTRAIN_HAVE_CUDA)
+      target_compile_definitions(ctrain_core PRIVATE CTRAIN_HAVE_CUDA)
       # Runtime API only (never CUDA::cuda_driver): the library loads
       # without libcuda.so and reports "no CUDA driver" when asked for a GPU.
       target_link_libraries(ctrain PUBLIC CUDA::cudart CUDA::cublasLt ${CUDNN_LIBRARY})

@@ -1,0 +1,72 @@
+/* The CUDA emulator's shared core (C++, tests only): what the emulated
+ * runtime (emu_runtime.cpp), the kernel scheduler (emu_kernel.cpp) and the
+ * emulated cuBLASLt (emu_cublaslt.cpp) and cuDNN (emu_cudnn.cpp) have in
+ * common.
+ *
+ * Why it exists: the test machines have no GPU, so without it not one line
+ * of the CUDA backend ever runs before a device machine is lent. The
+ * emulator runs the backend's real host code (the .c files of src/backend/cuda) and its
+ * real kernels (the .cu files compiled as C++ with launches rewritten) on
+ * the CPU, against stand-ins for the CUDA runtime, cuBLASLt and cuDNN that
+ * implement the documented semantics of the calls the backend makes and
+ * refuse (with the library's own "not supported" status) any argument they
+ * do not implement. What it checks: indexing, dtype handling, launch
+ * configurations, barrier use, the order of queued work, CUDA-graph capture
+ * (recorded work replays later, so a value baked in at capture shows), and
+ * that library calls and kernels receive device pointers. What it cannot
+ * check: real concurrency and the memory model, timing, and whether the
+ * real libraries agree with the documented semantics emulated here.
+ *
+ * Model: "device" memory is host memory from cudaMalloc's stand-in, which
+ * records every allocation so arguments can be checked. Every stream runs
+ * its work at enqueue time (a stream's order is then trivially kept, and
+ * cross-stream events are satisfied), except while a stream captures a
+ * graph: its work is recorded and runs at each cudaGraphLaunch. */
+#ifndef CTRAIN_TESTS_EMU_H
+#define CTRAIN_TESTS_EMU_H
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace ct_emu {
+
+/* Runs fn on stream s now, or appends it to the graph s is capturing.
+ * Everything an emulated library call enqueues must be captured by value
+ * in fn (descriptors may be destroyed right after the call, host scalars
+ * such as alpha/beta are read at the call). */
+void enqueue(cudaStream_t s, std::function<void()> fn);
+
+/* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation (or the
+ * device side of a mapped host allocation). NULL with bytes 0 passes. */
+bool is_device_range(const void *p, size_t bytes);
+
+/* Records the first asynchronous error (a fault inside emulated work: a
+ * host pointer handed to a library, a deadlocked barrier); it is returned
+ * by the next synchronising call or cudaGetLastError, with the message
+ * kept for cudaGetErrorString. */
+void fail(cudaError_t e, const std::string &message);
+
+/* Records a launch error (a bad configuration): returned, once, by the
+ * next cudaGetLastError, as the runtime does; the message is printed. */
+void set_last_error(cudaError_t e, const std::string &message);
+
+/* Fails (cudaErrorIllegalAddress) naming what and who when [p, p+bytes)
+ * is not device memory; returns whether it was. */
+bool check_device_range(const void *p, size_t bytes, const char *who, const char *what);
+
+/* TF32 rounding of an f32 value (10 explicit mantissa bits, round to
+ * nearest even), as tensor cores read f32 inputs under TF32 math. */
+float round_tf32(float x);
+
+/* For the emulator's own self-test only: clears a recorded fault (a real
+ * context would be lost), and sets the block/thread run order (reverse
+ * true: last first, as CT_EMU_REVERSE=1). */
+void reset_fault_for_test();
+void set_reverse_for_test(bool reverse);
+
+}  // namespace ct_emu
+
+#endif

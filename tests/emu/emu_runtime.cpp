@@ -1,0 +1,593 @@
+/* The CUDA emulator's runtime: the cuda* calls the backend makes
+ * (the .c files of src/backend/cuda), with the signatures of the toolkit's
+ * cuda_runtime_api.h, on host memory (emu.h has the model).
+ *
+ * Work is deferred: what a stream is given runs at the next point where
+ * the host may observe it (a stream or event synchronisation, a copy into
+ * pageable memory, cudaFree), in the order it was queued across all
+ * streams. So a host that reads a result without synchronising, or reuses
+ * a pinned staging buffer before its copy ran, sees stale data here as it
+ * could on a GPU. CT_EMU_IMMEDIATE=1 runs work at enqueue instead.
+ *
+ * Stream capture records instead of running; cudaGraphLaunch replays the
+ * record. While a thread captures, it may not allocate, free or
+ * synchronise (cudaErrorStreamCaptureUnsupported, and the capture is
+ * invalidated), as with cudaStreamCaptureModeGlobal/ThreadLocal.
+ *
+ * New device memory is filled with 0xff bytes (NaN in every float dtype):
+ * a kernel that reads what nobody wrote shows. The device has
+ * CT_EMU_MEM_MB of memory (default 16384). */
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emu.h"
+
+struct CUstream_st {
+  bool capturing = false, invalid = false;
+  std::thread::id owner;
+  std::vector<std::function<void()>> nodes;
+};
+struct CUevent_st {
+  int flags = 0;
+};
+struct CUgraph_st {
+  std::vector<std::function<void()>> nodes;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> nodes;
+};
+
+namespace ct_emu {
+namespace {
+
+enum Kind { DEVICE, PINNED };
+struct Alloc {
+  size_t bytes;
+  Kind kind;
+};
+
+std::recursive_mutex g_mu;
+std::map<uintptr_t, Alloc> g_allocs;
+size_t g_used;
+std::deque<std::function<void()>> g_pending;
+CUstream_st g_default_stream;
+cudaError_t g_last = cudaSuccess, g_sticky = cudaSuccess;
+std::string g_sticky_msg;
+int g_device;
+
+size_t total_mem() {
+  static size_t t = 0;
+  if (!t) {
+    const char *e = getenv("CT_EMU_MEM_MB");
+    t = (size_t)(e && atol(e) > 0 ? atol(e) : 16384) << 20;
+  }
+  return t;
+}
+
+bool immediate() {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("CT_EMU_IMMEDIATE");
+    v = e && *e && *e != '0';
+  }
+  return v;
+}
+
+int device_count() {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  if (v && (!*v || v[0] == '-')) return 0;
+  return 1;
+}
+
+CUstream_st *stream_of(cudaStream_t s) { return s ? s : &g_default_stream; }
+
+/* The allocation holding [p, p+bytes), or NULL. */
+const Alloc *find(const void *p, size_t bytes, uintptr_t *base) {
+  uintptr_t a = (uintptr_t)p;
+  auto it = g_allocs.upper_bound(a);
+  if (it == g_allocs.begin()) return nullptr;
+  --it;
+  if (a < it->first || a + bytes > it->first + it->second.bytes) return nullptr;
+  if (base) *base = it->first;
+  return &it->second;
+}
+
+std::vector<CUstream_st *> g_streams; /* live, for the capture checks */
+
+/* True when this thread captures on some stream. */
+bool this_thread_captures() {
+  auto me = std::this_thread::get_id();
+  if (g_default_stream.capturing && g_default_stream.owner == me) return true;
+  for (CUstream_st *s : g_streams)
+    if (s->capturing && s->owner == me) return true;
+  return false;
+}
+
+/* A call a capturing thread may not make: invalidates its captures. */
+cudaError_t capture_violation(const char *call) {
+  auto me = std::this_thread::get_id();
+  auto hit = [&](CUstream_st *s) {
+    if (s->capturing && s->owner == me) s->invalid = true;
+  };
+  hit(&g_default_stream);
+  for (CUstream_st *s : g_streams) hit(s);
+  fprintf(stderr, "ct_emu: %s while this thread captures a CUDA graph (not permitted)\n", call);
+  return g_last = cudaErrorStreamCaptureUnsupported;
+}
+
+void flush() {
+  while (!g_pending.empty()) {
+    auto fn = std::move(g_pending.front());
+    g_pending.pop_front();
+    fn();
+  }
+}
+
+cudaError_t ret(cudaError_t e) {
+  if (e != cudaSuccess) g_last = e;
+  return e;
+}
+
+/* A synchronising call: runs the queue, then reports a sticky fault. */
+cudaError_t sync_point(const char *call) {
+  if (this_thread_captures()) return capture_violation(call);
+  flush();
+  return g_sticky;
+}
+
+}  // namespace
+
+void enqueue(cudaStream_t s, std::function<void()> fn) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  CUstream_st *st = stream_of(s);
+  if (st->capturing)
+    st->nodes.push_back(std::move(fn));
+  else if (immediate())
+    fn();
+  else
+    g_pending.push_back(std::move(fn));
+}
+
+bool is_device_range(const void *p, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  if (!p) return bytes == 0;
+  return find(p, bytes, nullptr) != nullptr;
+}
+
+void fail(cudaError_t e, const std::string &message) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  fprintf(stderr, "ct_emu: %s\n", message.c_str());
+  if (g_sticky == cudaSuccess) {
+    g_sticky = e;
+    g_sticky_msg = message;
+  }
+}
+
+void set_last_error(cudaError_t e, const std::string &message) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  fprintf(stderr, "ct_emu: %s\n", message.c_str());
+  g_last = e;
+}
+
+bool check_device_range(const void *p, size_t bytes, const char *who, const char *what) {
+  if (is_device_range(p, bytes)) return true;
+  char b[256];
+  snprintf(b, sizeof b, "%s: %s %p (%zu bytes) is not device memory", who, what, p, bytes);
+  fail(cudaErrorIllegalAddress, b);
+  return false;
+}
+
+void reset_fault_for_test() {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  g_sticky = g_last = cudaSuccess;
+  g_sticky_msg.clear();
+}
+
+float round_tf32(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf, NaN */
+  u += 0xfffu + ((u >> 13) & 1u);
+  u &= ~0x1fffu;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+}  // namespace ct_emu
+
+using namespace ct_emu;
+#define LOCK std::lock_guard<std::recursive_mutex> lk(g_mu)
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void) {
+  LOCK;
+  if (g_sticky != cudaSuccess) return g_sticky;
+  cudaError_t e = g_last;
+  g_last = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+  LOCK;
+  return g_sticky != cudaSuccess ? g_sticky : g_last;
+}
+
+const char *cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    default: return "cudaError (emulator: unnamed)";
+  }
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+  LOCK;
+  static std::string s;
+  if (e != cudaSuccess && e == g_sticky) {
+    s = "emulated fault: " + g_sticky_msg;
+    return s.c_str();
+  }
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    default: return cudaGetErrorName(e);
+  }
+}
+
+cudaError_t cudaGetDeviceCount(int *n) {
+  LOCK;
+  *n = device_count();
+  return *n ? cudaSuccess : ret(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int d) {
+  LOCK;
+  if (d < 0 || d >= device_count()) return ret(cudaErrorInvalidDevice);
+  g_device = d;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d) {
+  LOCK;
+  if (!device_count()) return ret(cudaErrorNoDevice);
+  *d = g_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
+  LOCK;
+  if (d < 0 || d >= device_count()) return ret(cudaErrorInvalidDevice);
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "ctrain CUDA emulator (CPU)");
+  p->major = 9;
+  p->minor = 0;
+  p->totalGlobalMem = total_mem();
+  p->multiProcessorCount = 132;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->sharedMemPerBlock = 48 * 1024;
+  p->unifiedAddressing = 1;
+  p->maxGridSize[0] = 0x7fffffff;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+  LOCK;
+  *total = total_mem();
+  *free_b = total_mem() - g_used;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+  LOCK;
+  *p = nullptr;
+  if (this_thread_captures()) return capture_violation("cudaMalloc");
+  if (bytes > total_mem() - g_used) return ret(cudaErrorMemoryAllocation);
+  size_t b = (std::max<size_t>(bytes, 1) + 255) & ~(size_t)255;
+  void *m = aligned_alloc(256, b);
+  if (!m) return ret(cudaErrorMemoryAllocation);
+  memset(m, 0xff, b);
+  g_allocs[(uintptr_t)m] = Alloc{bytes, DEVICE};
+  g_used += b;
+  *p = m;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+  LOCK;
+  if (!p) return cudaSuccess;
+  cudaError_t e = sync_point("cudaFree");
+  if (e == cudaErrorStreamCaptureUnsupported) return e;
+  auto it = g_allocs.find((uintptr_t)p);
+  if (it == g_allocs.end() || it->second.kind != DEVICE) return ret(cudaErrorInvalidValue);
+  g_used -= (it->second.bytes + 255 + (it->second.bytes == 0)) & ~(size_t)255;
+  g_allocs.erase(it);
+  free(p);
+  return e;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
+  LOCK;
+  (void)flags;
+  *p = nullptr;
+  if (this_thread_captures()) return capture_violation("cudaHostAlloc");
+  size_t b = (std::max<size_t>(bytes, 1) + 255) & ~(size_t)255;
+  void *m = aligned_alloc(256, b);
+  if (!m) return ret(cudaErrorMemoryAllocation);
+  g_allocs[(uintptr_t)m] = Alloc{bytes, PINNED};
+  *p = m;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  LOCK;
+  if (!p) return cudaSuccess;
+  cudaError_t e = sync_point("cudaFreeHost");
+  if (e == cudaErrorStreamCaptureUnsupported) return e;
+  auto it = g_allocs.find((uintptr_t)p);
+  if (it == g_allocs.end() || it->second.kind != PINNED) return ret(cudaErrorInvalidValue);
+  g_allocs.erase(it);
+  free(p);
+  return e;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+  LOCK;
+  memset(a, 0, sizeof *a);
+  const Alloc *al = find(p, 0, nullptr);
+  if (!al) {
+    a->type = cudaMemoryTypeUnregistered;
+    a->device = -2;
+    return cudaSuccess;
+  }
+  a->type = al->kind == DEVICE ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
+  a->device = 0;
+  a->devicePointer = (void *)p;
+  a->hostPointer = al->kind == PINNED ? (void *)p : nullptr;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t s) {
+  LOCK;
+  if (!bytes) return cudaSuccess;
+  const Alloc *da = find(dst, bytes, nullptr), *sa = find(src, bytes, nullptr);
+  const bool d_dev = da && da->kind == DEVICE, s_dev = sa && sa->kind == DEVICE;
+  const bool d_pageable = !da, s_pageable = !sa;
+  bool ok;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: ok = d_dev && !s_dev; break;
+    case cudaMemcpyDeviceToHost: ok = s_dev && !d_dev; break;
+    case cudaMemcpyDeviceToDevice: ok = s_dev && d_dev; break;
+    case cudaMemcpyHostToHost: ok = !s_dev && !d_dev; break;
+    case cudaMemcpyDefault: ok = true; break;
+    default: ok = false;
+  }
+  if (!ok) {
+    fprintf(stderr, "ct_emu: cudaMemcpyAsync(%p <- %p, %zu bytes): kind %d does not match the pointers%s\n", dst, src,
+            bytes, (int)kind,
+            (d_pageable && kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyHostToHost) ||
+                    (s_pageable && kind != cudaMemcpyHostToDevice && kind != cudaMemcpyHostToHost)
+                ? " (or a device range overruns its allocation)"
+                : "");
+    return ret(cudaErrorInvalidValue);
+  }
+  CUstream_st *st = stream_of(s);
+  if (st->capturing && (d_pageable || s_pageable)) {
+    fprintf(stderr, "ct_emu: cudaMemcpyAsync with pageable host memory while capturing a CUDA graph\n");
+    st->invalid = true;
+    return ret(cudaErrorStreamCaptureUnsupported);
+  }
+  if (d_pageable) {
+    /* Into pageable memory the copy completes before the call returns. */
+    flush();
+    memcpy(dst, src, bytes);
+    return g_sticky;
+  }
+  if (s_pageable) {
+    /* From pageable memory the runtime stages the data before returning. */
+    auto data = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + bytes);
+    enqueue(s, [dst, data]() { memcpy(dst, data->data(), data->size()); });
+    return cudaSuccess;
+  }
+  enqueue(s, [dst, src, bytes]() { memmove(dst, src, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+  LOCK;
+  cudaError_t e = sync_point("cudaMemcpy");
+  if (e != cudaSuccess) return e;
+  e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+  if (e != cudaSuccess) return e;
+  flush();
+  return g_sticky;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
+  LOCK;
+  if (!bytes) return cudaSuccess;
+  const Alloc *a = find(p, bytes, nullptr);
+  if (!a || a->kind != DEVICE) {
+    fprintf(stderr, "ct_emu: cudaMemsetAsync(%p, %zu bytes): not a device range\n", p, bytes);
+    return ret(cudaErrorInvalidValue);
+  }
+  enqueue(s, [p, v, bytes]() { memset(p, v, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t bytes) {
+  LOCK;
+  cudaError_t e = sync_point("cudaMemset");
+  if (e != cudaSuccess) return e;
+  e = cudaMemsetAsync(p, v, bytes, nullptr);
+  if (e != cudaSuccess) return e;
+  flush();
+  return g_sticky;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  LOCK;
+  return sync_point("cudaDeviceSynchronize");
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+  LOCK;
+  (void)flags;
+  *s = new CUstream_st;
+  g_streams.push_back(*s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  LOCK;
+  if (!s) return ret(cudaErrorInvalidResourceHandle);
+  auto it = std::find(g_streams.begin(), g_streams.end(), s);
+  if (it == g_streams.end()) return ret(cudaErrorInvalidResourceHandle);
+  g_streams.erase(it);
+  delete s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  LOCK;
+  (void)s;
+  return sync_point("cudaStreamSynchronize");
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+  (void)s, (void)flags;
+  /* Work runs in queue order across streams, so a wait is always met. */
+  return e ? cudaSuccess : ret(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  LOCK;
+  (void)mode;
+  if (!s) return ret(cudaErrorStreamCaptureUnsupported); /* the legacy stream cannot capture */
+  if (s->capturing) return ret(cudaErrorIllegalState);
+  s->capturing = true;
+  s->invalid = false;
+  s->owner = std::this_thread::get_id();
+  s->nodes.clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+  LOCK;
+  *g = nullptr;
+  if (!s || !s->capturing) return ret(cudaErrorIllegalState);
+  s->capturing = false;
+  if (s->invalid) {
+    s->nodes.clear();
+    return ret(cudaErrorStreamCaptureInvalidated);
+  }
+  *g = new CUgraph_st{std::move(s->nodes)};
+  s->nodes.clear();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st) {
+  LOCK;
+  CUstream_st *x = stream_of(s);
+  *st = !x->capturing ? cudaStreamCaptureStatusNone
+                      : x->invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long flags) {
+  LOCK;
+  (void)flags;
+  if (!g) return ret(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{g->nodes};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  LOCK;
+  if (!exec) return ret(cudaErrorInvalidValue);
+  auto nodes = exec->nodes;
+  enqueue(s, [nodes]() {
+    for (auto &n : nodes) n();
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+  *e = new CUevent_st{(int)flags};
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  (void)s;
+  return e ? cudaSuccess : ret(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  LOCK;
+  if (!e) return ret(cudaErrorInvalidResourceHandle);
+  return sync_point("cudaEventSynchronize");
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  LOCK;
+  if (!e) return ret(cudaErrorInvalidResourceHandle);
+  return sync_point("cudaEventQuery");
+}
+
+}  // extern "C"
