@@ -373,16 +373,39 @@ void run_job(const Job &j) {
       }
     const bool bias = epi_has_bias(p.desc.epi), relu = epi_has_relu(p.desc.epi);
     const size_t obias = (size_t)p.desc.bias_batch_stride * bt;
-    for (size_t c = 0; c < N; c++)
+    /* Products for four columns at a time: independent sums keep the
+     * floating-point pipeline full (the order of a double sum of f32
+     * products moves the result far less than any tolerance). */
+    std::vector<double> acc4(4);
+    for (size_t c0 = 0; c0 < N; c0 += 4)
       for (size_t i = 0; i < M; i++) {
-        const double *ar = &a[i * K], *bc = &b[c * K];
-        double acc = 0;
-        for (size_t q = 0; q < K; q++) acc += ar[q] * bc[q];
-        double v = alpha * acc;
-        if (beta != 0) v += beta * read_elem(j.C, oc + c * p.c.ld + i, p.c.type);
-        if (bias) v += read_elem(p.desc.bias, obias + i, p.bias_type);
-        if (relu) v = v > 0 ? v : 0;
-        write_elem(j.D, od + c * p.d.ld + i, p.d.type, v);
+        const size_t nc = N - c0 < 4 ? N - c0 : 4;
+        const double *ar = &a[i * K];
+        if (nc == 4) {
+          const double *b0 = &b[c0 * K], *b1 = b0 + K, *b2 = b1 + K, *b3 = b2 + K;
+          double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+          for (size_t q = 0; q < K; q++) {
+            const double x = ar[q];
+            s0 += x * b0[q], s1 += x * b1[q], s2 += x * b2[q], s3 += x * b3[q];
+          }
+          acc4[0] = s0, acc4[1] = s1, acc4[2] = s2, acc4[3] = s3;
+        } else {
+          for (size_t u = 0; u < nc; u++) {
+            const double *bc = &b[(c0 + u) * K];
+            double t = 0;
+            for (size_t q = 0; q < K; q++) t += ar[q] * bc[q];
+            acc4[u] = t;
+          }
+        }
+        for (size_t u = 0; u < nc; u++) {
+          const size_t c = c0 + u;
+          const double acc = acc4[u];
+          double v = alpha * acc;
+          if (beta != 0) v += beta * read_elem(j.C, oc + c * p.c.ld + i, p.c.type);
+          if (bias) v += read_elem(p.desc.bias, obias + i, p.bias_type);
+          if (relu) v = v > 0 ? v : 0;
+          write_elem(j.D, od + c * p.d.ld + i, p.d.type, v);
+        }
       }
   }
 }
