@@ -312,7 +312,7 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
  * update (parameters after minus before: the weights themselves would
  * hide a wrong gradient under the bf16 tolerance). */
 static float *device_train(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec, int segments,
-                           int graph, size_t *np, int *nseg) {
+                           int graph, size_t *np, int *nrerun) {
   enum { B = 8, DSTEPS = 4 };
   ct_model_options mo = {c, h, w, 10, 9};
   ct_model *m = NULL;
@@ -323,7 +323,7 @@ static float *device_train(ct_device *gpu, const char *name, int c, int h, int w
   CHECK_OK(ct_model_set_recompute(m, segments));
   ct_model_reserve_optimizer_state(m, 1);
   CHECK_OK(ct_model_prepare(m, gpu, B, 1));
-  *nseg = ct_model_recompute_segments(m);
+  *nrerun = ct_model_recompute_layers(m);
   ct_model_params(m, np);
   int64_t per = (int64_t)c * h * w;
   static float x[DSTEPS][B * 3 * 32 * 32];
@@ -393,13 +393,15 @@ static float *device_train(ct_device *gpu, const char *name, int c, int h, int w
 
 static void compare_device_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec) {
   size_t n0 = 0, n1 = 0, n2 = 0, n3 = 0;
-  int s0, s1, s2, s3;
-  float *p0 = device_train(gpu, name, c, h, w, prec, 0, 0, &n0, &s0);
-  float *p1 = device_train(gpu, name, c, h, w, prec, 0, 0, &n1, &s1);
-  float *p2 = device_train(gpu, name, c, h, w, prec, CT_RECOMPUTE_AUTO, 0, &n2, &s2);
-  float *p3 = device_train(gpu, name, c, h, w, prec, CT_RECOMPUTE_AUTO, 1, &n3, &s3);
+  int r0, r1, r2, r3; /* layers run forward twice */
+  float *p0 = device_train(gpu, name, c, h, w, prec, 0, 0, &n0, &r0);
+  float *p1 = device_train(gpu, name, c, h, w, prec, 0, 0, &n1, &r1);
+  float *p2 = device_train(gpu, name, c, h, w, prec, CT_RECOMPUTE_AUTO, 0, &n2, &r2);
+  float *p3 = device_train(gpu, name, c, h, w, prec, CT_RECOMPUTE_AUTO, 1, &n3, &r3);
   if (p0 && p1 && p2 && p3 && n0 == n1 && n0 == n2 && n0 == n3) {
-    CHECK_MSG(s0 == 1 && s2 > 1 && s3 > 1, "%s: segments %d (off), %d, %d (auto)", name, s0, s2, s3);
+    /* auto may pick segments or the cheap mode (it does for resnet18 at
+     * this size on cuda, where the NHWC plan differs from the cpu's). */
+    CHECK_MSG(r0 == 0 && r2 > 0 && r3 > 0, "%s: layers recomputed %d (off), %d, %d (auto)", name, r0, r2, r3);
     int exact = same(p0, p1, n0);
     double tol = prec == CT_PRECISION_FP32 ? 1e-5 : 1e-2, worst = 0;
     char label[96];
@@ -408,8 +410,8 @@ static void compare_device_step(ct_device *gpu, const char *name, int c, int h, 
     cmp("update of 4 steps", label, p0, p2, p1, n0, 0, exact, tol, &worst);
     snprintf(label, sizeof label, "%s %s CUDA graph, recompute auto", name, ct_precision_name(prec));
     cmp("update of 4 steps", label, p0, p3, p1, n0, 0, exact, tol, &worst);
-    printf("%-9s %-4s device step + graph with recompute (%d segments): %s (worst %.3g)\n", name,
-           ct_precision_name(prec), s2, exact ? "bitwise equal" : "within tolerance", worst);
+    printf("%-9s %-4s device step + graph with recompute (%d layers rerun): %s (worst %.3g)\n", name,
+           ct_precision_name(prec), r2, exact ? "bitwise equal" : "within tolerance", worst);
   } else {
     CHECK_MSG(0, "%s: a device-step run failed", name);
   }
@@ -460,8 +462,12 @@ int main(void) {
   int cuda = ct_device_get_type(dev) == CT_DEVICE_CUDA;
   const ct_memory_format fmts[2] = {CT_MEMORY_FORMAT_AUTO, CT_MEMORY_FORMAT_CONTIGUOUS};
   const ct_precision precs[2] = {CT_PRECISION_FP32, CT_PRECISION_BF16};
+  /* On the CPU emulator (tests/emu) two of the four format x precision
+   * pairs, NHWC f32 and contiguous bf16, keep the run to minutes. */
+  const int emulated = getenv("CTRAIN_TEST_EMU") != NULL;
   for (int f = 0; f < 2; f++)
     for (int p = 0; p < 2; p++) {
+      if (emulated && f != p) continue;
       /* Residual blocks always drop their insides; alexnet at least its
        * first convolutions' outputs (cf. test_recompute's minimums). */
       compare(dev, "resnet18", 3, 32, 32, 8, precs[p], fmts[f], 4);
