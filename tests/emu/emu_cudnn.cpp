@@ -59,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "ctrain/dtype.h"
 #include "emu.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -128,69 +129,12 @@ bool supported_type(cudnnDataType_t t) {
 
 size_t type_size(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT ? 4 : 2; }
 
-/* ---- f16 / bf16 ------------------------------------------------------- */
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  int exp = (h >> 10) & 0x1f;
-  uint32_t man = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else if (exp == 0) {
-    if (!man) {
-      bits = sign;
-    } else { /* subnormal: normalise */
-      exp = 1;
-      while (!(man & 0x400)) man <<= 1, exp--;
-      man &= 0x3ff;
-      bits = sign | (uint32_t)(exp + 127 - 15) << 23 | man << 13;
-    }
-  } else {
-    bits = sign | (uint32_t)(exp + 127 - 15) << 23 | man << 13;
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-  const uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return sign | (ax > 0x7f800000u ? 0x7e00 : 0x7c00);
-  if (ax >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65520: inf */
-  if (ax < 0x38800000u) {                      /* below the smallest normal half */
-    if (ax < 0x33000000u) return sign;         /* < half of the smallest subnormal */
-    const int e = (int)(ax >> 23);
-    const uint32_t m = (ax & 0x7fffff) | 0x800000;
-    const int shift = 126 - e; /* m * 2^(e-150) / 2^-24 = m >> (126 - e) */
-    uint32_t q = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (q & 1))) q++;
-    return sign | (uint16_t)q;
-  }
-  uint32_t q = ((ax - 0x38000000u) >> 13); /* rebias 127 -> 15 */
-  const uint32_t rem = ax & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++;
-  return sign | (uint16_t)q;
-}
-
-float bf16_to_float(uint16_t b) {
-  const uint32_t bits = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
-  x += 0x7fff + ((x >> 16) & 1);
-  return (uint16_t)(x >> 16);
-}
+/* f16 and bf16 round to nearest even through ctrain's own conversions
+ * (src/core/dtype.c, tested against PyTorch), as cuDNN rounds its outputs. */
+float half_to_float(uint16_t h) { return ct_f16_to_f32(h); }
+uint16_t float_to_half(float f) { return ct_f32_to_f16(f); }
+float bf16_to_float(uint16_t b) { return ct_bf16_to_f32(b); }
+uint16_t float_to_bf16(float f) { return ct_f32_to_bf16(f); }
 
 double load(const void *p, cudnnDataType_t t, int64_t i) {
   switch (t) {
