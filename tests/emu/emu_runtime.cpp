@@ -15,8 +15,15 @@
  * invalidated), as with cudaStreamCaptureModeGlobal/ThreadLocal.
  *
  * New device memory is filled with 0xff bytes (NaN in every float dtype):
- * a kernel that reads what nobody wrote shows. The device has
- * CT_EMU_MEM_MB of memory (default 16384). */
+ * a kernel that reads what nobody wrote shows. Every allocation ends at a
+ * PROT_NONE page and a freed one stays inaccessible for a while, so an
+ * out-of-bounds access or a use after free faults with a message naming
+ * the allocation (guarded_alloc). The device has CT_EMU_MEM_MB of memory
+ * (default 16384). */
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +60,8 @@ enum Kind { DEVICE, PINNED };
 struct Alloc {
   size_t bytes;
   Kind kind;
+  uintptr_t base; /* the mapping: [base, base + span), its last page the guard */
+  size_t span;
 };
 
 std::recursive_mutex g_mu;
@@ -129,6 +138,91 @@ void flush() {
     auto fn = std::move(g_pending.front());
     g_pending.pop_front();
     fn();
+  }
+}
+
+/* Guarded allocations. Each lies just below a PROT_NONE page (its size
+ * rounded to 256 bytes, cudaMalloc's alignment), so an access past the
+ * rounded end faults at once instead of touching another buffer; a freed
+ * one stays mapped PROT_NONE for the next 1024 frees, so a use after free
+ * (a graph replaying into a freed buffer) faults too. The SIGSEGV handler
+ * says which allocation was hit, then lets the signal kill the test. */
+struct Freed {
+  uintptr_t base, user;
+  size_t span, bytes;
+};
+std::deque<Freed> g_freed;
+const size_t kPage = 4096;
+
+void on_segv(int, siginfo_t *si, void *) {
+  const uintptr_t a = (uintptr_t)si->si_addr;
+  char msg[320];
+  int n = 0;
+  for (const auto &kv : g_allocs) {
+    const Alloc &al = kv.second;
+    if (a >= al.base && a < al.base + al.span) {
+      n = snprintf(msg, sizeof msg,
+                   "ct_emu: fault at %p, %zu bytes past the start of a %zu-byte %s allocation at %p: an "
+                   "out-of-bounds access\n",
+                   (void *)a, (size_t)(a - kv.first), al.bytes, al.kind == DEVICE ? "device" : "pinned",
+                   (void *)kv.first);
+      break;
+    }
+  }
+  for (size_t i = 0; !n && i < g_freed.size(); i++) {
+    const Freed &f = g_freed[i];
+    if (a >= f.base && a < f.base + f.span)
+      n = snprintf(msg, sizeof msg, "ct_emu: fault at %p, inside a freed %zu-byte allocation at %p: a use after free\n",
+                   (void *)a, f.bytes, (void *)f.user);
+  }
+  if (!n)
+    n = snprintf(msg, sizeof msg, "ct_emu: fault at %p, outside emulated device memory (a host bug, or a fiber stack "
+                 "overflow)\n", (void *)a);
+  if (write(2, msg, (size_t)n) < 0) {
+  }
+  signal(SIGSEGV, SIG_DFL); /* returning re-runs the access, which now kills the process */
+}
+
+void install_segv_handler() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  static char altstack[64 * 1024];
+  stack_t ss = {};
+  ss.ss_sp = altstack;
+  ss.ss_size = sizeof altstack;
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa = {};
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigaction(SIGSEGV, &sa, nullptr);
+}
+
+/* A guarded allocation of bytes (0xff-filled when fill), or NULL. */
+void *guarded_alloc(size_t bytes, Kind kind, bool fill) {
+  install_segv_handler();
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) & ~(size_t)255;
+  const size_t span = ((rounded + kPage - 1) & ~(kPage - 1)) + kPage;
+  void *m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  const uintptr_t base = (uintptr_t)m, guard = base + span - kPage;
+  mprotect((void *)guard, kPage, PROT_NONE);
+  void *p = (void *)(guard - rounded);
+  if (fill) memset(p, 0xff, rounded);
+  g_allocs[(uintptr_t)p] = Alloc{bytes, kind, base, span};
+  return p;
+}
+
+void guarded_free(std::map<uintptr_t, Alloc>::iterator it) {
+  const Alloc al = it->second;
+  const uintptr_t user = it->first;
+  g_allocs.erase(it);
+  madvise((void *)al.base, al.span, MADV_DONTNEED);
+  mprotect((void *)al.base, al.span, PROT_NONE);
+  g_freed.push_back(Freed{al.base, user, al.span, al.bytes});
+  if (g_freed.size() > 1024) {
+    munmap((void *)g_freed.front().base, g_freed.front().span);
+    g_freed.pop_front();
   }
 }
 
@@ -321,10 +415,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
   if (this_thread_captures()) return capture_violation("cudaMalloc");
   if (bytes > total_mem() - g_used) return ret(cudaErrorMemoryAllocation);
   size_t b = (std::max<size_t>(bytes, 1) + 255) & ~(size_t)255;
-  void *m = aligned_alloc(256, b);
+  void *m = guarded_alloc(bytes, DEVICE, true);
   if (!m) return ret(cudaErrorMemoryAllocation);
-  memset(m, 0xff, b);
-  g_allocs[(uintptr_t)m] = Alloc{bytes, DEVICE};
   g_used += b;
   *p = m;
   return cudaSuccess;
@@ -337,9 +429,8 @@ cudaError_t cudaFree(void *p) {
   if (e == cudaErrorStreamCaptureUnsupported) return e;
   auto it = g_allocs.find((uintptr_t)p);
   if (it == g_allocs.end() || it->second.kind != DEVICE) return ret(cudaErrorInvalidValue);
-  g_used -= (it->second.bytes + 255 + (it->second.bytes == 0)) & ~(size_t)255;
-  g_allocs.erase(it);
-  free(p);
+  g_used -= (std::max<size_t>(it->second.bytes, 1) + 255) & ~(size_t)255;
+  guarded_free(it);
   return e;
 }
 
@@ -348,10 +439,8 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
   (void)flags;
   *p = nullptr;
   if (this_thread_captures()) return capture_violation("cudaHostAlloc");
-  size_t b = (std::max<size_t>(bytes, 1) + 255) & ~(size_t)255;
-  void *m = aligned_alloc(256, b);
+  void *m = guarded_alloc(bytes, PINNED, false);
   if (!m) return ret(cudaErrorMemoryAllocation);
-  g_allocs[(uintptr_t)m] = Alloc{bytes, PINNED};
   *p = m;
   return cudaSuccess;
 }
@@ -363,8 +452,7 @@ cudaError_t cudaFreeHost(void *p) {
   if (e == cudaErrorStreamCaptureUnsupported) return e;
   auto it = g_allocs.find((uintptr_t)p);
   if (it == g_allocs.end() || it->second.kind != PINNED) return ret(cudaErrorInvalidValue);
-  g_allocs.erase(it);
-  free(p);
+  guarded_free(it);
   return e;
 }
 

@@ -7,6 +7,9 @@
  * programming model allows: a result read before synchronising is stale,
  * a captured graph replays what it recorded. Every check compares against
  * a value computed on the host or against the state before the call. */
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -260,6 +263,52 @@ static void test_order() {
   cudaFree(out);
 }
 
+/* Runs fn in a child process; true when the child died of SIGSEGV. */
+template <class F>
+static bool dies_of_segv(F fn) {
+  fflush(stdout), fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    fn();
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV;
+}
+
+/* An access past an allocation's (256-byte rounded) end, and a graph
+ * replaying into a freed buffer, fault at once. */
+static void test_guards() {
+  const long n = 1000; /* 4000 bytes, rounded to 4096 */
+  float *x;
+  CHECK(cudaMalloc((void **)&x, n * 4) == cudaSuccess);
+  CHECK(!dies_of_segv([&] {
+    ct_emu_launch(k_add, 4, 256, 0, 0)(x, 1.f, 1024); /* within the rounding: allowed */
+    cudaDeviceSynchronize();
+  }));
+  CHECK(dies_of_segv([&] {
+    ct_emu_launch(k_add, 4, 256, 0, 0)(x, 1.f, 1025);
+    cudaDeviceSynchronize();
+  }));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  ct_emu_launch(k_add, 4, 256, 0, s)(x, 1.f, n);
+  cudaGraph_t g;
+  cudaGraphExec_t e;
+  CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  CHECK(cudaGraphInstantiate(&e, g, 0) == cudaSuccess);
+  cudaGraphDestroy(g);
+  CHECK(cudaFree(x) == cudaSuccess);
+  CHECK(dies_of_segv([&] {
+    cudaGraphLaunch(e, s);
+    cudaStreamSynchronize(s);
+  }));
+  cudaGraphExecDestroy(e);
+  cudaStreamDestroy(s);
+}
+
 int main() {
   test_reductions();
   test_faults();
@@ -267,6 +316,7 @@ int main() {
   test_graph();
   test_memory();
   test_order();
+  test_guards();
   printf("emu_selftest_core: %d checks, %d failed\n", g_checks, g_failed);
   return g_failed ? 1 : 0;
 }
