@@ -55,10 +55,24 @@ def finish():
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
+# CTRAIN_TEST_DEVICE (e.g. cuda, as tests/emu sets it for the CUDA emulator)
+# runs train/eval/predict/summary on that device wherever a test names none;
+# TIME_SCALE multiplies every timeout for a slower device.
+TEST_DEVICE = os.environ.get("CTRAIN_TEST_DEVICE", "")
+TIME_SCALE = float(os.environ.get("CTRAIN_TEST_TIME_SCALE", "1"))
+
+
+def with_device(args):
+    args = [str(a) for a in args]
+    if TEST_DEVICE and args and args[0] in ("train", "eval", "predict", "summary") and "--device" not in args:
+        args += ["--device", TEST_DEVICE]
+    return args
+
+
 def run(args, timeout=120, cwd=None):
     """Runs ctrain with args; returns the CompletedProcess (text)."""
-    return subprocess.run([CTRAIN] + [str(a) for a in args], capture_output=True, text=True, errors="replace",
-                          timeout=timeout, cwd=cwd, env=ENV)
+    return subprocess.run([CTRAIN] + with_device(args), capture_output=True, text=True, errors="replace",
+                          timeout=timeout * TIME_SCALE, cwd=cwd, env=ENV)
 
 
 def run_ok(args, what, **kw):
