@@ -18,10 +18,15 @@
  * real libraries agree with the documented semantics emulated here.
  *
  * Model: "device" memory is host memory from cudaMalloc's stand-in, which
- * records every allocation so arguments can be checked. Every stream runs
- * its work at enqueue time (a stream's order is then trivially kept, and
- * cross-stream events are satisfied), except while a stream captures a
- * graph: its work is recorded and runs at each cudaGraphLaunch. */
+ * records every allocation so arguments can be checked. Each stream queues
+ * its work and runs it only when something waits for it: a synchronisation
+ * of that stream, of an event recorded in it, of the device, or another
+ * stream's cudaStreamWaitEvent on such an event. So a host that reads a
+ * result without the right synchronisation, or a stream that reads what
+ * another wrote without an event between them, sees stale data as it could
+ * on a GPU (CT_EMU_IMMEDIATE=1 runs work at enqueue instead). While a
+ * stream captures a graph its work is recorded, and runs at each
+ * cudaGraphLaunch. */
 #ifndef CTRAIN_TESTS_EMU_H
 #define CTRAIN_TESTS_EMU_H
 

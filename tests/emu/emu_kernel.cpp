@@ -11,10 +11,12 @@
  * at one), the released threads run on, and the pass repeats. CT_EMU_REVERSE=1 runs blocks and threads in reverse order: a
  * kernel whose result changes with it depends on an order the hardware
  * does not promise. */
+#include <signal.h>
 #include <sys/mman.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,11 @@
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
+
+/* The linker's bounds of the __shared__ section (emu_kernel.h); weak, as a
+ * program may have no shared variables at all. */
+extern "C" char __start_ct_emu_shared[] __attribute__((weak));
+extern "C" char __stop_ct_emu_shared[] __attribute__((weak));
 
 namespace ct_emu {
 
@@ -83,6 +90,13 @@ Sched &sched() {
     }
     g_sched->stacks = (char *)m;
     for (size_t i = 0; i < kMaxThreads; i++) mprotect(g_sched->stacks + i * one, kGuard, PROT_NONE);
+    /* The SIGSEGV handler (emu_runtime.cpp) runs on this thread's own
+     * stack, so a fiber's stack overflow can still report itself. */
+    static thread_local char altstack[64 * 1024];
+    stack_t ss = {};
+    ss.ss_sp = altstack;
+    ss.ss_size = sizeof altstack;
+    sigaltstack(&ss, nullptr);
     g_sched->fibers.resize(kMaxThreads);
     g_sched->t.resize(kMaxThreads);
     for (int i = (int)kMaxThreads - 1; i >= 0; i--) g_sched->free_fibers.push_back(i);
@@ -222,6 +236,8 @@ bool reverse_order() {
 /* Runs one block to the end; false (after ct_emu::fail) on a barrier the
  * block cannot pass. */
 bool run_block(Sched &s, const char *name, int nt) {
+  const uintptr_t sh0 = (uintptr_t)__start_ct_emu_shared, sh1 = (uintptr_t)__stop_ct_emu_shared;
+  if (sh1 > sh0) memset(__start_ct_emu_shared, 0xff, sh1 - sh0);
   s.nt = nt;
   s.next = 0;
   for (int i = 0; i < nt; i++) {
@@ -332,7 +348,7 @@ uint64_t warp_shuffle(unsigned mask, uint64_t bits, int src_lane) {
 }
 
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> run,
-            const void *const *ptrs, int nptrs) {
+            const void *const *ptrs, const size_t *aligns, int nptrs) {
   uint64_t nt = (uint64_t)block.x * block.y * block.z;
   if (!nt || nt > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || !grid.x || !grid.y || !grid.z ||
       grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 || smem > 48 * 1024) {
@@ -347,6 +363,12 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     char what[64];
     snprintf(what, sizeof what, "pointer argument %d", i);
     if (!check_device_range(ptrs[i], 1, name, what)) return;
+    if ((uintptr_t)ptrs[i] % aligns[i]) {
+      char b[160];
+      snprintf(b, sizeof b, "kernel %s: %s %p is not aligned to %zu bytes", name, what, ptrs[i], aligns[i]);
+      fail(cudaErrorMisalignedAddress, b);
+      return;
+    }
   }
   std::string kname = name;
   enqueue(stream, [kname, grid, block, run]() {

@@ -35,7 +35,10 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+/* Every __shared__ variable in one section, which the scheduler fills with
+ * 0xff bytes before each block: shared memory starts undefined on a GPU,
+ * so a read before any write must not see the previous block's values. */
+#define __shared__ static __attribute__((section("ct_emu_shared")))
 
 namespace ct_emu {
 
@@ -53,17 +56,25 @@ uint64_t warp_shuffle(unsigned mask, uint64_t bits, int src_lane);
 
 /* Queues kernel body `run` (all threads run it) over grid x block after
  * checking the configuration and that each non-NULL ptrs[i] (argument i,
- * NULL for non-pointers) is device memory. */
+ * NULL for non-pointers) is device memory aligned to aligns[i]. */
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, std::function<void()> run,
-            const void *const *ptrs, int nptrs);
+            const void *const *ptrs, const size_t *aligns, int nptrs);
 
-/* Argument i's address when it is a pointer, else NULL. */
+/* Argument i's address when it is a pointer, else NULL; and the
+ * alignment its pointee needs (1 for void). */
 template <class T>
 inline const void *arg_ptr(const T &a) {
   if constexpr (std::is_pointer_v<T>)
     return (const void *)a;
   else
     return nullptr;
+}
+template <class T>
+inline size_t arg_align() {
+  if constexpr (std::is_pointer_v<T> && !std::is_void_v<std::remove_cv_t<std::remove_pointer_t<T>>>)
+    return alignof(std::remove_pointer_t<T>);
+  else
+    return 1;
 }
 
 template <class... P>
@@ -78,10 +89,11 @@ struct launcher {
   void operator()(P... args) const {
     std::tuple<std::decay_t<P>...> params(args...);
     const void *ptrs[sizeof...(P) + 1];
+    const size_t aligns[sizeof...(P) + 1] = {arg_align<std::decay_t<P>>()...};
     int n = 0;
     std::apply([&](const auto &...p) { ((ptrs[n++] = arg_ptr(p)), ...); }, params);
     auto k = kernel;
-    launch(name, grid, block, smem, stream, [k, params]() { std::apply(k, params); }, ptrs, n);
+    launch(name, grid, block, smem, stream, [k, params]() { std::apply(k, params); }, ptrs, aligns, n);
   }
 };
 

@@ -38,13 +38,26 @@
 
 #include "emu.h"
 
+/* A queued job: work, or a wait until another stream has run its first
+ * `seq` jobs (cudaStreamWaitEvent). */
+struct EmuJob {
+  std::function<void()> fn;
+  CUstream_st *wait = nullptr;
+  uint64_t seq = 0;
+};
 struct CUstream_st {
   bool capturing = false, invalid = false;
   std::thread::id owner;
   std::vector<std::function<void()>> nodes;
+  std::deque<EmuJob> q;          /* queued, not run yet */
+  uint64_t queued = 0, done = 0; /* jobs ever queued / run */
 };
+/* An event is a position in one stream: the first `seq` jobs of it. */
 struct CUevent_st {
   int flags = 0;
+  CUstream_st *stream = nullptr; /* NULL: never recorded, an empty set of work */
+  uint64_t seq = 0;
+  bool in_capture = false; /* last recorded in a capturing stream */
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> nodes;
@@ -67,9 +80,11 @@ struct Alloc {
 std::recursive_mutex g_mu;
 std::map<uintptr_t, Alloc> g_allocs;
 size_t g_used;
-std::deque<std::function<void()>> g_pending;
 CUstream_st g_default_stream;
-cudaError_t g_last = cudaSuccess, g_sticky = cudaSuccess;
+/* The last error is per host thread, as in the runtime; a fault is
+ * sticky for the whole (emulated) context. */
+thread_local cudaError_t g_last = cudaSuccess;
+cudaError_t g_sticky = cudaSuccess;
 std::string g_sticky_msg;
 int g_device;
 
@@ -112,6 +127,10 @@ const Alloc *find(const void *p, size_t bytes, uintptr_t *base) {
 
 std::vector<CUstream_st *> g_streams; /* live, for the capture checks */
 
+bool live_stream(const CUstream_st *st) {
+  return st == &g_default_stream || std::find(g_streams.begin(), g_streams.end(), st) != g_streams.end();
+}
+
 /* True when this thread captures on some stream. */
 bool this_thread_captures() {
   auto me = std::this_thread::get_id();
@@ -133,12 +152,27 @@ cudaError_t capture_violation(const char *call) {
   return g_last = cudaErrorStreamCaptureUnsupported;
 }
 
-void flush() {
-  while (!g_pending.empty()) {
-    auto fn = std::move(g_pending.front());
-    g_pending.pop_front();
-    fn();
+/* Runs stream st's jobs until it has run `seq` of them; a wait first runs
+ * the stream waited for as far as its event. Waits only point back in
+ * time, so this ends. */
+void run_until(CUstream_st *st, uint64_t seq) {
+  while (st->done < seq && !st->q.empty()) {
+    EmuJob j = std::move(st->q.front());
+    st->q.pop_front();
+    if (j.wait)
+      run_until(j.wait, j.seq);
+    else if (j.fn)
+      j.fn();
+    st->done++;
   }
+}
+
+void run_stream(CUstream_st *st) { run_until(st, st->queued); }
+
+/* Everything queued on every stream: a device-wide synchronisation. */
+void flush() {
+  run_stream(&g_default_stream);
+  for (CUstream_st *s : g_streams) run_stream(s);
 }
 
 /* Guarded allocations. Each lies just below a PROT_NONE page (its size
@@ -187,11 +221,6 @@ void install_segv_handler() {
   static bool done = false;
   if (done) return;
   done = true;
-  static char altstack[64 * 1024];
-  stack_t ss = {};
-  ss.ss_sp = altstack;
-  ss.ss_size = sizeof altstack;
-  sigaltstack(&ss, nullptr);
   struct sigaction sa = {};
   sa.sa_sigaction = on_segv;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
@@ -231,10 +260,14 @@ cudaError_t ret(cudaError_t e) {
   return e;
 }
 
-/* A synchronising call: runs the queue, then reports a sticky fault. */
-cudaError_t sync_point(const char *call) {
+/* A synchronising call: runs what it waits for (st NULL: every stream),
+ * then reports a sticky fault. */
+cudaError_t sync_point(const char *call, CUstream_st *st = nullptr) {
   if (this_thread_captures()) return capture_violation(call);
-  flush();
+  if (st)
+    run_stream(st);
+  else
+    flush();
   return g_sticky;
 }
 
@@ -243,12 +276,15 @@ cudaError_t sync_point(const char *call) {
 void enqueue(cudaStream_t s, std::function<void()> fn) {
   std::lock_guard<std::recursive_mutex> lk(g_mu);
   CUstream_st *st = stream_of(s);
-  if (st->capturing)
+  if (st->capturing) {
     st->nodes.push_back(std::move(fn));
-  else if (immediate())
+  } else if (immediate()) {
     fn();
-  else
-    g_pending.push_back(std::move(fn));
+    st->queued++, st->done++;
+  } else {
+    st->q.push_back(EmuJob{std::move(fn), nullptr, 0});
+    st->queued++;
+  }
 }
 
 bool is_device_range(const void *p, size_t bytes) {
@@ -330,6 +366,8 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
     default: return "cudaError (emulator: unnamed)";
   }
 }
@@ -503,8 +541,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     return ret(cudaErrorStreamCaptureUnsupported);
   }
   if (d_pageable) {
-    /* Into pageable memory the copy completes before the call returns. */
-    flush();
+    /* Into pageable memory the copy completes before the call returns,
+     * after what the stream holds before it. */
+    run_stream(st);
     memcpy(dst, src, bytes);
     return g_sticky;
   }
@@ -520,11 +559,13 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
   LOCK;
-  cudaError_t e = sync_point("cudaMemcpy");
+  /* On the legacy default stream, which does not wait for non-blocking
+   * streams (every stream the backend creates is one). */
+  cudaError_t e = sync_point("cudaMemcpy", &g_default_stream);
   if (e != cudaSuccess) return e;
   e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
   if (e != cudaSuccess) return e;
-  flush();
+  run_stream(&g_default_stream);
   return g_sticky;
 }
 
@@ -542,11 +583,11 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
 
 cudaError_t cudaMemset(void *p, int v, size_t bytes) {
   LOCK;
-  cudaError_t e = sync_point("cudaMemset");
+  cudaError_t e = sync_point("cudaMemset", &g_default_stream);
   if (e != cudaSuccess) return e;
   e = cudaMemsetAsync(p, v, bytes, nullptr);
   if (e != cudaSuccess) return e;
-  flush();
+  run_stream(&g_default_stream);
   return g_sticky;
 }
 
@@ -570,21 +611,45 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (!s) return ret(cudaErrorInvalidResourceHandle);
   auto it = std::find(g_streams.begin(), g_streams.end(), s);
   if (it == g_streams.end()) return ret(cudaErrorInvalidResourceHandle);
+  /* Its work still completes; waits on it are then met. */
+  run_stream(s);
   g_streams.erase(it);
+  auto unlink = [s](CUstream_st *o) {
+    for (EmuJob &j : o->q)
+      if (j.wait == s) j.wait = nullptr;
+  };
+  unlink(&g_default_stream);
+  for (CUstream_st *o : g_streams) unlink(o);
   delete s;
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   LOCK;
-  (void)s;
-  return sync_point("cudaStreamSynchronize");
+  return sync_point("cudaStreamSynchronize", stream_of(s));
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-  (void)s, (void)flags;
-  /* Work runs in queue order across streams, so a wait is always met. */
-  return e ? cudaSuccess : ret(cudaErrorInvalidResourceHandle);
+  LOCK;
+  (void)flags;
+  if (!e) return ret(cudaErrorInvalidResourceHandle);
+  CUstream_st *st = stream_of(s);
+  if (st->capturing) {
+    /* Only in-stream order may cross a capture's boundary. */
+    if (e->stream && !e->in_capture) {
+      fprintf(stderr, "ct_emu: cudaStreamWaitEvent: a capturing stream waits on an event recorded outside the "
+                      "capture\n");
+      st->invalid = true;
+      return ret(cudaErrorStreamCaptureIsolation);
+    }
+    return cudaSuccess; /* captured work replays in order anyway */
+  }
+  if (e->in_capture) return ret(cudaErrorCapturedEvent);
+  /* A destroyed stream ran everything at its destruction. */
+  if (!e->stream || e->stream == st || !live_stream(e->stream)) return cudaSuccess;
+  st->q.push_back(EmuJob{nullptr, e->stream, e->seq});
+  st->queued++;
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
@@ -662,20 +727,33 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  (void)s;
-  return e ? cudaSuccess : ret(cudaErrorInvalidResourceHandle);
+  LOCK;
+  if (!e) return ret(cudaErrorInvalidResourceHandle);
+  CUstream_st *st = stream_of(s);
+  e->in_capture = st->capturing;
+  e->stream = st->capturing ? nullptr : st;
+  e->seq = st->queued;
+  return cudaSuccess;
+}
+
+/* Runs the work event e stands for (none when never recorded). */
+static cudaError_t event_wait(cudaEvent_t e, const char *call) {
+  if (!e) return ret(cudaErrorInvalidResourceHandle);
+  if (e->in_capture) return ret(cudaErrorCapturedEvent);
+  if (this_thread_captures()) return capture_violation(call);
+  if (e->stream && live_stream(e->stream)) run_until(e->stream, e->seq);
+  return g_sticky;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   LOCK;
-  if (!e) return ret(cudaErrorInvalidResourceHandle);
-  return sync_point("cudaEventSynchronize");
+  return event_wait(e, "cudaEventSynchronize");
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   LOCK;
-  if (!e) return ret(cudaErrorInvalidResourceHandle);
-  return sync_point("cudaEventQuery");
+  /* The work runs now, so the event has always completed. */
+  return event_wait(e, "cudaEventQuery");
 }
 
 }  // extern "C"

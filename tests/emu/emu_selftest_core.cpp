@@ -73,6 +73,16 @@ static void k_racy(int *out) {
   out[threadIdx.x] = sh[(threadIdx.x + 1) % 64];
 }
 
+/* Reads a shared slot before any thread wrote it (undefined on a GPU),
+ * then writes it: the next block must not see this block's value. */
+static void k_shared_first_read(int *out) {
+  __shared__ int sh[1];
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = sh[0];
+    sh[0] = 42;
+  }
+}
+
 static void k_add(float *x, float v, long n) {
   for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) x[i] += v;
 }
@@ -147,6 +157,16 @@ static void test_faults() {
   CHECK(cudaDeviceSynchronize() == cudaErrorIllegalAddress);
   ct_emu::reset_fault_for_test();
 
+  /* A float pointer two bytes into an allocation. */
+  ct_emu_launch(k_add, 1, 32, 0, 0)((float *)((char *)out + 2), 1.f, 4);
+  CHECK(cudaDeviceSynchronize() == cudaErrorMisalignedAddress);
+  ct_emu::reset_fault_for_test();
+
+  /* Shared memory starts undefined (0xff here) in every block. */
+  ct_emu_launch(k_shared_first_read, 2, 32, 0, 0)(out);
+  CHECK(cudaMemcpy(h, out, 2 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(h[0] == -1 && h[1] == -1);
+
   CHECK(cudaMemcpy(out, h, sizeof h, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue); /* wrong kind */
   (void)cudaGetLastError();
   cudaFree(out);
@@ -174,13 +194,48 @@ static void test_deferred() {
   CHECK(cudaStreamSynchronize(s) == cudaSuccess);
   CHECK(pinned[0] == 3.f && pinned[n - 1] == 3.f);
 
-  /* A pinned source is read when the copy runs, not at the call. */
+  /* A pinned source is read when the copy runs, not at the call; and a
+   * synchronous copy on the legacy stream does not wait for the
+   * non-blocking stream s. */
   for (long i = 0; i < n; i++) pinned[i] = 10.f;
   CHECK(cudaMemcpyAsync(x, pinned, n * 4, cudaMemcpyHostToDevice, s) == cudaSuccess);
   pinned[0] = 20.f;
   std::vector<float> back(n);
   CHECK(cudaMemcpy(back.data(), x, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back[0] == 3.f); /* s has not run its copy */
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(cudaMemcpy(back.data(), x, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
   CHECK(back[0] == 20.f && back[1] == 10.f);
+
+  /* Across streams only an event orders work: a kernel on c reads what a
+   * copy on s wrote only when c waits for s's event. */
+  cudaStream_t c;
+  cudaEvent_t ev, never;
+  CHECK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess);
+  CHECK(cudaEventCreateWithFlags(&never, cudaEventDisableTiming) == cudaSuccess);
+  for (int wait = 0; wait < 2; wait++) {
+    for (long i = 0; i < n; i++) pinned[i] = 1.f;
+    CHECK(cudaMemcpy(x, pinned, n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    for (long i = 0; i < n; i++) pinned[i] = 100.f;
+    CHECK(cudaMemcpyAsync(x, pinned, n * 4, cudaMemcpyHostToDevice, s) == cudaSuccess);
+    CHECK(cudaEventRecord(ev, s) == cudaSuccess);
+    if (wait) CHECK(cudaStreamWaitEvent(c, ev, 0) == cudaSuccess);
+    ct_emu_launch(k_add, 4, 256, 0, c)(x, 1.f, n);
+    CHECK(cudaEventSynchronize(never) == cudaSuccess); /* never recorded: runs nothing */
+    CHECK(cudaStreamSynchronize(c) == cudaSuccess);
+    CHECK(cudaMemcpy(back.data(), x, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(back[0] == (wait ? 101.f : 2.f));
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  }
+  /* A capture may not wait on work outside it. */
+  CHECK(cudaStreamBeginCapture(c, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  CHECK(cudaStreamWaitEvent(c, ev, 0) == cudaErrorStreamCaptureIsolation);
+  cudaGraph_t g;
+  CHECK(cudaStreamEndCapture(c, &g) == cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  cudaEventDestroy(ev), cudaEventDestroy(never);
+  cudaStreamDestroy(c);
   cudaStreamDestroy(s);
   cudaFreeHost(pinned);
   cudaFree(x);
