@@ -308,6 +308,7 @@ static void test_order() {
   int *out;
   CHECK(cudaMalloc((void **)&out, 64 * 4) == cudaSuccess);
   int fwd[64], rev[64];
+  ct_emu::set_reverse_for_test(false);
   ct_emu_launch(k_racy, 1, 64, 0, 0)(out);
   CHECK(cudaMemcpy(fwd, out, sizeof fwd, cudaMemcpyDeviceToHost) == cudaSuccess);
   ct_emu::set_reverse_for_test(true);
