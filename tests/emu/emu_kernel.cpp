@@ -241,12 +241,8 @@ bool run_block(Sched &s, const char *name, int nt) {
   s.nt = nt;
   s.next = 0;
   for (int i = 0; i < nt; i++) {
-    Thread &th = s.t[i];
-    th.state = UNSTARTED;
-    th.fiber = -1;
-    th.idx.x = (unsigned)(i % (int)block_dim.x);
-    th.idx.y = (unsigned)((i / (int)block_dim.x) % (int)block_dim.y);
-    th.idx.z = (unsigned)(i / ((int)block_dim.x * (int)block_dim.y));
+    s.t[i].state = UNSTARTED;
+    s.t[i].fiber = -1;
   }
   auto where = [&](const char *what, const std::string &detail) {
     char b[256];
@@ -378,6 +374,12 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     grid_dim = grid;
     block_dim = block;
     const int nt = (int)(block.x * block.y * block.z);
+    for (int i = 0; i < nt; i++) { /* thread indices: once per launch */
+      uint3 &idx = s.t[i].idx;
+      idx.x = (unsigned)(i % (int)block.x);
+      idx.y = (unsigned)((i / (int)block.x) % (int)block.y);
+      idx.z = (unsigned)(i / ((int)block.x * (int)block.y));
+    }
     const uint64_t nb = (uint64_t)grid.x * grid.y * grid.z;
     for (uint64_t k = 0; k < nb; k++) {
       uint64_t b = s.rev ? nb - 1 - k : k;
