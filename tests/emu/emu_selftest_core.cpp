@@ -17,16 +17,7 @@
 
 #include "emu.h"
 #include "emu_kernel.h"
-
-static int g_checks, g_failed;
-#define CHECK(c)                                                  \
-  do {                                                            \
-    g_checks++;                                                   \
-    if (!(c)) {                                                   \
-      g_failed++;                                                 \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-    }                                                             \
-  } while (0)
+#include "test_util.h"
 
 /* Block sum through warp shuffles and shared memory, the pattern of
  * cuda_common.cuh's ct_block_sum; one partial per block. */
@@ -373,6 +364,5 @@ int main() {
   test_memory();
   test_order();
   test_guards();
-  printf("emu_selftest_core: %d checks, %d failed\n", g_checks, g_failed);
-  return g_failed ? 1 : 0;
+  return test_summary("emu_selftest_core");
 }
