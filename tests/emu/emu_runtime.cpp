@@ -2,17 +2,20 @@
  * (the .c files of src/backend/cuda), with the signatures of the toolkit's
  * cuda_runtime_api.h, on host memory (emu.h has the model).
  *
- * Work is deferred: what a stream is given runs at the next point where
- * the host may observe it (a stream or event synchronisation, a copy into
- * pageable memory, cudaFree), in the order it was queued across all
- * streams. So a host that reads a result without synchronising, or reuses
- * a pinned staging buffer before its copy ran, sees stale data here as it
- * could on a GPU. CT_EMU_IMMEDIATE=1 runs work at enqueue instead.
+ * Work is deferred per stream: a stream's queue runs, in order, only as
+ * far as something waits for it (a synchronisation of the stream, of an
+ * event recorded in it or of the device, a copy into pageable memory after
+ * the stream's earlier work, or another stream's cudaStreamWaitEvent, which
+ * queues a wait job). So a host that reads a result without the right
+ * synchronisation, a stream that reads another's output without an event,
+ * or a pinned staging buffer reused before its copy ran, sees stale data
+ * here as it could on a GPU. CT_EMU_IMMEDIATE=1 runs work at enqueue.
  *
  * Stream capture records instead of running; cudaGraphLaunch replays the
  * record. While a thread captures, it may not allocate, free or
  * synchronise (cudaErrorStreamCaptureUnsupported, and the capture is
- * invalidated), as with cudaStreamCaptureModeGlobal/ThreadLocal.
+ * invalidated), as with cudaStreamCaptureModeGlobal/ThreadLocal; nor may
+ * a capturing stream wait on an event recorded outside the capture.
  *
  * New device memory is filled with 0xff bytes (NaN in every float dtype):
  * a kernel that reads what nobody wrote shows. Every allocation ends at a
