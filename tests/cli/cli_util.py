@@ -7,6 +7,7 @@ test compares with PyTorch). The data is learnable (each class has its own
 bright patch plus noise) so a few steps of training move the metrics.
 """
 import gzip
+import importlib
 import os
 import shutil
 import struct
@@ -30,6 +31,16 @@ failures = []
 def need_binary():
     if not os.path.exists(CTRAIN):
         print("skip: %s not built" % CTRAIN)
+        sys.exit(77)
+
+
+def need_module(name):
+    """Imports module `name` (e.g. st_util, which needs numpy) or exits 77,
+    skipped, saying why."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        print("skip:", e)
         sys.exit(77)
 
 

@@ -19,11 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_util as u  # noqa: E402
 
 u.need_binary()
-try:
-    import st_util
-except ImportError as e:
-    print("skip:", e)
-    sys.exit(77)
+st_util = u.need_module("st_util")
 
 MODEL = """input 1x16x16
 conv2d 1 4 3 padding=1

@@ -56,6 +56,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -525,6 +526,33 @@ cudnnStatus_t bn_check_space(const char *who, const char *what, void *p, size_t 
   return CUDNN_STATUS_SUCCESS;
 }
 
+/* What the three compute calls share after their geometry: the call
+ * checks, every operand (then the workspace) in device memory, and
+ * compute(alpha, beta) queued on the handle's stream behind a workspace
+ * overwritten with garbage, as the library uses it as scratch. */
+struct operand {
+  const void *p;
+  size_t bytes;
+  const char *name;
+};
+template <class F>
+cudnnStatus_t queue_conv(cudnnHandle_t handle, const void *alpha, const void *beta, pass ps, const geo &g, int algo,
+                         void *ws, size_t wsb, std::initializer_list<operand> ops, const char *who, F compute) {
+  size_t need = 0;
+  cudnnStatus_t s = check_call(handle, alpha, beta, ps, g, algo, ws, wsb, &need, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  bool ok = true;
+  for (const operand &o : ops) ok = ok && dev(o.p, o.bytes, who, o.name);
+  if (!ok || !dev(ws, wsb, who, "workSpace"))
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
+  const double a = scalar(alpha), b = scalar(beta);
+  ct_emu::enqueue(handle->stream, [=] {
+    if (need) memset(ws, 0xff, need);
+    compute(a, b);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 /* ---- the API ------------------------------------------------------------ */
@@ -846,21 +874,15 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const vo
                                                   const cudnnTensorDescriptor_t yDesc, void *y) {
   static const char *who = "cudnnConvolutionForward";
   GEO_OR_RETURN(xDesc, wDesc, convDesc, yDesc, who);
-  size_t need = 0;
-  cudnnStatus_t s = check_call(handle, alpha, beta, FWD, g, (int)algo, workSpace, workSpaceSizeInBytes, &need, who);
-  if (s != CUDNN_STATUS_SUCCESS) return s;
   const tdesc xd = xDesc->d, yd = yDesc->d;
   const fdesc wd = wDesc->d;
-  if (!dev(x, tensor_bytes(xd), who, "x") || !dev(w, filter_bytes(wd), who, "w") ||
-      !dev(y, tensor_bytes(yd), who, "y") || !dev(workSpace, workSpaceSizeInBytes, who, "workSpace"))
-    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
-  const double a = scalar(alpha), b = scalar(beta);
-  ct_emu::enqueue(handle->stream, [=] {
-    if (need) memset(workSpace, 0xff, need);
-    const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), wv = gather_filter(w, wd, g.flip, g.tf32);
-    scatter_nhwc(y, yd, conv_fwd(g, xv, wv), a, b);
-  });
-  return CUDNN_STATUS_SUCCESS;
+  return queue_conv(handle, alpha, beta, FWD, g, (int)algo, workSpace, workSpaceSizeInBytes,
+                    {{x, tensor_bytes(xd), "x"}, {w, filter_bytes(wd), "w"}, {y, tensor_bytes(yd), "y"}}, who,
+                    [=](double a, double b) {
+                      const std::vector<double> xv = gather_nhwc(x, xd, g.tf32),
+                                                wv = gather_filter(w, wd, g.flip, g.tf32);
+                      scatter_nhwc(y, yd, conv_fwd(g, xv, wv), a, b);
+                    });
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha,
@@ -872,22 +894,15 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t handle, con
                                                        const cudnnTensorDescriptor_t dxDesc, void *dx) {
   static const char *who = "cudnnConvolutionBackwardData";
   GEO_OR_RETURN(dxDesc, wDesc, convDesc, dyDesc, who);
-  size_t need = 0;
-  cudnnStatus_t s =
-      check_call(handle, alpha, beta, BWD_DATA, g, (int)algo, workSpace, workSpaceSizeInBytes, &need, who);
-  if (s != CUDNN_STATUS_SUCCESS) return s;
   const tdesc dxd = dxDesc->d, dyd = dyDesc->d;
   const fdesc wd = wDesc->d;
-  if (!dev(w, filter_bytes(wd), who, "w") || !dev(dy, tensor_bytes(dyd), who, "dy") ||
-      !dev(dx, tensor_bytes(dxd), who, "dx") || !dev(workSpace, workSpaceSizeInBytes, who, "workSpace"))
-    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
-  const double a = scalar(alpha), b = scalar(beta);
-  ct_emu::enqueue(handle->stream, [=] {
-    if (need) memset(workSpace, 0xff, need);
-    const std::vector<double> dyv = gather_nhwc(dy, dyd, g.tf32), wv = gather_filter(w, wd, g.flip, g.tf32);
-    scatter_nhwc(dx, dxd, conv_bwd_data(g, dyv, wv), a, b);
-  });
-  return CUDNN_STATUS_SUCCESS;
+  return queue_conv(handle, alpha, beta, BWD_DATA, g, (int)algo, workSpace, workSpaceSizeInBytes,
+                    {{w, filter_bytes(wd), "w"}, {dy, tensor_bytes(dyd), "dy"}, {dx, tensor_bytes(dxd), "dx"}}, who,
+                    [=](double a, double b) {
+                      const std::vector<double> dyv = gather_nhwc(dy, dyd, g.tf32),
+                                                wv = gather_filter(w, wd, g.flip, g.tf32);
+                      scatter_nhwc(dx, dxd, conv_bwd_data(g, dyv, wv), a, b);
+                    });
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *alpha,
@@ -899,22 +914,14 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t handle, c
                                                          const cudnnFilterDescriptor_t dwDesc, void *dw) {
   static const char *who = "cudnnConvolutionBackwardFilter";
   GEO_OR_RETURN(xDesc, dwDesc, convDesc, dyDesc, who);
-  size_t need = 0;
-  cudnnStatus_t s =
-      check_call(handle, alpha, beta, BWD_FILTER, g, (int)algo, workSpace, workSpaceSizeInBytes, &need, who);
-  if (s != CUDNN_STATUS_SUCCESS) return s;
   const tdesc xd = xDesc->d, dyd = dyDesc->d;
   const fdesc wd = dwDesc->d;
-  if (!dev(x, tensor_bytes(xd), who, "x") || !dev(dy, tensor_bytes(dyd), who, "dy") ||
-      !dev(dw, filter_bytes(wd), who, "dw") || !dev(workSpace, workSpaceSizeInBytes, who, "workSpace"))
-    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
-  const double a = scalar(alpha), b = scalar(beta);
-  ct_emu::enqueue(handle->stream, [=] {
-    if (need) memset(workSpace, 0xff, need);
-    const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), dyv = gather_nhwc(dy, dyd, g.tf32);
-    scatter_filter(dw, wd, g.flip, conv_bwd_filter(g, xv, dyv), a, b);
-  });
-  return CUDNN_STATUS_SUCCESS;
+  return queue_conv(handle, alpha, beta, BWD_FILTER, g, (int)algo, workSpace, workSpaceSizeInBytes,
+                    {{x, tensor_bytes(xd), "x"}, {dy, tensor_bytes(dyd), "dy"}, {dw, filter_bytes(wd), "dw"}}, who,
+                    [=](double a, double b) {
+                      const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), dyv = gather_nhwc(dy, dyd, g.tf32);
+                      scatter_filter(dw, wd, g.flip, conv_bwd_filter(g, xv, dyv), a, b);
+                    });
 }
 
 /* batch norm */
