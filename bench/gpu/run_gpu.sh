@@ -65,7 +65,8 @@ log() { echo "$*" | tee -a "$RAW" >&2; }
 # executable was not built is reported as failed, not skipped), and the
 # benchmark programs come from the same build.
 t0=$(date +%s)
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >"$TMP/configure.log" 2>&1
+# CTRAIN_PYTHON: the parity tests in ctest -L gpu need this PyTorch.
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCTRAIN_PYTHON="$(command -v "$PYTHON")" >"$TMP/configure.log" 2>&1
 cfg=$?
 cat "$TMP/configure.log" >>"$RAW"
 if [[ $cfg != 0 ]]; then

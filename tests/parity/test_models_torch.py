@@ -30,6 +30,16 @@ Exceptions, each for a reason of arithmetic, not of ctrain:
   decisions, PyTorch's ReLU backward follows them (MaskedReLU), and the
   number of differing decisions is checked to be tiny and printed.
 
+On cuda (CTRAIN_TEST_DEVICE=cuda; ctest's parity_test_models_torch_cuda
+on a GPU, emu_parity_test_models_torch on the CUDA emulator): the same
+cases run once, on ctrain's cuda device with its own initial weights,
+against PyTorch on the GPU (TF32 off, as ctrain's default cuda device) or,
+without one, on the CPU. Skipped (77) when ctrain sees no cuda device.
+The bound is CUDA_TOL: cuDNN may pick Winograd or FFT algorithms for f32
+convolutions, which round 10-100x worse than a direct sum (see
+tests/unit/test_gpu_vs_ref.c), and so may PyTorch's cuDNN; a wrong
+operation is off by O(1).
+
 Dropout: ctrain's masks come from its counter-based RNG, not PyTorch's
 generator, so both sides run with every dropout p set to 0 (model_runner
 --dropout-off); the rest of the step is train mode.
@@ -73,6 +83,13 @@ CPU_IS_REF = os.path.exists(_ctrain) and "without oneDNN" in subprocess.run(
     [_ctrain, "devices"], capture_output=True, text=True).stdout
 
 torch.set_num_threads(2)
+ON_CUDA = os.environ.get("CTRAIN_TEST_DEVICE", "") == "cuda"
+CUDA_TOL = 3e-4
+# PyTorch's side of the cuda runs: the GPU when this PyTorch has one.
+TORCH_DEV = "cuda" if ON_CUDA and torch.cuda.is_available() else "cpu"
+if TORCH_DEV == "cuda":
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 # (label, model, input, classes, batch, loss, label_smoothing)
 CASES = [
     ("linreg", "linreg", "2", 1, 16, "mse", 0.0),
@@ -127,14 +144,15 @@ def check_init(label, fresh, init):
 
 def compare_step(label, dev, res, model, loss_kind, smoothing, big):
     """Runs PyTorch's step on model (initial weights loaded) and compares."""
-    x = res["input"]
-    target = res["target"]
+    x = res["input"].to(TORCH_DEV)
+    target = res["target"].to(TORCH_DEV)
+    model.to(TORCH_DEV)
     model.train()
     for mod in model.modules():
         if isinstance(mod, (nn.Dropout, nn.Dropout2d)):
             mod.p = 0.0
     model.zero_grad(set_to_none=True)
-    masks = [res[k] for k in sorted(k for k in res if k.startswith("relu."))]
+    masks = [res[k].to(TORCH_DEV) for k in sorted(k for k in res if k.startswith("relu."))]
     calls = {"n": 0, "flips": 0, "numel": 0}
 
     def relu_hook(mod, inp, out):
@@ -163,9 +181,13 @@ def compare_step(label, dev, res, model, loss_kind, smoothing, big):
     else:
         loss = nn.functional.mse_loss(out, target)
     loss.backward()
+    model.cpu()  # gradients and state come back with it; compared on the host
+    out = out.detach().cpu()
     tag = "%s [%s]" % (label, dev)
     ref_like = dev == "ref" or (dev == "cpu" and CPU_IS_REF)
     TOL = REF_TOL_BY_MODEL.get(label, globals()["TOL"]) if ref_like else globals()["TOL"]
+    if dev == "cuda":
+        TOL = CUDA_TOL
     check(calls["n"] == len(masks), "%s: PyTorch ran %d ReLUs, ctrain %d" % (tag, calls["n"], len(masks)))
     # A flip is an element within rounding of the kink; more than a few
     # per million would be a real difference, not rounding.
@@ -174,7 +196,7 @@ def compare_step(label, dev, res, model, loss_kind, smoothing, big):
     zero_grads = bias_before_bn(model)
     grads = dict(model.named_parameters())
     worst = 0.0
-    e = rel_err(res["output"], out.detach())
+    e = rel_err(res["output"], out)
     worst = max(worst, e)
     check(e <= TOL, "%s output rel err %.3g" % (tag, e))
     e = abs(res["loss"].item() - loss.item()) / max(abs(loss.item()), 1e-30)
@@ -215,6 +237,9 @@ def main():
         print("model_runner not built at", RUNNER)
         return 1
     t_all = time.time()
+    if ON_CUDA and "\ncuda:0" not in subprocess.run([_ctrain, "devices"], capture_output=True, text=True).stdout:
+        print("ctrain sees no cuda device: skipped")
+        return 77
     inits = {}
     with tempfile.TemporaryDirectory() as tmp:
         only = os.environ.get("CTRAIN_MODELS_ONLY")  # comma-separated labels, for debugging
@@ -232,9 +257,10 @@ def main():
                 common += ["--classes", str(classes)]
             if big:
                 common += ["--buffers-only"]
-            out_cpu = os.path.join(tmp, "cpu.st")
+            first = "cuda" if ON_CUDA else "cpu"
+            out_cpu = os.path.join(tmp, first + ".st")
             try:
-                stdout = run_runner(common + ["--device", "cpu", "--out", out_cpu, "--print-params"])
+                stdout = run_runner(common + ["--device", first, "--out", out_cpu, "--print-params"])
             except RuntimeError as ex:
                 check(False, "%s: %s" % (label, ex))
                 continue
@@ -255,7 +281,12 @@ def main():
             except RuntimeError as ex:
                 check(False, "%s: state_dict keys differ from PyTorch's: %s" % (label, ex))
                 continue
-            w_cpu, f_cpu = compare_step(label, "cpu", res, tm, loss_kind, smoothing, big)
+            w_cpu, f_cpu = compare_step(label, first, res, tm, loss_kind, smoothing, big)
+            if ON_CUDA:
+                print("%-16s params %10d  max rel err cuda %.2e (PyTorch on %s)  ReLU flips %d  (%.1fs)" %
+                      (label, n_ctrain, w_cpu, TORCH_DEV, f_cpu, time.time() - t0), flush=True)
+                del res, init, tm
+                continue
 
             # Reference device, initial weights written by PyTorch.
             init_path = os.path.join(tmp, "init.st")
