@@ -38,7 +38,8 @@
  *   epsilon below CUDNN_BN_MIN_EPSILON is BAD_PARAM. Workspace: SPATIAL
  *   asks for one and no reserve, SPATIAL_PERSISTENT for both (the two paths
  *   cuda_bnorm.c has); workspace NULL with size 0 runs as the non-Ex
- *   function, as documented.
+ *   function, as documented, unless CT_EMU_BN_RESERVE_REQUIRED=1 makes a
+ *   needed reserve mandatory (BAD_PARAM without it).
  *
  * Every compute call checks each data pointer (bytes from its descriptor)
  * and the workspace with ct_emu::check_device_range; on a failure it returns
@@ -515,10 +516,25 @@ int64_t bn_reserve(cudnnBatchNormMode_t mode, const tdesc &x) {
   return mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT ? 256 + (int64_t)x.c * 2 * (int64_t)sizeof(float) : 0;
 }
 
-/* Workspace and reserve: NULL with 0 bytes is the non-Ex behaviour;
- * otherwise at least the queried size, in device memory. */
+/* CT_EMU_BN_RESERVE_REQUIRED=1: the stricter reading of cuDNN's
+ * documentation, under which a call that asks for a reserve space
+ * (SPATIAL_PERSISTENT here) refuses to run without one. */
+bool reserve_required() {
+  static const bool on = [] {
+    const char *e = getenv("CT_EMU_BN_RESERVE_REQUIRED");
+    return e && *e && strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+/* Workspace and reserve: NULL with 0 bytes is the non-Ex behaviour (not
+ * for a needed reserve under reserve_required()); otherwise at least the
+ * queried size, in device memory. */
 cudnnStatus_t bn_check_space(const char *who, const char *what, void *p, size_t bytes, int64_t need, bool *ok) {
   *ok = true;
+  if (!p && need > 0 && reserve_required() && !strcmp(what, "reserveSpace"))
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: %s NULL, %lld bytes needed (CT_EMU_BN_RESERVE_REQUIRED)", who, what,
+                  (long long)need);
   if (!p && bytes == 0) return CUDNN_STATUS_SUCCESS;
   if (!p || bytes < (size_t)need)
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: %s %p of %zu bytes, %lld needed", who, what, p, bytes, (long long)need);

@@ -30,7 +30,14 @@
  * reserve (cudnnGetBatchNormalizationTrainingExReserveSpaceSize > 0) both
  * directions pass no workspace and no reserve, which cuDNN documents as
  * behaving exactly like the non-Ex functions; otherwise the workspace comes
- * from the device scratch buffer.
+ * from the device scratch buffer. Whether SPATIAL_PERSISTENT accepts the
+ * missing reserve has not been seen on a GPU yet: if cuDNN answers
+ * BAD_PARAM there, the device stops using SPATIAL_PERSISTENT
+ * (cuda_dev.bn_spatial_only) and the call runs again in SPATIAL, so both
+ * directions keep agreeing on the mode from then on (the saved statistics
+ * mean the same in either mode). The emulator's
+ * CT_EMU_BN_RESERVE_REQUIRED=1 takes that reading of the documentation;
+ * emu_test_gpu_bnorm runs both.
  *
  * Parameters: cuDNN takes f32 scale/bias/statistics for every activation
  * dtype here (checked on the derived descriptor). gamma/beta NULL
@@ -170,8 +177,20 @@ fail:
   return cuda_dnn_fail(e, __FILE__, __LINE__, call);
 }
 
-static cudnnBatchNormMode_t bn_mode(int training, int nhwc, ct_dtype t) {
-  return training && nhwc && t != CT_F32 ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+static cudnnBatchNormMode_t bn_mode(ct_device *d, int training, int nhwc, ct_dtype t) {
+  return training && nhwc && t != CT_F32 && !cuda_dev_of(d)->bn_spatial_only ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT
+                                                                              : CUDNN_BATCHNORM_SPATIAL;
+}
+
+/* *fallback values: the own kernels, or the same call again in SPATIAL. */
+enum { BN_OWN_KERNELS = 1, BN_RETRY_SPATIAL = 2 };
+
+/* A BAD_PARAM from SPATIAL_PERSISTENT run without the reserve it asked for
+ * (rsb > 0): that mode needs the reserve on this cuDNN (see the header). */
+static int persistent_refused(ct_device *d, cudnnStatus_t e, cudnnBatchNormMode_t mode, size_t rsb) {
+  if (e != CUDNN_STATUS_BAD_PARAM || mode != CUDNN_BATCHNORM_SPATIAL_PERSISTENT || !rsb) return 0;
+  cuda_dev_of(d)->bn_spatial_only = 1;
+  return 1;
 }
 
 /* Inside the cuDNN paths: a cuDNN call that returns NOT_SUPPORTED sends
@@ -180,7 +199,11 @@ static cudnnBatchNormMode_t bn_mode(int training, int nhwc, ct_dtype t) {
   do {                                                          \
     cudnnStatus_t e_ = (call);                                  \
     if (e_ == CUDNN_STATUS_NOT_SUPPORTED) {                     \
-      *fallback = 1;                                            \
+      *fallback = BN_OWN_KERNELS;                               \
+      goto done;                                                \
+    }                                                           \
+    if (persistent_refused(d, e_, mode, rsb)) {                 \
+      *fallback = BN_RETRY_SPATIAL;                             \
       goto done;                                                \
     }                                                           \
     if (e_ != CUDNN_STATUS_SUCCESS) {                           \
@@ -215,12 +238,12 @@ static ct_status dnn_begin(ct_device *d, int training, int nhwc, const ct_tensor
                            cudnnHandle_t *h, cudnnBatchNormMode_t *mode, bn_desc *b, int *fallback) {
   *fallback = 0;
   CT_TRY(cuda_dnn_handle(d, h));
-  *mode = bn_mode(training, nhwc, x->dtype);
+  *mode = bn_mode(d, training, nhwc, x->dtype);
   int ok = 0;
   CT_TRY(bn_desc_make(b, x, nhwc, N, C, S, *mode, &ok));
   if (!ok) {
     bn_desc_destroy(b);
-    *fallback = 1;
+    *fallback = BN_OWN_KERNELS;
   }
   return CT_OK;
 }
@@ -348,8 +371,10 @@ ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, con
   if (C == 0 || N == 0 || S == 0) return CT_OK;
   if (bn_dnn_eligible(x, acts, 2, params, 6, (double)eps, N, C, S)) {
     int fallback = 0;
-    CT_TRY(dnn_fwd(d, training, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y, save_mean,
-                   save_invstd, &fallback));
+    do {
+      CT_TRY(dnn_fwd(d, training, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y,
+                     save_mean, save_invstd, &fallback));
+    } while (fallback == BN_RETRY_SPATIAL);
     if (!fallback) return CT_OK;
   }
   return cuda_bn_fwd_kernels(d, training, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y,
@@ -381,7 +406,9 @@ ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *
   if (!dx && !dgamma && !dbeta) return CT_OK;
   if (bn_dnn_eligible(x, acts, 3, params, 5, BN_BWD_EPS, N, C, S)) {
     int fallback = 0;
-    CT_TRY(dnn_bwd(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc, &fallback));
+    do {
+      CT_TRY(dnn_bwd(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc, &fallback));
+    } while (fallback == BN_RETRY_SPATIAL);
     if (!fallback) return CT_OK;
   }
   return cuda_bn_bwd_kernels(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc);

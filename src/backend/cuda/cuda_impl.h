@@ -65,6 +65,9 @@ typedef struct cuda_dev {
   /* Device address the dropout kernels read the mask step from (NULL: the
    * key's step); set by dropout_step_from around a device training step. */
   const uint32_t *dropout_step;
+  /* 1 once cuDNN refused a SPATIAL_PERSISTENT batch norm without the
+   * reserve space it asked for: later ones run SPATIAL (cuda_bnorm.c). */
+  int bn_spatial_only;
 } cuda_dev;
 
 static inline cuda_dev *cuda_dev_of(ct_device *d) { return (cuda_dev *)d->impl; }
