@@ -26,13 +26,18 @@
  * and the pointers are at least as aligned as the preference promised
  * then; the workspace is as large as the heuristic asked for. The
  * workspace is scribbled over at each run, so a workspace that overlaps
- * live data shows. */
+ * live data shows.
+ *
+ * CT_EMU_LT_NO_EPILOGUE=1: the heuristic finds no algorithm for any
+ * epilogue but DEFAULT (CUBLAS_STATUS_NOT_SUPPORTED, count 0), as the real
+ * one may for a shape, type or alignment, so the caller's fallback runs. */
 #include <cublasLt.h>
 
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -755,6 +760,12 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
     uint32_t b = align_of(p.desc.bias);
     a.bias_align = b < 16 ? b : 16;
   }
+  static const bool no_epilogue = [] {
+    const char *e = getenv("CT_EMU_LT_NO_EPILOGUE");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  if (no_epilogue && a.epi != CUBLASLT_EPILOGUE_DEFAULT)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, fn, "no algorithm for epilogue %d (CT_EMU_LT_NO_EPILOGUE)", (int)a.epi);
   a.ws = pr.max_ws >= kAlgoWorkspace ? kAlgoWorkspace : 0;
   std::memset(&results[0], 0, sizeof results[0]);
   store(&results[0].algo, a);

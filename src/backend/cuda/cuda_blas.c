@@ -6,8 +6,10 @@
  * f32 when the device was opened with CTRAIN_CUDA_TF32=1). linear_fwd uses
  * the cuBLASLt bias/ReLU epilogue for f32 outputs with f32 bias; other
  * activations (GELU here is the exact erf form, cuBLASLt's is the tanh
- * approximation) and dtypes run a separate bias+activation kernel.
- * Descriptors and the heuristic's choice are cached per shape (blas_plan). */
+ * approximation) and dtypes run a separate bias+activation kernel, and so
+ * does a shape for which the heuristic finds no algorithm with the
+ * epilogue. Descriptors and the heuristic's choice (or that it found none)
+ * are cached per shape (blas_plan). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +76,7 @@ typedef struct blas_plan {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, ld;
   cublasLtMatmulHeuristicResult_t res;
+  int none; /* the heuristic found no algorithm: every call is CT_ERR_UNSUPPORTED */
 } blas_plan;
 
 struct cuda_blas_cache {
@@ -106,7 +109,7 @@ static void make_key(int64_t *k, const gemm_args *g, int tf32) {
 }
 
 /* Builds p for g: descriptors, layouts, preference and the heuristic. */
-static ct_status plan_build(ct_device *d, const gemm_args *g, const char *op, blas_plan *p) {
+static ct_status plan_build(ct_device *d, const gemm_args *g, blas_plan *p) {
   cuda_dev *cd = cuda_dev_of(d);
   ct_status s = CT_OK;
   cublasLtMatmulPreference_t pref = NULL;
@@ -136,11 +139,13 @@ static ct_status plan_build(ct_device *d, const gemm_args *g, const char *op, bl
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
   LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
   int nres = 0;
-  LT(cublasLtMatmulAlgoGetHeuristic(cd->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->res, &nres));
-  if (nres < 1)
-    s = ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuBLASLt has no algorithm for m=%llu n=%llu k=%llu (%s x %s -> %s)", op,
-                 (unsigned long long)g->m, (unsigned long long)g->n, (unsigned long long)g->k,
-                 ct_dtype_name(g->at), ct_dtype_name(g->bt), ct_dtype_name(g->dt));
+  /* "No algorithm" comes back as NOT_SUPPORTED or as a count of 0. */
+  cublasStatus_t he = cublasLtMatmulAlgoGetHeuristic(cd->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->res, &nres);
+  if (he != CUBLAS_STATUS_SUCCESS && he != CUBLAS_STATUS_NOT_SUPPORTED) {
+    s = cuda_lt_fail(he, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
+    goto done;
+  }
+  p->none = he != CUBLAS_STATUS_SUCCESS || nres < 1;
 done:
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (s != CT_OK) plan_destroy(p);
@@ -173,7 +178,7 @@ static ct_status plan_get(ct_device *d, const gemm_args *g, const char *op, blas
   blas_plan *p = &c->p[c->n];
   memset(p, 0, sizeof *p);
   memcpy(p->key, key, sizeof key);
-  CT_TRY(plan_build(d, g, op, p));
+  CT_TRY(plan_build(d, g, p));
   c->n++;
   *out = p;
   return CT_OK;
@@ -186,6 +191,11 @@ static ct_status gemm(ct_device *d, const gemm_args *g, const char *op) {
   CT_TRY(cuda_enter(d));
   blas_plan *p;
   CT_TRY(plan_get(d, g, op, &p));
+  if (p->none)
+    return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuBLASLt has no algorithm for m=%llu n=%llu k=%llu (%s x %s -> %s%s)",
+                    op, (unsigned long long)g->m, (unsigned long long)g->n, (unsigned long long)g->k,
+                    ct_dtype_name(g->at), ct_dtype_name(g->bt), ct_dtype_name(g->dt),
+                    g->epi != CUBLASLT_EPILOGUE_DEFAULT ? ", with an epilogue" : "");
   if (g->bias) LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
   void *ws = NULL;
   if (p->res.workspaceSize > 0) CT_TRY(cuda_scratch(d, p->res.workspaceSize, &ws));
@@ -267,7 +277,15 @@ ct_status cuda_linear_fwd(ct_device *d, const ct_tensor *x, const ct_tensor *w, 
               : (act == CT_ACT_RELU ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
     g.bias = b ? b->data : NULL;
   }
-  CT_TRY(gemm(d, &g, "linear_fwd"));
+  ct_status s = gemm(d, &g, "linear_fwd");
+  if (s == CT_ERR_UNSUPPORTED && fuse) {
+    /* No algorithm with this epilogue: the plain product, then the kernel. */
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    g.bias = NULL;
+    fuse = 0;
+    s = gemm(d, &g, "linear_fwd");
+  }
+  CT_TRY(s);
   if (fuse) return CT_OK;
   return cuda_bias_act(d, y->data, y->dtype, N * M, b ? b->data : NULL, b ? b->dtype : CT_F32, M, 1, act);
 }
