@@ -15,8 +15,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("CTRAIN_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
 SRC = os.environ.get("CTRAIN_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 RUNNER = os.path.join(BUILD, "tests", "model_runner")
+# CTRAIN_TEST_DEVICE=cuda: the model parity tests run ctrain's step on its
+# cuda device (a GPU, or the CUDA emulator's build, tests/emu).
+ON_CUDA = os.environ.get("CTRAIN_TEST_DEVICE", "") == "cuda"
 
 failures = []
+
+
+def torch_device():
+    """PyTorch's side of a model parity test: the GPU when ctrain runs on
+    cuda and this PyTorch has one, with TF32 off (ctrain's default cuda
+    device computes f32 in f32); the CPU otherwise."""
+    if not (ON_CUDA and torch.cuda.is_available()):
+        return "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return "cuda"
+
+
+def ctrain_sees_cuda():
+    """Whether `ctrain devices` of the build under test lists cuda:0."""
+    out = subprocess.run([os.path.join(BUILD, "ctrain"), "devices"], capture_output=True, text=True).stdout
+    return "\ncuda:0" in out
 
 
 def check(cond, msg):

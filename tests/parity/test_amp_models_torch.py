@@ -66,6 +66,22 @@ Where the two policies legitimately differ, and how this test compares:
   noise on both sides); they are measured against the scale of the
   layer's weight gradient, as in the fp32 test.
 
+On cuda (CTRAIN_TEST_DEVICE=cuda; parity_test_amp_models_torch_cuda on a
+GPU, emu_parity_test_amp_models_torch on the CUDA emulator): the step runs
+on ctrain's cuda device, and PyTorch's two runs on its GPU under
+torch.autocast("cuda", bfloat16) (TF32 off for the fp32 truth) or, without
+one, on the CPU as above. The bounds are relative to PyTorch's own bf16
+noise as above, with NOISE = 3 instead of 2: on the CPU both sides round
+in the same oneDNN kernels, on cuda they are two independent bf16
+computations (cuDNN's algorithms, or the emulator's double sums), each
+about |PyTorch autocast - fp32| from the truth, hence up to twice that
+apart plus the scatter of few values (measured on the emulator: the
+largest pair ratio 2.2, text:parity.txt's bias gradients). Max pooling
+follows ctrain's choices as ReLU does (model_runner --dump-pool): with
+bf16 ties a different choice moved lenet5's weight gradients by 10-18%,
+the distance from fp32 5x PyTorch's; the differing choices are counted and
+bounded like the ReLU flips. Skipped (77) when ctrain sees no cuda device.
+
 Size and time: alexnet and vgg11_bn carry 57M / 129M parameters, mostly in
 their classifiers. Their step runs with --buffers-only (parameters do not
 change without an optimizer) and --grad-keys (every gradient except the two
@@ -90,16 +106,17 @@ sys.path.insert(0, HERE)
 import ctrain_models as cm  # noqa: E402
 import st_util  # noqa: E402
 
-from parity_common import (BUILD, RUNNER, SRC, MaskedReLU, bias_before_bn, check, failures, rel_err,  # noqa: E402,F401
-                           run_runner, torch_model)
+from parity_common import (BUILD, ON_CUDA, RUNNER, SRC, MaskedReLU, bias_before_bn, check,  # noqa: E402,F401
+                           ctrain_sees_cuda, failures, rel_err, run_runner, torch_device, torch_model)
 TOL = 2e-2
 TOL_LOSS = 5e-3
 RATIO, FLOOR = 3.0, 8e-3
-NOISE = 2.0
+NOISE = 3.0 if ON_CUDA else 2.0
 FLIP_RATIO = 2.0
 BF16 = torch.bfloat16
 
 torch.set_num_threads(2)
+TORCH_DEV = torch_device()
 # (label, model, input, classes, batch, loss, label_smoothing, grad keys to skip)
 CASES = [
     ("linreg", "linreg", "2", 1, 16, "mse", 0.0, ()),
@@ -124,7 +141,7 @@ class Fp32Softmax(nn.Module):
         self.log = log
 
     def forward(self, x):
-        with torch.autocast("cpu", enabled=False):
+        with torch.autocast(TORCH_DEV, enabled=False):
             x = x.float()
             return nn.functional.log_softmax(x, 1) if self.log else nn.functional.softmax(x, 1)
 
@@ -145,13 +162,15 @@ def torch_step(model, init, res, loss_kind, smoothing, autocast, follow_masks=Tr
     """One train-mode step from init; returns (output fp32, loss, {key: grad},
     {key: buffer}, relu stats). ReLU backward follows ctrain's masks."""
     model.load_state_dict(init, strict=True)
+    model.to(TORCH_DEV)
     model.train()
     for mod in model.modules():
         if isinstance(mod, (nn.Dropout, nn.Dropout2d)):
             mod.p = 0.0
     model.zero_grad(set_to_none=True)
-    masks = [res[k] for k in sorted(k for k in res if k.startswith("relu."))]
-    calls = {"n": 0, "flips": 0, "numel": 0, "decisions": []}
+    masks = [res[k].to(TORCH_DEV) for k in sorted(k for k in res if k.startswith("relu."))]
+    pools = [res[k].to(TORCH_DEV) for k in sorted(k for k in res if k.startswith("pool."))]
+    calls = {"n": 0, "flips": 0, "numel": 0, "decisions": [], "pools": 0, "pool_choices": [], "pool_flips": 0}
 
     def relu_hook(mod, inp, out):
         k = calls["n"]
@@ -163,15 +182,33 @@ def torch_step(model, init, res, loss_kind, smoothing, autocast, follow_masks=Tr
         calls["numel"] += out.numel()
         return MaskedReLU.apply(inp[0], masks[k]) if follow_masks else out
 
+    def pool_hook(mod, inp, out):
+        """Max pooling that takes ctrain's choices (model_runner --dump-pool)."""
+        k = calls["pools"]
+        calls["pools"] += 1
+        if k >= len(pools) or pools[k].shape != out.shape:
+            raise RuntimeError("max pool call %d: ctrain has %d / another shape" % (k, len(pools)))
+        x = inp[0]
+        if isinstance(mod, nn.MaxPool2d):
+            own = nn.functional.max_pool2d(x, mod.kernel_size, mod.stride, mod.padding, mod.dilation, mod.ceil_mode,
+                                           return_indices=True)[1]
+        else:
+            own = nn.functional.adaptive_max_pool2d(x, mod.output_size, return_indices=True)[1]
+        calls["pool_choices"].append(own)
+        calls["pool_flips"] += int((own != pools[k]).sum())
+        return x.flatten(2).gather(2, pools[k].flatten(2)).view_as(out)
+
     hooks = []
     for mod in model.modules():
         if isinstance(mod, nn.ReLU):
             mod.inplace = False
             hooks.append(mod.register_forward_hook(relu_hook))
-    target = res["target"]
+        if pools and isinstance(mod, (nn.MaxPool2d, nn.AdaptiveMaxPool2d)):
+            hooks.append(mod.register_forward_hook(pool_hook))
+    target = res["target"].to(TORCH_DEV)
     try:
-        with torch.autocast("cpu", dtype=BF16, enabled=autocast):
-            out = model(res["input"])
+        with torch.autocast(TORCH_DEV, dtype=BF16, enabled=autocast):
+            out = model(res["input"].to(TORCH_DEV))
             if loss_kind == "ce":
                 loss = nn.functional.cross_entropy(out, target, label_smoothing=smoothing)
             elif loss_kind == "nll":
@@ -180,7 +217,7 @@ def torch_step(model, init, res, loss_kind, smoothing, autocast, follow_masks=Tr
                 loss = nn.functional.mse_loss(out, target)
             if autocast:
                 # The autocast loss is the fp32 loss of the fp32-cast output.
-                with torch.autocast("cpu", enabled=False):
+                with torch.autocast(TORCH_DEV, enabled=False):
                     o32 = out.detach().float()
                     l32 = (nn.functional.cross_entropy(o32, target, label_smoothing=smoothing) if loss_kind == "ce"
                            else nn.functional.nll_loss(o32, target) if loss_kind == "nll"
@@ -191,10 +228,12 @@ def torch_step(model, init, res, loss_kind, smoothing, autocast, follow_masks=Tr
         for h in hooks:
             h.remove()
     loss.backward()
-    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+    grads = {k: p.grad.detach().cpu().clone() for k, p in model.named_parameters()}
     params = set(grads)
-    bufs = {k: v.detach().clone() for k, v in model.state_dict().items() if k not in params}
-    return out.detach().float(), loss.item(), grads, bufs, calls
+    bufs = {k: v.detach().cpu().clone() for k, v in model.state_dict().items() if k not in params}
+    calls["decisions"] = [d.cpu() for d in calls["decisions"]]
+    calls["pool_choices"] = [d.cpu() for d in calls["pool_choices"]]
+    return out.detach().float().cpu(), loss.item(), grads, bufs, calls
 
 
 def compare(label, res, model, init, loss_kind, smoothing):
@@ -210,6 +249,13 @@ def compare(label, res, model, init, loss_kind, smoothing):
     check(calls["flips"] <= max(4, FLIP_RATIO * own),
           "%s: %d of %d ReLU decisions differ from PyTorch autocast's (PyTorch's own bf16 vs fp32: %d)" %
           (tag, calls["flips"], calls["numel"], own))
+    # Max pooling choices (cuda: --dump-pool), the same rule.
+    own_pool = sum(int((a != b).sum()) for a, b in zip(calls["pool_choices"], calls32["pool_choices"]))
+    check(calls["pools"] == sum(1 for k in res if k.startswith("pool.")), "%s: PyTorch ran %d max pools" %
+          (tag, calls["pools"]))
+    check(calls["pool_flips"] <= max(4, FLIP_RATIO * own_pool),
+          "%s: %d max pooling choices differ from PyTorch autocast's (PyTorch's own bf16 vs fp32: %d)" %
+          (tag, calls["pool_flips"], own_pool))
     zero = bias_before_bn(model)
     worst = [0.0, 0.0, "", 0]
     dist = [0.0, 0.0]  # sums of ctrain's and PyTorch autocast's distances from fp32
@@ -273,7 +319,7 @@ def compare(label, res, model, init, loss_kind, smoothing):
         print("  %s: PyTorch's own bf16 log_softmax: output %.2e from ctrain (%.2e with fp32 log_softmax), "
               "loss %.2e (%.2e)" % (label, rel_err(res["output"], op), rel_err(res["output"], ob),
                                      abs(res["loss"].item() - lp) / abs(lp), abs(res["loss"].item() - lb) / abs(lb)))
-    return worst, calls["flips"], own, calls["numel"]
+    return worst, (calls["flips"], own, calls["numel"]), (calls["pool_flips"], own_pool)
 
 
 CASE_ARGS = {c[0]: (c[1], c[2], c[3]) for c in CASES}
@@ -285,6 +331,9 @@ def main():
         return 1
     t_all = time.time()
     only = os.environ.get("CTRAIN_MODELS_ONLY")  # comma-separated labels, for debugging
+    if ON_CUDA and not ctrain_sees_cuda():
+        print("ctrain sees no cuda device: skipped")
+        return 77
     with tempfile.TemporaryDirectory() as tmp:
         for label, model, inp, classes, batch, loss_kind, smoothing, skip in CASES:
             if only and label not in only.split(","):
@@ -292,7 +341,8 @@ def main():
             t0 = time.time()
             tm = torch_model(label, model, inp, classes)[0]
             args = ["--model", model, "--batch", str(batch), "--loss", loss_kind, "--seed", "7", "--dropout-off",
-                    "--dump-relu", "--label-smoothing", str(smoothing), "--precision", "bf16", "--device", "cpu"]
+                    "--dump-relu", "--label-smoothing", str(smoothing), "--precision", "bf16",
+                    "--device", "cuda" if ON_CUDA else "cpu"] + (["--dump-pool"] if ON_CUDA else [])
             if inp:
                 args += ["--input", inp]
             if classes:
@@ -311,14 +361,15 @@ def main():
             init = {k[5:]: v for k, v in res.items() if k.startswith("init.")}
             t_run = time.time() - t0
             try:
-                worst, flips, own, numel = compare(label, res, tm, init, loss_kind, smoothing)
+                worst, (flips, own, numel), (pflips, pown) = compare(label, res, tm, init, loss_kind, smoothing)
             except RuntimeError as ex:
                 check(False, "%s: %s" % (label, ex))
                 continue
             print("%-16s worst rel err %.2e (%s), %d tensors above %g (within %g x PyTorch's own bf16 error), "
-                  "ctrain/PyTorch distance from fp32 <= %.2f, ReLU flips %d/%d (PyTorch bf16 vs fp32 %d) "
+                  "ctrain/PyTorch distance from fp32 <= %.2f, ReLU flips %d/%d (PyTorch bf16 vs fp32 %d)%s "
                   "(%.1fs, runner %.1fs)" % (label, worst[0], worst[2], worst[3], TOL, NOISE, worst[1], flips, numel,
-                                             own, time.time() - t0, t_run), flush=True)
+                                             own, ", max pool choices %d (%d)" % (pflips, pown) if ON_CUDA else "",
+                                             time.time() - t0, t_run), flush=True)
             del res, init, tm
     print("total %.1fs" % (time.time() - t_all))
     if failures:

@@ -69,8 +69,8 @@ sys.path.insert(0, HERE)
 import ctrain_models as cm  # noqa: E402
 import st_util  # noqa: E402
 
-from parity_common import (BUILD, RUNNER, SRC, MaskedReLU, bias_before_bn, check, failures, rel_err,  # noqa: E402,F401
-                           run_runner, torch_model)
+from parity_common import (BUILD, ON_CUDA, RUNNER, SRC, MaskedReLU, bias_before_bn, check,  # noqa: E402,F401
+                           ctrain_sees_cuda, failures, rel_err, run_runner, torch_device, torch_model)
 TOL = 1e-4
 # ResNet-50 (53 train-mode batch norms in a row) runs at 128x128 so its last
 # stage normalises 64 values per channel; the double-accumulating reference
@@ -83,13 +83,8 @@ CPU_IS_REF = os.path.exists(_ctrain) and "without oneDNN" in subprocess.run(
     [_ctrain, "devices"], capture_output=True, text=True).stdout
 
 torch.set_num_threads(2)
-ON_CUDA = os.environ.get("CTRAIN_TEST_DEVICE", "") == "cuda"
 CUDA_TOL = 3e-4
-# PyTorch's side of the cuda runs: the GPU when this PyTorch has one.
-TORCH_DEV = "cuda" if ON_CUDA and torch.cuda.is_available() else "cpu"
-if TORCH_DEV == "cuda":
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+TORCH_DEV = torch_device()
 # (label, model, input, classes, batch, loss, label_smoothing)
 CASES = [
     ("linreg", "linreg", "2", 1, 16, "mse", 0.0),
@@ -237,7 +232,7 @@ def main():
         print("model_runner not built at", RUNNER)
         return 1
     t_all = time.time()
-    if ON_CUDA and "\ncuda:0" not in subprocess.run([_ctrain, "devices"], capture_output=True, text=True).stdout:
+    if ON_CUDA and not ctrain_sees_cuda():
         print("ctrain sees no cuda device: skipped")
         return 77
     inits = {}

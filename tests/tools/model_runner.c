@@ -6,7 +6,7 @@
  *                [--batch N] [--device ref|cpu] [--seed S]
  *                [--init W.safetensors] --out OUT.safetensors
  *                [--train 1|0] [--loss ce|mse|nll] [--label-smoothing F]
- *                [--dropout-off] [--print-params] [--dump-relu]
+ *                [--dropout-off] [--print-params] [--dump-relu] [--dump-pool]
  *                [--buffers-only] [--precision fp32|bf16|fp16 [--opt-level O1|O2|O3]]
  *                [--grad-keys K1,K2,...]
  *
@@ -29,6 +29,17 @@
  * one such element moves whole gradients by far more than 1e-4; the parity
  * test makes PyTorch's ReLU backward use ctrain's forward decision so the
  * comparison stays exact, and counts the flips.
+ *
+ * --dump-pool (cuda device only) also writes "pool.NNNN": for the NNNN-th
+ * max pooling layer (MaxPool2d or AdaptiveMaxPool2d) of the forward pass,
+ * the input position each output took its value from, as int64 h * W + w
+ * in [N, C, OH, OW] (PyTorch's return_indices convention). Where two inputs
+ * of a window are equal in bf16 (frequent after rounding), the choice
+ * follows tiny differences in how the producer rounded, and one different
+ * choice moves a weight gradient by several percent; the parity test makes
+ * PyTorch's pooling take ctrain's choices and counts the differences. Read
+ * from the layer's workspace, which on cuda holds exactly that index as
+ * int32 per output in y's memory order (src/backend/cuda/cuda_pool.cu).
  *
  * --buffers-only writes "state.<key>" for buffers only: a step without an
  * optimizer leaves parameters at their initial values, and for models of
@@ -196,19 +207,46 @@ static int add_relu_masks(out_list *o, ct_model *m) {
   return 0;
 }
 
+/* Argmax choices of every max pooling layer (see --dump-pool). */
+static int add_pool_choices(out_list *o, ct_model *m) {
+  int k = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    ct_layer *l = &m->layers[i];
+    if (l->cls != &ct_layer_maxpool2d && l->cls != &ct_layer_adaptive_maxpool2d) continue;
+    int64_t n = ct_tensor_numel(&l->y);
+    int32_t *ws = malloc((size_t)(n ? n : 1) * sizeof *ws);
+    int64_t *h = malloc((size_t)(n ? n : 1) * sizeof *h);
+    if (!ws || !h || !l->ws || ct_device_copy(NULL, ws, l->y.device, l->ws, (size_t)n * sizeof *ws) != CT_OK) return -1;
+    for (int64_t j = 0; j < n; j++) h[j] = ws[blocked_index(&l->y, j)];
+    free(ws);
+    ct_tensor t = l->y;
+    t.dtype = CT_I64;
+    t.layout = CT_LAYOUT_PLAIN;
+    t.data = h;
+    t.device = NULL;
+    char name[32];
+    snprintf(name, sizeof name, "pool.%04d", k++);
+    int r = out_add(o, "", name, &t);
+    free(h);
+    if (r) return -1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *model = NULL, *init = NULL, *out = NULL, *device = "cpu", *loss_name = "ce";
   const char *precision = NULL, *opt_level = NULL, *grad_keys = NULL;
   ct_model_options opt = {0};
-  int batch = 2, train = 1, dropout_off = 0, print_params = 0, dump_relu = 0, buffers_only = 0;
+  int batch = 2, train = 1, dropout_off = 0, print_params = 0, dump_relu = 0, dump_pool = 0, buffers_only = 0;
   float smoothing = 0.0f;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--dropout-off")) { dropout_off = 1; continue; }
     if (!strcmp(a, "--print-params")) { print_params = 1; continue; }
     if (!strcmp(a, "--dump-relu")) { dump_relu = 1; continue; }
+    if (!strcmp(a, "--dump-pool")) { dump_pool = 1; continue; }
     if (!strcmp(a, "--buffers-only")) { buffers_only = 1; continue; }
-    if (i + 1 >= argc) return fail("every option but the flags --dropout-off, --print-params, --dump-relu and --buffers-only takes a value");
+    if (i + 1 >= argc) return fail("every option but the flags --dropout-off, --print-params, --dump-relu, --dump-pool and --buffers-only takes a value");
     const char *v = argv[++i];
     if (!strcmp(a, "--model")) model = v;
     else if (!strcmp(a, "--input")) { if (parse_input(v, &opt)) return fail("--input: expected CxHxW or F"); }
@@ -227,6 +265,8 @@ int main(int argc, char **argv) {
     else return fail("unknown option (see the header of tests/tools/model_runner.c)");
   }
   if (!model || (!out && !print_params)) return fail("--model and --out are required");
+  if (dump_pool && strncmp(device, "cuda", 4))
+    return fail("--dump-pool needs --device cuda (the other devices' pooling workspace is not an index)");
   if (batch <= 0) return fail("--batch must be positive");
   ct_loss_kind lk;
   if (ct_loss_parse(loss_name, &lk)) return fail("--loss must be ce, nll or mse");
@@ -309,6 +349,7 @@ int main(int argc, char **argv) {
   if (ct_loss_forward(dev, lk, y, &t, smoothing, &loss) != CT_OK) return fail_st("loss forward");
   if (out_add(&ol, "", "output", y)) return fail("out of memory");
   if (dump_relu && add_relu_masks(&ol, m)) return fail("out of memory");
+  if (dump_pool && add_pool_choices(&ol, m)) return fail("reading the max pooling choices (cuda device, training only)");
   if (train) {
     ct_tensor dout;
     if (ct_model_output_grad(m, &dout) != CT_OK) return fail_st("output grad");
