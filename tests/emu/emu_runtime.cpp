@@ -450,29 +450,38 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
   return cudaSuccess;
 }
 
+/* Device bytes an allocation counts against CT_EMU_MEM_MB: cudaMalloc's
+ * 256-byte granularity, at least one unit. */
+static size_t charged(size_t bytes) { return (std::max<size_t>(bytes, 1) + 255) & ~(size_t)255; }
+
 cudaError_t cudaMalloc(void **p, size_t bytes) {
   LOCK;
   *p = nullptr;
   if (this_thread_captures()) return capture_violation("cudaMalloc");
   if (bytes > total_mem() - g_used) return ret(cudaErrorMemoryAllocation);
-  size_t b = (std::max<size_t>(bytes, 1) + 255) & ~(size_t)255;
   void *m = guarded_alloc(bytes, DEVICE, true);
   if (!m) return ret(cudaErrorMemoryAllocation);
-  g_used += b;
+  g_used += charged(bytes);
   *p = m;
   return cudaSuccess;
 }
 
-cudaError_t cudaFree(void *p) {
-  LOCK;
+/* cudaFree / cudaFreeHost: a sync point, then p must be a live allocation
+ * of that kind. */
+static cudaError_t free_of_kind(void *p, Kind kind, const char *who) {
   if (!p) return cudaSuccess;
-  cudaError_t e = sync_point("cudaFree");
+  cudaError_t e = sync_point(who);
   if (e == cudaErrorStreamCaptureUnsupported) return e;
   auto it = g_allocs.find((uintptr_t)p);
-  if (it == g_allocs.end() || it->second.kind != DEVICE) return ret(cudaErrorInvalidValue);
-  g_used -= (std::max<size_t>(it->second.bytes, 1) + 255) & ~(size_t)255;
+  if (it == g_allocs.end() || it->second.kind != kind) return ret(cudaErrorInvalidValue);
+  if (kind == DEVICE) g_used -= charged(it->second.bytes);
   guarded_free(it);
   return e;
+}
+
+cudaError_t cudaFree(void *p) {
+  LOCK;
+  return free_of_kind(p, DEVICE, "cudaFree");
 }
 
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
@@ -488,13 +497,7 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
 
 cudaError_t cudaFreeHost(void *p) {
   LOCK;
-  if (!p) return cudaSuccess;
-  cudaError_t e = sync_point("cudaFreeHost");
-  if (e == cudaErrorStreamCaptureUnsupported) return e;
-  auto it = g_allocs.find((uintptr_t)p);
-  if (it == g_allocs.end() || it->second.kind != PINNED) return ret(cudaErrorInvalidValue);
-  guarded_free(it);
-  return e;
+  return free_of_kind(p, PINNED, "cudaFreeHost");
 }
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {

@@ -172,6 +172,19 @@ static int64_t blocked_index(const ct_tensor *t, int64_t j) {
   return ((n * (C / 16) + c / 16) * HW + p) * 16 + c % 16;
 }
 
+/* Adds "<prefix>.NNNN": host data h of dtype dt, shaped like y, in plain
+ * NCHW order (what the per-layer dumps below write). */
+static int out_add_host(out_list *o, const ct_tensor *y, ct_dtype dt, void *h, const char *prefix, int k) {
+  ct_tensor t = *y;
+  t.dtype = dt;
+  t.layout = CT_LAYOUT_PLAIN;
+  t.data = h;
+  t.device = NULL;
+  char name[32];
+  snprintf(name, sizeof name, "%s.%04d", prefix, k);
+  return out_add(o, "", name, &t);
+}
+
 /* Masks of every ReLU output (a ReLU layer, or a ReLU fused into a layer)
  * of the last forward pass, in execution order. */
 static int add_relu_masks(out_list *o, ct_model *m) {
@@ -179,7 +192,6 @@ static int add_relu_masks(out_list *o, ct_model *m) {
   for (int i = 0; i < m->n_layers; i++) {
     ct_layer *l = &m->layers[i];
     if (l->act != CT_ACT_RELU || ct_layer_is_fused(l)) continue; /* folded: its producer carries it */
-    ct_tensor mask = l->y;
     int64_t n = ct_tensor_numel(&l->y);
     /* Under mixed precision the ReLU output may be bf16/fp16. */
     size_t es = ct_dtype_size(l->y.dtype);
@@ -194,13 +206,7 @@ static int add_relu_masks(out_list *o, ct_model *m) {
       h[j] = v > 0.0f ? 1.0f : 0.0f;
     }
     free(raw);
-    mask.dtype = CT_F32;
-    mask.layout = CT_LAYOUT_PLAIN;
-    mask.data = h;
-    mask.device = NULL;
-    char name[32];
-    snprintf(name, sizeof name, "relu.%04d", k++);
-    int r = out_add(o, "", name, &mask);
+    int r = out_add_host(o, &l->y, CT_F32, h, "relu", k++);
     free(h);
     if (r) return -1;
   }
@@ -219,14 +225,7 @@ static int add_pool_choices(out_list *o, ct_model *m) {
     if (!ws || !h || !l->ws || ct_device_copy(NULL, ws, l->y.device, l->ws, (size_t)n * sizeof *ws) != CT_OK) return -1;
     for (int64_t j = 0; j < n; j++) h[j] = ws[blocked_index(&l->y, j)];
     free(ws);
-    ct_tensor t = l->y;
-    t.dtype = CT_I64;
-    t.layout = CT_LAYOUT_PLAIN;
-    t.data = h;
-    t.device = NULL;
-    char name[32];
-    snprintf(name, sizeof name, "pool.%04d", k++);
-    int r = out_add(o, "", name, &t);
+    int r = out_add_host(o, &l->y, CT_I64, h, "pool", k++);
     free(h);
     if (r) return -1;
   }

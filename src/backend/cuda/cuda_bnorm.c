@@ -193,8 +193,11 @@ static int persistent_refused(ct_device *d, cudnnStatus_t e, cudnnBatchNormMode_
   return 1;
 }
 
-/* Inside the cuDNN paths: a cuDNN call that returns NOT_SUPPORTED sends
- * the op to the own kernels; any other failure is the op's error. */
+/* Inside the cuDNN paths (it reads the caller's d, mode and rsb): a cuDNN
+ * call that returns NOT_SUPPORTED sends the op to the own kernels, one that
+ * refuses SPATIAL_PERSISTENT for want of a reserve (persistent_refused)
+ * asks the caller to repeat it in SPATIAL; any other failure is the op's
+ * error. */
 #define DNN_OR_FALLBACK(call)                                   \
   do {                                                          \
     cudnnStatus_t e_ = (call);                                  \
