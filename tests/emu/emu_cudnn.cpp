@@ -40,6 +40,10 @@
  *   cuda_bnorm.c has); workspace NULL with size 0 runs as the non-Ex
  *   function, as documented, unless CT_EMU_BN_RESERVE_REQUIRED=1 makes a
  *   needed reserve mandatory (BAD_PARAM without it).
+ * - CT_EMU_DNN_NO_NHWC=1 stands in for a cuDNN build with no channels-last
+ *   kernel for a shape: a convolution with an NHWC tensor gets no usable
+ *   algorithm (the _v7 heuristics list every entry NOT_SUPPORTED_LAYOUT,
+ *   the Find calls fail with that status) and the compute calls refuse it.
  *
  * Every compute call checks each data pointer (bytes from its descriptor)
  * and the workspace with ct_emu::check_device_range; on a failure it returns
@@ -237,9 +241,18 @@ void scatter_filter(void *p, const fdesc &f, bool flip, const std::vector<double
 struct geo {
   int N, C, H, W, K, Cg, Kg, G, R, S, OH, OW;
   int ph, pw, u, v, dh, dw;
-  bool flip, tf32;
+  bool flip, tf32, nhwc;
   cudnnDataType_t dt;
 };
+
+/* CT_EMU_DNN_NO_NHWC=1: no algorithm for a convolution with an NHWC operand. */
+bool no_nhwc() {
+  static const bool on = [] {
+    const char *e = getenv("CT_EMU_DNN_NO_NHWC");
+    return e && *e && strcmp(e, "0") != 0;
+  }();
+  return on;
+}
 
 bool tf32_allowed(cudnnMathType_t m) {
   if (m == CUDNN_FMA_MATH) return false;
@@ -282,6 +295,7 @@ cudnnStatus_t conv_geo(const tdesc &x, const fdesc &w, const cdesc &cv, const td
   g->ph = cv.ph, g->pw = cv.pw, g->u = cv.u, g->v = cv.v, g->dh = cv.dh, g->dw = cv.dw;
   g->flip = cv.mode == CUDNN_CONVOLUTION;
   g->dt = x.dt;
+  g->nhwc = x.fmt == CUDNN_TENSOR_NHWC || y.fmt == CUDNN_TENSOR_NHWC || w.fmt == CUDNN_TENSOR_NHWC;
   g->tf32 = x.dt == CUDNN_DATA_FLOAT && tf32_allowed(cv.math);
   return CUDNN_STATUS_SUCCESS;
 }
@@ -401,12 +415,15 @@ cudnnStatus_t list_algos(pass p, const geo &g, cudnnMathType_t math, bool measur
                          Perf *perf, const char *who) {
   if (requested < 1 || !returned || !perf)
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: requestedAlgoCount %d (must be >= 1) or a NULL output", who, requested);
+  const bool refused = g.nhwc && no_nhwc();
+  if (refused && measured)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT, "%s: no NHWC algorithm (CT_EMU_DNN_NO_NHWC)", who);
   const int n = requested < 2 ? requested : 2;
   for (int i = 0; i < n; i++) {
     Perf q;
     memset(&q, 0, sizeof q);
     q.algo = (Algo)offered[p][i];
-    q.status = CUDNN_STATUS_SUCCESS;
+    q.status = refused ? CUDNN_STATUS_NOT_SUPPORTED_LAYOUT : CUDNN_STATUS_SUCCESS;
     q.time = measured ? 0.01f * (float)(i + 1) : -1.0f;
     q.memory = (size_t)algo_workspace(p, offered[p][i], g);
     q.determinism = deterministic(p, offered[p][i]) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
@@ -441,6 +458,8 @@ cudnnStatus_t check_call(cudnnHandle_t h, const void *alpha, const void *beta, p
   if (algo < 0 || algo >= algo_count[p]) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: algorithm %d out of range", who, algo);
   const int64_t req = algo_workspace(p, algo, g);
   if (req < 0) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: algorithm %d is not one the emulator offers", who, algo);
+  if (g.nhwc && no_nhwc())
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT, "%s: algorithm %d has no NHWC kernel (CT_EMU_DNN_NO_NHWC)", who, algo);
   if (wsb < (size_t)req)
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: workspace of %zu bytes, algorithm %d needs %lld", who, wsb, algo,
                   (long long)req);

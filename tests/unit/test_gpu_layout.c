@@ -6,7 +6,10 @@
  * one SGD training step of cnn, alexnet and resnet18 with the layout
  * choice on vs off (the weight updates compared normwise: fp32 at 1e-3,
  * bf16 and fp16 at 5e-2: cuDNN may pick other algorithms for NHWC, so not
- * bitwise).
+ * bitwise). The convolutions run under both the heuristic and the
+ * cudnnFind* (cudnn_benchmark) algorithm choice; the emulator's
+ * CT_EMU_DNN_NO_NHWC run (emu_test_gpu_layout_no_nhwc) takes every NHWC
+ * algorithm away, so the same checks then cover the NCHW fallback.
  * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
 #include "op_util.h"
 #include "test_util.h"
@@ -231,6 +234,13 @@ int main(void) {
   for (int xn = 0; xn < 2; xn++)
     for (int yn = 0; yn < 2; yn++) conv_case(gpu, ref, xn, yn, 1);
   conv_case(gpu, ref, 1, 1, 2);
+  /* Again with the algorithms chosen by cudnnFind* timing runs
+   * (--cudnn-benchmark), a plan cache of their own. */
+  CHECK_OK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmark", 1));
+  conv_case(gpu, ref, 1, 1, 1);
+  conv_case(gpu, ref, 0, 1, 1);
+  CHECK_OK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmark", 0));
+  CHECK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmarks", 1) == CT_ERR_NOT_FOUND);
   check_pool(gpu, ref, 1);
   check_pool(gpu, ref, 0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP32, 2);

@@ -19,7 +19,10 @@
  * cuDNN's tensor-core kernels want all three operands NHWC, and a mixed
  * call would drop to slower algorithms or none. Plain operands (and the
  * PyTorch-ordered weight and its gradient) are transposed into scratch
- * and back by cuda_relayout. Any other layout is refused. */
+ * and back by cuda_relayout. Any other layout is refused. A shape for
+ * which cuDNN offers no channels-last algorithm runs NCHW instead, every
+ * NHWC operand transposed the other way: slower, but it runs, where a
+ * model-wide layout choice would otherwise fail on one layer. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,9 +52,10 @@ static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
   } while (0)
 
 /* A convolution plan: the descriptors and the algorithm for one shape,
- * pass, dtype and math type. Built once per shape (heuristic, or
+ * pass, dtype, math type and layout. Built once per shape (heuristic, or
  * cudnnFind* timing runs under --cudnn-benchmark, as
- * torch.backends.cudnn.benchmark does) and reused on every later call. */
+ * torch.backends.cudnn.benchmark does) and reused on every later call.
+ * algo < 0 (descriptors destroyed) caches "cuDNN has no algorithm here". */
 typedef struct conv_plan {
   int key[24];
   cudnnTensorDescriptor_t xd, yd;
@@ -71,6 +75,16 @@ static void plan_destroy(conv_plan *c) {
   if (c->wd) cudnnDestroyFilterDescriptor(c->wd);
   if (c->yd) cudnnDestroyTensorDescriptor(c->yd);
   if (c->xd) cudnnDestroyTensorDescriptor(c->xd);
+  c->cv = NULL, c->wd = NULL, c->yd = NULL, c->xd = NULL;
+}
+
+/* An algorithm query that fails as NOT_SUPPORTED (any sub-code: cuDNN 9
+ * reports e.g. NOT_SUPPORTED_LAYOUT for a format it has no kernel for)
+ * found nothing rather than failed. */
+static cudnnStatus_t none_if_unsupported(cudnnStatus_t e, int *n) {
+  if (CUDNN_STATUS_CATEGORY(e) != CUDNN_STATUS_NOT_SUPPORTED) return e;
+  *n = 0;
+  return CUDNN_STATUS_SUCCESS;
 }
 
 void cuda_conv_cache_free(ct_device *d) {
@@ -162,23 +176,27 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
     }
     if (kind == CONV_FWD) {
       cudnnConvolutionFwdAlgoPerf_t perf[16];
-      if (bench) DNN(cudnnFindConvolutionForwardAlgorithm(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf));
-      else DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf));
+      if (bench) DNN(none_if_unsupported(cudnnFindConvolutionForwardAlgorithm(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf), &n));
+      else DNN(none_if_unsupported(cudnnGetConvolutionForwardAlgorithm_v7(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf), &n));
       PICK(perf, n);
       if (c.algo >= 0)
         DNN(cudnnGetConvolutionForwardWorkspaceSize(h, c.xd, c.wd, c.cv, c.yd, (cudnnConvolutionFwdAlgo_t)c.algo, &c.wsb));
     } else if (kind == CONV_BWD_DATA) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[16];
-      if (bench) DNN(cudnnFindConvolutionBackwardDataAlgorithm(h, c.wd, c.yd, c.cv, c.xd, 16, &n, perf));
-      else DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.wd, c.yd, c.cv, c.xd, 16, &n, perf));
+      if (bench)
+        DNN(none_if_unsupported(cudnnFindConvolutionBackwardDataAlgorithm(h, c.wd, c.yd, c.cv, c.xd, 16, &n, perf), &n));
+      else
+        DNN(none_if_unsupported(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.wd, c.yd, c.cv, c.xd, 16, &n, perf), &n));
       PICK(perf, n);
       if (c.algo >= 0)
         DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.wd, c.yd, c.cv, c.xd, (cudnnConvolutionBwdDataAlgo_t)c.algo,
                                                          &c.wsb));
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
-      if (bench) DNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf));
-      else DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf));
+      if (bench)
+        DNN(none_if_unsupported(cudnnFindConvolutionBackwardFilterAlgorithm(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf), &n));
+      else
+        DNN(none_if_unsupported(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf), &n));
       PICK(perf, n);
       if (c.algo >= 0)
         DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.xd, c.yd, c.cv, c.wd,
@@ -188,13 +206,7 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
      * with the math type the algorithm was ranked under. */
     if (pmem > c.wsb) c.wsb = pmem;
   }
-  if (c.algo < 0) {
-    s = ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, %lld, "
-                 "%lld, %lld] groups %d in %s %s",
-                 op, (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], (long long)wsh[0],
-                 (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(rt),
-                 nhwc ? "NHWC" : "NCHW");
-  }
+  if (c.algo < 0) plan_destroy(&c);
 done:
   if (s != CT_OK) {
     plan_destroy(&c);
@@ -281,10 +293,20 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
 
   /* widen: 16-bit inputs with an f32 output run as f32 */
   const ct_dtype rt = ot;
-  const int nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
+  int nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
   const cudnnMathType_t math = rt == CT_F32 ? (cd->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
   const conv_plan *c = NULL;
   CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, nhwc, &c));
+  if (c->algo < 0 && nhwc) {
+    nhwc = 0;
+    CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, nhwc, &c));
+  }
+  if (c->algo < 0)
+    return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, "
+                    "%lld, %lld, %lld] groups %d in %s (tried %s)",
+                    op, (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], (long long)wsh[0],
+                    (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(rt),
+                    in1.nhwc || in2.nhwc || oa.nhwc ? "NHWC, then NCHW" : "NCHW");
 
   ct_status s = CT_OK;
   const size_t wsb = c->wsb, es = ct_dtype_size(rt);
