@@ -44,6 +44,9 @@
  *   kernel for a shape: a convolution with an NHWC tensor gets no usable
  *   algorithm (the _v7 heuristics list every entry NOT_SUPPORTED_LAYOUT,
  *   the Find calls fail with that status) and the compute calls refuse it.
+ * - CT_EMU_DNN_FIRST_FAILS=1: the compute calls refuse the algorithm every
+ *   query ranks first (NOT_SUPPORTED, as cuDNN can at execution for an
+ *   entry its heuristics listed as supported); the second still runs.
  *
  * Every compute call checks each data pointer (bytes from its descriptor)
  * and the workspace with ct_emu::check_device_range; on a failure it returns
@@ -245,12 +248,20 @@ struct geo {
   cudnnDataType_t dt;
 };
 
+bool env_on(const char *name) {
+  const char *e = getenv(name);
+  return e && *e && strcmp(e, "0") != 0;
+}
+
 /* CT_EMU_DNN_NO_NHWC=1: no algorithm for a convolution with an NHWC operand. */
 bool no_nhwc() {
-  static const bool on = [] {
-    const char *e = getenv("CT_EMU_DNN_NO_NHWC");
-    return e && *e && strcmp(e, "0") != 0;
-  }();
+  static const bool on = env_on("CT_EMU_DNN_NO_NHWC");
+  return on;
+}
+
+/* CT_EMU_DNN_FIRST_FAILS=1: the first-ranked algorithm refuses to run. */
+bool first_fails() {
+  static const bool on = env_on("CT_EMU_DNN_FIRST_FAILS");
   return on;
 }
 
@@ -460,6 +471,8 @@ cudnnStatus_t check_call(cudnnHandle_t h, const void *alpha, const void *beta, p
   if (req < 0) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: algorithm %d is not one the emulator offers", who, algo);
   if (g.nhwc && no_nhwc())
     return refuse(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT, "%s: algorithm %d has no NHWC kernel (CT_EMU_DNN_NO_NHWC)", who, algo);
+  if (algo == offered[p][0] && first_fails())
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: algorithm %d refuses to run (CT_EMU_DNN_FIRST_FAILS)", who, algo);
   if (wsb < (size_t)req)
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: workspace of %zu bytes, algorithm %d needs %lld", who, wsb, algo,
                   (long long)req);
@@ -539,10 +552,7 @@ int64_t bn_reserve(cudnnBatchNormMode_t mode, const tdesc &x) {
  * documentation, under which a call that asks for a reserve space
  * (SPATIAL_PERSISTENT here) refuses to run without one. */
 bool reserve_required() {
-  static const bool on = [] {
-    const char *e = getenv("CT_EMU_BN_RESERVE_REQUIRED");
-    return e && *e && strcmp(e, "0") != 0;
-  }();
+  static const bool on = env_on("CT_EMU_BN_RESERVE_REQUIRED");
   return on;
 }
 

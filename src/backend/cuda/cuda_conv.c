@@ -1,8 +1,10 @@
 /* 2-D convolution on cuDNN (the legacy descriptor API, which cuDNN 9 still
- * ships): NCHW or NHWC tensors, cross-correlation, groups, dilation. The algorithm
- * is cuDNN's heuristic first choice (cudnnGet*Algorithm_v7, which runs
- * nothing), restricted to plain FMA math for f32 unless the device allows
- * TF32; the workspace comes from the device's scratch buffer. Bias and the
+ * ships): NCHW or NHWC tensors, cross-correlation, groups, dilation. The
+ * algorithm is cuDNN's heuristic first choice (cudnnGet*Algorithm_v7, which
+ * runs nothing; cudnnFind* under cudnn_benchmark), or the next one when its
+ * workspace does not fit or cuDNN refuses to run it, restricted to plain FMA
+ * math for f32 unless the device allows TF32; the workspace comes from the
+ * device's scratch buffer. Bias and the
  * fused activation run as one extra elementwise kernel; the bias gradient is
  * a per-channel sum kernel.
  *
@@ -51,18 +53,30 @@ static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
     }                                                               \
   } while (0)
 
-/* A convolution plan: the descriptors and the algorithm for one shape,
+/* One algorithm cuDNN offered, as the call runs it. */
+typedef struct conv_cand {
+  int algo;
+  cudnnMathType_t math; /* set on the descriptor while this candidate runs */
+  size_t wsb;           /* workspace bytes */
+} conv_cand;
+
+#define CONV_CANDS 8
+
+/* A convolution plan: the descriptors and the algorithms for one shape,
  * pass, dtype, math type and layout. Built once per shape (heuristic, or
  * cudnnFind* timing runs under --cudnn-benchmark, as
  * torch.backends.cudnn.benchmark does) and reused on every later call.
- * algo < 0 (descriptors destroyed) caches "cuDNN has no algorithm here". */
+ * cand[cur] runs; when its workspace does not fit in memory or cuDNN
+ * refuses to run it, the plan moves on to the next candidate for good, as
+ * PyTorch tries algorithms in turn. ncand 0 (descriptors destroyed) caches
+ * "cuDNN has no algorithm here". */
 typedef struct conv_plan {
   int key[24];
   cudnnTensorDescriptor_t xd, yd;
   cudnnFilterDescriptor_t wd;
   cudnnConvolutionDescriptor_t cv;
-  int algo;
-  size_t wsb;
+  conv_cand cand[CONV_CANDS];
+  int ncand, cur;
 } conv_plan;
 
 struct cuda_conv_cache {
@@ -78,11 +92,14 @@ static void plan_destroy(conv_plan *c) {
   c->cv = NULL, c->wd = NULL, c->yd = NULL, c->xd = NULL;
 }
 
-/* An algorithm query that fails as NOT_SUPPORTED (any sub-code: cuDNN 9
- * reports e.g. NOT_SUPPORTED_LAYOUT for a format it has no kernel for)
- * found nothing rather than failed. */
+/* A status of cuDNN 9's NOT_SUPPORTED category (e.g. NOT_SUPPORTED_LAYOUT
+ * for a format it has no kernel for). */
+static int dnn_unsupported(cudnnStatus_t e) { return CUDNN_STATUS_CATEGORY(e) == CUDNN_STATUS_NOT_SUPPORTED; }
+
+/* An algorithm query that fails as NOT_SUPPORTED found nothing rather
+ * than failed. */
 static cudnnStatus_t none_if_unsupported(cudnnStatus_t e, int *n) {
-  if (CUDNN_STATUS_CATEGORY(e) != CUDNN_STATUS_NOT_SUPPORTED) return e;
+  if (!dnn_unsupported(e)) return e;
   *n = 0;
   return CUDNN_STATUS_SUCCESS;
 }
@@ -112,23 +129,55 @@ static int tensor_op_math(cudnnMathType_t m) {
   return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-/* cuDNN's ranked list (heuristic or measured): the first supported entry.
- * Strict f32 (FMA) prefers entries ranked without tensor cores; whether
- * cuDNN labels those FMA or DEFAULT is not documented, so both count, and
- * only when none is left does the best other entry run (under the FMA
- * descriptor, which keeps it off the tensor cores). The workspace is the
- * larger of the entry's and cudnnGet*WorkspaceSize's for the math type the
- * call will use, which is why the math type is set before that query. */
-#define PICK(perf, n)                                                                         \
-  for (int pass_ = 0; pass_ < 2 && c.algo < 0; pass_++)                                       \
-    for (int i_ = 0; i_ < (n) && c.algo < 0; i_++)                                            \
-      if ((perf)[i_].status == CUDNN_STATUS_SUCCESS &&                                        \
-          (pass_ == 1 || math != CUDNN_FMA_MATH || !tensor_op_math((perf)[i_].mathType))) {   \
-        c.algo = (int)(perf)[i_].algo;                                                        \
-        pmath = (perf)[i_].mathType;                                                          \
-        pmem = (perf)[i_].memory;                                                             \
-      }                                                                                       \
-  if (c.algo >= 0 && math != CUDNN_FMA_MATH && pmath != math) DNN(cudnnSetConvolutionMathType(c.cv, pmath))
+/* One entry of cuDNN's ranked list, whichever pass it came from. */
+typedef struct conv_ranked {
+  int ok, algo;
+  cudnnMathType_t math;
+  size_t mem;
+} conv_ranked;
+
+#define RANKED(perf, n)                                                                          \
+  for (int i_ = 0; i_ < (n); i_++) {                                                             \
+    r[i_].ok = (perf)[i_].status == CUDNN_STATUS_SUCCESS, r[i_].algo = (int)(perf)[i_].algo;     \
+    r[i_].math = (perf)[i_].mathType, r[i_].mem = (perf)[i_].memory;                             \
+  }
+
+/* The candidates from cuDNN's ranked list (heuristic or measured), best
+ * first: its supported entries in its order, each under the math type it
+ * was ranked with. Strict f32 (FMA) is the exception: every entry runs
+ * under the FMA descriptor, which keeps it off the tensor cores, and the
+ * entries ranked without tensor cores come first (whether cuDNN labels
+ * those FMA or DEFAULT is not documented, so both count). */
+static int order_cands(const conv_ranked *r, int n, cudnnMathType_t math, conv_cand *out) {
+  int k = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n && k < CONV_CANDS; i++) {
+      if (!r[i].ok || (math == CUDNN_FMA_MATH && tensor_op_math(r[i].math)) != pass) continue;
+      conv_cand c = {r[i].algo, math == CUDNN_FMA_MATH ? math : r[i].math, r[i].mem};
+      int dup = 0;
+      for (int j = 0; j < k; j++) dup |= out[j].algo == c.algo && out[j].math == c.math;
+      if (!dup) out[k++] = c;
+    }
+  return k;
+}
+
+/* The candidate's workspace: the larger of its list entry's and
+ * cudnnGet*WorkspaceSize's under the math type it runs with. */
+static cudnnStatus_t cand_workspace(cudnnHandle_t h, conv_kind kind, const conv_plan *c, conv_cand *k) {
+  size_t b = 0;
+  cudnnStatus_t e = cudnnSetConvolutionMathType(c->cv, k->math);
+  if (e != CUDNN_STATUS_SUCCESS) return e;
+  if (kind == CONV_FWD)
+    e = cudnnGetConvolutionForwardWorkspaceSize(h, c->xd, c->wd, c->cv, c->yd, (cudnnConvolutionFwdAlgo_t)k->algo, &b);
+  else if (kind == CONV_BWD_DATA)
+    e = cudnnGetConvolutionBackwardDataWorkspaceSize(h, c->wd, c->yd, c->cv, c->xd,
+                                                     (cudnnConvolutionBwdDataAlgo_t)k->algo, &b);
+  else
+    e = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c->xd, c->yd, c->cv, c->wd,
+                                                       (cudnnConvolutionBwdFilterAlgo_t)k->algo, &b);
+  if (e == CUDNN_STATUS_SUCCESS && b > k->wsb) k->wsb = b;
+  return e;
+}
 
 static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                             const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
@@ -139,7 +188,6 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
   ct_status s = CT_OK;
   conv_plan c;
   memset(&c, 0, sizeof c);
-  c.algo = -1;
   make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench, nhwc);
   DNN(cudnnCreateTensorDescriptor(&c.xd));
   DNN(cudnnCreateTensorDescriptor(&c.yd));
@@ -163,8 +211,7 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
   }
   {
     int n = 0;
-    cudnnMathType_t pmath = math;
-    size_t pmem = 0;
+    conv_ranked r[16];
     /* The Find calls run every candidate on cuDNN-allocated buffers: the
      * stream must be idle, and they cost a few ms per shape, once. */
     if (bench) {
@@ -176,37 +223,37 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
     }
     if (kind == CONV_FWD) {
       cudnnConvolutionFwdAlgoPerf_t perf[16];
-      if (bench) DNN(none_if_unsupported(cudnnFindConvolutionForwardAlgorithm(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf), &n));
-      else DNN(none_if_unsupported(cudnnGetConvolutionForwardAlgorithm_v7(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf), &n));
-      PICK(perf, n);
-      if (c.algo >= 0)
-        DNN(cudnnGetConvolutionForwardWorkspaceSize(h, c.xd, c.wd, c.cv, c.yd, (cudnnConvolutionFwdAlgo_t)c.algo, &c.wsb));
+      if (bench)
+        DNN(none_if_unsupported(cudnnFindConvolutionForwardAlgorithm(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf), &n));
+      else
+        DNN(none_if_unsupported(cudnnGetConvolutionForwardAlgorithm_v7(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf), &n));
+      RANKED(perf, n);
     } else if (kind == CONV_BWD_DATA) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[16];
       if (bench)
         DNN(none_if_unsupported(cudnnFindConvolutionBackwardDataAlgorithm(h, c.wd, c.yd, c.cv, c.xd, 16, &n, perf), &n));
       else
         DNN(none_if_unsupported(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.wd, c.yd, c.cv, c.xd, 16, &n, perf), &n));
-      PICK(perf, n);
-      if (c.algo >= 0)
-        DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h, c.wd, c.yd, c.cv, c.xd, (cudnnConvolutionBwdDataAlgo_t)c.algo,
-                                                         &c.wsb));
+      RANKED(perf, n);
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
       if (bench)
         DNN(none_if_unsupported(cudnnFindConvolutionBackwardFilterAlgorithm(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf), &n));
       else
         DNN(none_if_unsupported(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf), &n));
-      PICK(perf, n);
-      if (c.algo >= 0)
-        DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c.xd, c.yd, c.cv, c.wd,
-                                                           (cudnnConvolutionBwdFilterAlgo_t)c.algo, &c.wsb));
+      RANKED(perf, n);
     }
-    /* FMA (strict f32) stayed as requested (PICK); otherwise the call runs
-     * with the math type the algorithm was ranked under. */
-    if (pmem > c.wsb) c.wsb = pmem;
+    conv_cand all[CONV_CANDS];
+    int na = order_cands(r, n, math, all);
+    /* A candidate whose workspace query is NOT_SUPPORTED is dropped. */
+    for (int i = 0; i < na; i++) {
+      cudnnStatus_t e = cand_workspace(h, kind, &c, &all[i]);
+      if (e == CUDNN_STATUS_SUCCESS) c.cand[c.ncand++] = all[i];
+      else if (!dnn_unsupported(e)) DNN(e);
+    }
   }
-  if (c.algo < 0) plan_destroy(&c);
+  if (c.ncand) DNN(cudnnSetConvolutionMathType(c.cv, c.cand[0].math));
+  else plan_destroy(&c);
 done:
   if (s != CT_OK) {
     plan_destroy(&c);
@@ -219,7 +266,7 @@ done:
 /* The cached plan for this call, built on a miss. */
 static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                           const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                          cudnnMathType_t math, int nhwc, const conv_plan **out) {
+                          cudnnMathType_t math, int nhwc, conv_plan **out) {
   cuda_dev *cd = cuda_dev_of(d);
   int key[24];
   make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc);
@@ -260,14 +307,77 @@ static conv_arg arg_of(const void *p, ct_dtype t, int nhwc, const int64_t *s) {
   return a;
 }
 
+/* One attempt with the plan's current candidate: scratch (workspace and
+ * staged operands), inputs staged, the cuDNN call, a staged output back.
+ * *retry says whether the next candidate may succeed where this failed:
+ * the scratch did not fit in memory, or cuDNN refused to run the
+ * algorithm (NOT_SUPPORTED). Nothing but scratch is written before the
+ * cuDNN call, so a retry starts clean. */
+static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const conv_plan *c, int nhwc, ct_dtype rt,
+                          conv_arg in1, conv_arg in2, void *out, conv_arg oa, float beta, int *retry) {
+  const conv_cand *k = &c->cand[c->cur];
+  const size_t wsb = k->wsb, es = ct_dtype_size(rt);
+  const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
+  const int st1 = t1 != rt || in1.nhwc != nhwc, st2 = t2 != rt || in2.nhwc != nhwc, sto = oa.nhwc != nhwc;
+  const int64_t n1 = in1.n * in1.c * in1.hw, n2 = in2.n * in2.c * in2.hw, no = oa.n * oa.c * oa.hw;
+  size_t off1 = round256(wsb), off2 = off1 + (st1 ? round256((size_t)n1 * es) : 0);
+  size_t offo = off2 + (st2 ? round256((size_t)n2 * es) : 0);
+  size_t total = offo + (sto ? round256((size_t)no * es) : 0);
+  void *scr = NULL;
+  *retry = 0;
+  if (total) {
+    ct_status s = cuda_scratch(d, total, &scr);
+    *retry = s == CT_ERR_OUT_OF_MEMORY;
+    CT_TRY(s);
+  }
+  void *ws = wsb ? scr : NULL;
+  const void *a = in1.p, *b = in2.p;
+  void *dst = out;
+  if (st1) {
+    void *sa = (char *)scr + off1;
+    if (in1.nhwc == nhwc) CT_TRY(cuda_convert(d, in1.p, t1, sa, rt, n1));
+    else CT_TRY(cuda_relayout(d, in1.p, t1, in1.nhwc, sa, rt, nhwc, in1.n, in1.c, in1.hw, 0.f));
+    a = sa;
+  }
+  if (st2) {
+    void *sb = (char *)scr + off2;
+    if (in2.nhwc == nhwc) CT_TRY(cuda_convert(d, in2.p, t2, sb, rt, n2));
+    else CT_TRY(cuda_relayout(d, in2.p, t2, in2.nhwc, sb, rt, nhwc, in2.n, in2.c, in2.hw, 0.f));
+    b = sb;
+  }
+  if (sto) dst = (char *)scr + offo;
+  const float one = 1.f, zero = 0.f;
+  /* A staged output is written whole here and accumulated on the way out. */
+  const float *pbeta = beta != 0.f && !sto ? &beta : &zero;
+  cudnnStatus_t e;
+  if (kind == CONV_FWD)
+    e = cudnnConvolutionForward(h, &one, c->xd, a, c->wd, b, c->cv, (cudnnConvolutionFwdAlgo_t)k->algo, ws, wsb, &zero,
+                                c->yd, dst);
+  else if (kind == CONV_BWD_DATA)
+    e = cudnnConvolutionBackwardData(h, &one, c->wd, b, c->yd, a, c->cv, (cudnnConvolutionBwdDataAlgo_t)k->algo, ws,
+                                     wsb, &zero, c->xd, dst);
+  else
+    e = cudnnConvolutionBackwardFilter(h, &one, c->xd, a, c->yd, b, c->cv, (cudnnConvolutionBwdFilterAlgo_t)k->algo, ws,
+                                       wsb, pbeta, c->wd, dst);
+  if (e != CUDNN_STATUS_SUCCESS) {
+    *retry = dnn_unsupported(e);
+    return ct_error(CT_ERR_BACKEND, "cuda %s: cuDNN algorithm %d (%s math, %zu bytes of workspace): %s", kind_name[kind],
+                    k->algo, k->math == CUDNN_FMA_MATH ? "FMA" : tensor_op_math(k->math) ? "tensor-op" : "default",
+                    wsb, cudnnGetErrorString(e));
+  }
+  if (sto) return cuda_relayout(d, dst, rt, nhwc, out, ot, oa.nhwc, oa.n, oa.c, oa.hw, kind == CONV_BWD_FILTER ? beta : 0.f);
+  return CT_OK;
+}
+
 /* Runs one convolution pass. Shapes: xs = x [N,C,H,W], wsh = w
  * [O,C/groups,KH,KW], ys = y [N,O,OH,OW]. Operands by kind:
  *   fwd:         in1 = x,  in2 = w,  out = y
  *   bwd_data:    in1 = dy, in2 = w,  out = dx
  *   bwd_filter:  in1 = x,  in2 = dy, out = dw (out = beta*out + grad)
- * Each operand carries its own layout; the pass runs NHWC when any does,
- * and operands in the other layout or a narrower dtype are staged in
- * scratch (inputs before, the output after the cuDNN call). */
+ * Each operand carries its own layout; the pass runs NHWC when any does
+ * (NCHW when cuDNN has no NHWC algorithm for it), and operands in the
+ * other layout or a narrower dtype are staged in scratch (inputs before,
+ * the output after the cuDNN call). */
 static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
                            const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, void *out, conv_arg oa,
                            float beta) {
@@ -295,59 +405,26 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
   const ct_dtype rt = ot;
   int nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
   const cudnnMathType_t math = rt == CT_F32 ? (cd->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
-  const conv_plan *c = NULL;
+  conv_plan *c = NULL;
   CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, nhwc, &c));
-  if (c->algo < 0 && nhwc) {
+  if (!c->ncand && nhwc) {
     nhwc = 0;
     CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, nhwc, &c));
   }
-  if (c->algo < 0)
+  if (!c->ncand)
     return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, "
                     "%lld, %lld, %lld] groups %d in %s (tried %s)",
                     op, (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], (long long)wsh[0],
                     (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(rt),
                     in1.nhwc || in2.nhwc || oa.nhwc ? "NHWC, then NCHW" : "NCHW");
-
-  ct_status s = CT_OK;
-  const size_t wsb = c->wsb, es = ct_dtype_size(rt);
-  const int st1 = t1 != rt || in1.nhwc != nhwc, st2 = t2 != rt || in2.nhwc != nhwc, sto = oa.nhwc != nhwc;
-  const int64_t n1 = in1.n * in1.c * in1.hw, n2 = in2.n * in2.c * in2.hw, no = oa.n * oa.c * oa.hw;
-  size_t off1 = round256(wsb), off2 = off1 + (st1 ? round256((size_t)n1 * es) : 0);
-  size_t offo = off2 + (st2 ? round256((size_t)n2 * es) : 0);
-  size_t total = offo + (sto ? round256((size_t)no * es) : 0);
-  void *scr = NULL;
-  if (total) CT_TRY(cuda_scratch(d, total, &scr));
-  void *ws = wsb ? scr : NULL;
-  const void *a = in1.p, *b = in2.p;
-  void *dst = out;
-  if (st1) {
-    void *sa = (char *)scr + off1;
-    if (in1.nhwc == nhwc) CT_TRY(cuda_convert(d, in1.p, t1, sa, rt, n1));
-    else CT_TRY(cuda_relayout(d, in1.p, t1, in1.nhwc, sa, rt, nhwc, in1.n, in1.c, in1.hw, 0.f));
-    a = sa;
+  for (;;) {
+    int retry = 0;
+    ct_status s = conv_try(d, h, kind, c, nhwc, rt, in1, in2, out, oa, beta, &retry);
+    if (s == CT_OK || !retry || c->cur + 1 >= c->ncand) return s;
+    c->cur++;
+    cudnnStatus_t e = cudnnSetConvolutionMathType(c->cv, c->cand[c->cur].math);
+    if (e != CUDNN_STATUS_SUCCESS) return cuda_dnn_fail(e, __FILE__, __LINE__, "cudnnSetConvolutionMathType");
   }
-  if (st2) {
-    void *sb = (char *)scr + off2;
-    if (in2.nhwc == nhwc) CT_TRY(cuda_convert(d, in2.p, t2, sb, rt, n2));
-    else CT_TRY(cuda_relayout(d, in2.p, t2, in2.nhwc, sb, rt, nhwc, in2.n, in2.c, in2.hw, 0.f));
-    b = sb;
-  }
-  if (sto) dst = (char *)scr + offo;
-  const float one = 1.f, zero = 0.f;
-  /* A staged output is written whole here and accumulated on the way out. */
-  const float *pbeta = beta != 0.f && !sto ? &beta : &zero;
-  if (kind == CONV_FWD)
-    DNN(cudnnConvolutionForward(h, &one, c->xd, a, c->wd, b, c->cv, (cudnnConvolutionFwdAlgo_t)c->algo, ws, wsb, &zero,
-                                c->yd, dst));
-  else if (kind == CONV_BWD_DATA)
-    DNN(cudnnConvolutionBackwardData(h, &one, c->wd, b, c->yd, a, c->cv, (cudnnConvolutionBwdDataAlgo_t)c->algo, ws,
-                                     wsb, &zero, c->xd, dst));
-  else
-    DNN(cudnnConvolutionBackwardFilter(h, &one, c->xd, a, c->yd, b, c->cv, (cudnnConvolutionBwdFilterAlgo_t)c->algo, ws,
-                                       wsb, pbeta, c->wd, dst));
-  if (sto) s = cuda_relayout(d, dst, rt, nhwc, out, ot, oa.nhwc, oa.n, oa.c, oa.hw, kind == CONV_BWD_FILTER ? beta : 0.f);
-done:
-  return s;
 }
 
 /* 1 for NHWC, 0 for plain; anything else (C16 is the cpu's) is refused. */

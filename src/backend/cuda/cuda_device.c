@@ -70,6 +70,12 @@ ct_status cuda_scratch(ct_device *d, size_t bytes, void **out) {
     cd->scratch_bytes = 0;
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, want);
+    if (e == cudaErrorMemoryAllocation && want > bytes) {
+      /* Near the memory's end the headroom may be what does not fit. */
+      (void)cudaGetLastError();
+      want = bytes;
+      e = cudaMalloc(&p, want);
+    }
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       return ct_error(CT_ERR_OUT_OF_MEMORY, "cuda_device.c: cudaMalloc(%zu) for %s scratch: %s", want, d->name,
