@@ -48,7 +48,8 @@
  * Fallback to the own kernels (cuda_reduce.cu): parameters or statistics
  * not f32, x/y/dy/dx of different dtypes, epsilon below
  * CUDNN_BN_MIN_EPSILON, extents or element counts beyond cuDNN's int
- * descriptors, and CUDNN_STATUS_NOT_SUPPORTED from cuDNN.
+ * descriptors, and CUDNN_STATUS_NOT_SUPPORTED (or one of its cuDNN 9
+ * sub-codes) from cuDNN.
  *
  * Descriptors are created and destroyed per call (two host-side
  * allocations; no per-shape cache). */
@@ -173,7 +174,7 @@ static ct_status bn_desc_make(bn_desc *b, const ct_tensor *x, int nhwc, int64_t 
   return CT_OK;
 fail:
   bn_desc_destroy(b);
-  if (e == CUDNN_STATUS_NOT_SUPPORTED) return CT_OK; /* *ok stays 0: own kernels */
+  if (cuda_dnn_unsupported(e)) return CT_OK; /* *ok stays 0: own kernels */
   return cuda_dnn_fail(e, __FILE__, __LINE__, call);
 }
 
@@ -201,7 +202,7 @@ static int persistent_refused(ct_device *d, cudnnStatus_t e, cudnnBatchNormMode_
 #define DNN_OR_FALLBACK(call)                                   \
   do {                                                          \
     cudnnStatus_t e_ = (call);                                  \
-    if (e_ == CUDNN_STATUS_NOT_SUPPORTED) {                     \
+    if (cuda_dnn_unsupported(e_)) {                             \
       *fallback = BN_OWN_KERNELS;                               \
       goto done;                                                \
     }                                                           \

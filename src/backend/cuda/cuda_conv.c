@@ -92,14 +92,10 @@ static void plan_destroy(conv_plan *c) {
   c->cv = NULL, c->wd = NULL, c->yd = NULL, c->xd = NULL;
 }
 
-/* A status of cuDNN 9's NOT_SUPPORTED category (e.g. NOT_SUPPORTED_LAYOUT
- * for a format it has no kernel for). */
-static int dnn_unsupported(cudnnStatus_t e) { return CUDNN_STATUS_CATEGORY(e) == CUDNN_STATUS_NOT_SUPPORTED; }
-
 /* An algorithm query that fails as NOT_SUPPORTED found nothing rather
  * than failed. */
 static cudnnStatus_t none_if_unsupported(cudnnStatus_t e, int *n) {
-  if (!dnn_unsupported(e)) return e;
+  if (!cuda_dnn_unsupported(e)) return e;
   *n = 0;
   return CUDNN_STATUS_SUCCESS;
 }
@@ -249,7 +245,7 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
     for (int i = 0; i < na; i++) {
       cudnnStatus_t e = cand_workspace(h, kind, &c, &all[i]);
       if (e == CUDNN_STATUS_SUCCESS) c.cand[c.ncand++] = all[i];
-      else if (!dnn_unsupported(e)) DNN(e);
+      else if (!cuda_dnn_unsupported(e)) DNN(e);
     }
   }
   if (c.ncand) DNN(cudnnSetConvolutionMathType(c.cv, c.cand[0].math));
@@ -360,7 +356,7 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
     e = cudnnConvolutionBackwardFilter(h, &one, c->xd, a, c->yd, b, c->cv, (cudnnConvolutionBwdFilterAlgo_t)k->algo, ws,
                                        wsb, pbeta, c->wd, dst);
   if (e != CUDNN_STATUS_SUCCESS) {
-    *retry = dnn_unsupported(e);
+    *retry = cuda_dnn_unsupported(e);
     return ct_error(CT_ERR_BACKEND, "cuda %s: cuDNN algorithm %d (%s math, %zu bytes of workspace): %s", kind_name[kind],
                     k->algo, k->math == CUDNN_FMA_MATH ? "FMA" : tensor_op_math(k->math) ? "tensor-op" : "default",
                     wsb, cudnnGetErrorString(e));

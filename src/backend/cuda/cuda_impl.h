@@ -81,6 +81,12 @@ cudaStream_t cuda_stream(ct_device *d);
 ct_status cuda_rt_fail(cudaError_t e, const char *file, int line, const char *call);
 ct_status cuda_lt_fail(cublasStatus_t e, const char *file, int line, const char *call);
 ct_status cuda_dnn_fail(cudnnStatus_t e, const char *file, int line, const char *call);
+/* 1 for a status of cuDNN 9's NOT_SUPPORTED category: the plain code or a
+ * sub-code such as NOT_SUPPORTED_LAYOUT (the library's way of saying "no
+ * kernel for this", which callers answer with a fallback, not an error). */
+static inline int cuda_dnn_unsupported(cudnnStatus_t e) {
+  return CUDNN_STATUS_CATEGORY(e) == CUDNN_STATUS_NOT_SUPPORTED;
+}
 
 #define CUDA_TRY(call)                                                              \
   do {                                                                              \
