@@ -62,6 +62,10 @@ void set_last_error(cudaError_t e, const std::string &message);
  * is not device memory; returns whether it was. */
 bool check_device_range(const void *p, size_t bytes, const char *who, const char *what);
 
+/* An on/off knob from the environment (CT_EMU_REVERSE, CT_EMU_DNN_NO_NHWC,
+ * ...): on when set to anything but empty or "0". */
+bool env_flag(const char *name);
+
 /* TF32 rounding of an f32 value (10 explicit mantissa bits, round to
  * nearest even), as tensor cores read f32 inputs under TF32 math. */
 float round_tf32(float x);

@@ -760,10 +760,7 @@ extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cub
     uint32_t b = align_of(p.desc.bias);
     a.bias_align = b < 16 ? b : 16;
   }
-  static const bool no_epilogue = [] {
-    const char *e = getenv("CT_EMU_LT_NO_EPILOGUE");
-    return e && *e && std::strcmp(e, "0") != 0;
-  }();
+  static const bool no_epilogue = ct_emu::env_flag("CT_EMU_LT_NO_EPILOGUE");
   if (no_epilogue && a.epi != CUBLASLT_EPILOGUE_DEFAULT)
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, fn, "no algorithm for epilogue %d (CT_EMU_LT_NO_EPILOGUE)", (int)a.epi);
   a.ws = pr.max_ws >= kAlgoWorkspace ? kAlgoWorkspace : 0;

@@ -248,20 +248,15 @@ struct geo {
   cudnnDataType_t dt;
 };
 
-bool env_on(const char *name) {
-  const char *e = getenv(name);
-  return e && *e && strcmp(e, "0") != 0;
-}
-
 /* CT_EMU_DNN_NO_NHWC=1: no algorithm for a convolution with an NHWC operand. */
 bool no_nhwc() {
-  static const bool on = env_on("CT_EMU_DNN_NO_NHWC");
+  static const bool on = ct_emu::env_flag("CT_EMU_DNN_NO_NHWC");
   return on;
 }
 
 /* CT_EMU_DNN_FIRST_FAILS=1: the first-ranked algorithm refuses to run. */
 bool first_fails() {
-  static const bool on = env_on("CT_EMU_DNN_FIRST_FAILS");
+  static const bool on = ct_emu::env_flag("CT_EMU_DNN_FIRST_FAILS");
   return on;
 }
 
@@ -552,7 +547,7 @@ int64_t bn_reserve(cudnnBatchNormMode_t mode, const tdesc &x) {
  * documentation, under which a call that asks for a reserve space
  * (SPATIAL_PERSISTENT here) refuses to run without one. */
 bool reserve_required() {
-  static const bool on = env_on("CT_EMU_BN_RESERVE_REQUIRED");
+  static const bool on = ct_emu::env_flag("CT_EMU_BN_RESERVE_REQUIRED");
   return on;
 }
 

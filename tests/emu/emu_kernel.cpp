@@ -226,10 +226,7 @@ void wait_here(Sched &s) {
 int g_reverse = -1; /* -1: from CT_EMU_REVERSE at the first launch */
 
 bool reverse_order() {
-  if (g_reverse < 0) {
-    const char *e = getenv("CT_EMU_REVERSE");
-    g_reverse = e && *e && *e != '0';
-  }
+  if (g_reverse < 0) g_reverse = ct_emu::env_flag("CT_EMU_REVERSE");
   return g_reverse;
 }
 

@@ -101,12 +101,8 @@ size_t total_mem() {
 }
 
 bool immediate() {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv("CT_EMU_IMMEDIATE");
-    v = e && *e && *e != '0';
-  }
-  return v;
+  static const bool on = ct_emu::env_flag("CT_EMU_IMMEDIATE");
+  return on;
 }
 
 int device_count() {
@@ -323,6 +319,11 @@ void reset_fault_for_test() {
   std::lock_guard<std::recursive_mutex> lk(g_mu);
   g_sticky = g_last = cudaSuccess;
   g_sticky_msg.clear();
+}
+
+bool env_flag(const char *name) {
+  const char *e = getenv(name);
+  return e && *e && strcmp(e, "0") != 0;
 }
 
 float round_tf32(float x) {
