@@ -35,7 +35,7 @@ static const char *HELP =
     "  --input CxHxW|F         model input / synthetic data shape   --classes N (synthetic classes)\n"
     "  --resize N              resize images to NxN                 --augment none|flip|crop-flip\n"
     "  --device cpu|cpu:N|ref|cuda|cuda:N (cpu)   --threads N   --workers N (loader threads, 1)\n"
-    "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape and keep the fastest (CUDA)\n"
+    "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape, use the fastest that runs (CUDA)\n"
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/crop/flip/normalize run on the GPU\n"
     "  --data-on-gpu           (CUDA) both splits uploaded once as uint8; batches gathered and transformed on the GPU\n"
     "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
