@@ -60,6 +60,8 @@ void ct_dataset_options_default(ct_dataset_options *opt);
  *                              both splits are the same images); classes are
  *                              the sorted subfolder names, files are sorted
  *   "synthetic"                learnable random data from opt (seeded)
+ *   "synthetic:N"              the same with N training and ceil(N/4) test
+ *                              samples (opt->synth_count, when set, wins)
  * opt may be NULL (defaults). Files are fully validated (magic numbers,
  * dimensions, sizes, label ranges); a failure returns CT_ERR_NOT_FOUND,
  * CT_ERR_IO or CT_ERR_PARSE with a message naming the file and what was

@@ -22,7 +22,7 @@ static const char *HELP =
     "\n"
     "  --model NAME|FILE       zoo model (linreg mlp cnn lenet5 alexnet vgg11_bn resnet18 resnet50 resnet9)\n"
     "                          or a model file (docs/MODEL_FORMAT.md)\n"
-    "  --data NAME[:PATH]      fashion-mnist, mnist:PATH, cifar10:PATH, cifar100:PATH, folder:PATH, synthetic\n"
+    "  --data NAME[:PATH]      fashion-mnist, mnist:PATH, cifar10:PATH, cifar100:PATH, folder:PATH, synthetic[:N]\n"
     "  --epochs N              (1)         --batch-size N (64)       --max-steps N (stop after N steps)\n"
     "  --accumulate N (1)      gradient accumulation: one optimizer step per N batches of --batch-size\n"
     "                          (effective batch N x batch size; steps, --max-steps and schedules count optimizer steps)\n"

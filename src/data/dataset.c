@@ -2,8 +2,9 @@
  * format readers live in idx.c, cifar.c, folder.c and synthetic.c. */
 #include "data/dataset_impl.h"
 
-#include <stdlib.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void ct_dataset_options_default(ct_dataset_options *opt) {
@@ -54,6 +55,23 @@ static int spec_is(const char *spec, const char *kind, const char **path) {
   return 0;
 }
 
+/* "synthetic:N": N training samples and ceil(N/4) test samples (the
+ * default 1024/256 keeps that ratio), like torchvision's FakeData(size=N);
+ * a count in the options wins. */
+static ct_status synthetic_open(ct_dataset *ds, const char *spec, const char *count, int train,
+                                const ct_dataset_options *opt) {
+  if (!count || opt->synth_count > 0) return ct_synthetic_load(ds, train, opt);
+  char *end;
+  errno = 0;
+  long long n = strtoll(count, &end, 10);
+  if (!*count || *end || errno || n < 1 || n > (1ll << 31))
+    return ct_error(CT_ERR_INVALID_ARG, "dataset '%s': expected synthetic or synthetic:N, N training samples in 1..%lld",
+                    spec, 1ll << 31);
+  ct_dataset_options o = *opt;
+  o.synth_count = train ? n : (n + 3) / 4;
+  return ct_synthetic_load(ds, train, &o);
+}
+
 ct_status ct_dataset_open(const char *spec, int train, const ct_dataset_options *opt, ct_dataset **out) {
   *out = NULL;
   if (!spec) return ct_error(CT_ERR_INVALID_ARG, "dataset: no spec given");
@@ -88,11 +106,11 @@ ct_status ct_dataset_open(const char *spec, int train, const ct_dataset_options 
     else
       s = ct_folder_load(ds, path, train, opt);
   } else if (spec_is(spec, "synthetic", &path)) {
-    s = ct_synthetic_load(ds, train, opt);
+    s = synthetic_open(ds, spec, path, train, opt);
   } else {
     s = ct_error(CT_ERR_INVALID_ARG,
                  "dataset '%s': unknown kind; expected fashion-mnist[:PATH], mnist:PATH, cifar10:PATH, "
-                 "cifar100:PATH, folder:PATH or synthetic",
+                 "cifar100:PATH, folder:PATH or synthetic[:N]",
                  spec);
   }
   if (s != CT_OK) {

@@ -77,6 +77,8 @@ def main():
                 "apt-get install dataset-fashion-mnist"], stdout_empty=True)
         expect("mnist without a path", tr("mnist"), USAGE, ["mnist:PATH"], stdout_empty=True)
         expect("unknown dataset kind", tr("imagenet:/x"), USAGE, ["imagenet", "cifar10:PATH"], stdout_empty=True)
+        expect("synthetic with a bad count", tr("synthetic:12x"), USAGE, ["synthetic:12x", "synthetic:N"],
+               stdout_empty=True)
 
         d = os.path.join(work, "trunc")
         copy_dir(fm, d)

@@ -328,6 +328,29 @@ int main(void) {
     ct_dataset_close(tr2);
     ct_dataset_close(te);
     ct_dataset_close(other);
+    /* "synthetic:N": N train / ceil(N/4) test samples, the first ones the
+     * same as the default set's (sample i depends on the seed and i only). */
+    ct_dataset *small = NULL, *small_te = NULL;
+    so.seed = 5;
+    CHECK_OK(ct_dataset_open("synthetic:10", 1, &so, &small));
+    CHECK_OK(ct_dataset_open("synthetic:10", 0, &so, &small_te));
+    CHECK_OK(ct_dataset_open("synthetic", 1, &so, &tr));
+    if (small && small_te && tr) {
+      CHECK(ct_dataset_size(small) == 10 && ct_dataset_size(small_te) == 3);
+      const uint8_t *p1, *p2;
+      int64_t y1, y2;
+      ct_dataset_sample(small, 9, &p1, &y1);
+      ct_dataset_sample(tr, 9, &p2, &y2);
+      CHECK(y1 == y2 && memcmp(p1, p2, 192) == 0);
+    }
+    ct_dataset_close(small);
+    ct_dataset_close(small_te);
+    ct_dataset_close(tr);
+    const char *bad[] = {"synthetic:", "synthetic:0", "synthetic:-4", "synthetic:12x", "synthetic:4294967296"};
+    for (int i = 0; i < 5; i++) {
+      CHECK_MSG(ct_dataset_open(bad[i], 1, &so, &tr) == CT_ERR_INVALID_ARG, "%s accepted", bad[i]);
+      CHECK_MSG(strstr(ct_last_error(), "synthetic:N") != NULL, "%s: %s", bad[i], ct_last_error());
+    }
     so.synth_channels = 0;
     CHECK(ct_dataset_open("synthetic", 1, &so, &tr) == CT_ERR_INVALID_ARG);
   }
