@@ -12,6 +12,14 @@
 #   torch.compile), FMNIST (Fashion-MNIST IDX dir, default .deps/fashion-mnist
 #   or /usr/share/datasets/fashion-mnist; the row is skipped when absent),
 #   ROW_TIMEOUT (seconds per ctrain/PyTorch run, 300).
+# What bench/gpu/rehearse.sh sets to run all of this without a GPU (the
+# defaults are the real benchmark): SKIP_BUILD=1 (use BUILD_DIR as it is),
+#   CTRAIN and BENCH_BIN (the ctrain executable, the folder of bench_matmul
+#   and bench_linreg), TORCH_DEVICE (cuda), REHEARSAL=1 (the table says it
+#   holds no GPU figure), and the sizes: W_ALEXNET, W_RESNET50, W_RESNET9
+#   ("input classes batch"), SYNTH_N (ctrain's synthetic training images,
+#   1024), MAXBATCH_CAP (PyTorch's largest batch tried, 65536), TTA_EPOCHS
+#   (15), MATMUL_SHAPE (10000x200x10000), LINREG_N (1000000), LINREG_STEPS (500).
 # Time: a device command may run 10 minutes at most; torch.compile rows
 # alone can take minutes each, so run QUICK=1 first.
 set -uo pipefail
@@ -46,6 +54,14 @@ FMNIST_DEFAULT=/usr/share/datasets/fashion-mnist
 [[ -d $DEPS/fashion-mnist ]] && FMNIST_DEFAULT=$DEPS/fashion-mnist
 FMNIST=${FMNIST:-$FMNIST_DEFAULT}
 TMO=${ROW_TIMEOUT:-300}
+TORCH_DEVICE=${TORCH_DEVICE:-cuda}
+W_ALEXNET=${W_ALEXNET:-3x227x227 1000 256}
+W_RESNET50=${W_RESNET50:-3x224x224 1000 256}
+W_RESNET9=${W_RESNET9:-3x32x32 10 512}
+SYNTH_N=${SYNTH_N:-1024}
+MATMUL_SHAPE=${MATMUL_SHAPE:-10000x200x10000}
+LINREG_N=${LINREG_N:-1000000}
+LINREG_STEPS=${LINREG_STEPS:-500}
 # A fresh machine often has the toolkit without nvcc on PATH; CMake's
 # check_language(CUDA) would then build without CUDA and every GPU test
 # would report "Skipped".
@@ -64,6 +80,7 @@ log() { echo "$*" | tee -a "$RAW" >&2; }
 # Everything: ctest -L gpu below runs every test_gpu_* (a test whose
 # executable was not built is reported as failed, not skipped), and the
 # benchmark programs come from the same build.
+build() {
 t0=$(date +%s)
 # CTRAIN_PYTHON: the parity tests in ctest -L gpu need this PyTorch.
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCTRAIN_PYTHON="$(command -v "$PYTHON")" >"$TMP/configure.log" 2>&1
@@ -80,9 +97,13 @@ if ! grep -q 'ctrain: CUDA backend ON' "$TMP/configure.log"; then
   exit 1
 fi
 cmake --build "$BUILD" -j"$(nproc)" >>"$RAW" 2>&1 || { log "build failed:"; grep -m 20 -i 'error' "$RAW" >&2; exit 1; }
-BUILD_S=$(( $(date +%s) - t0 ))
-CTRAIN=$BUILD/ctrain
-log "build: ${BUILD_S}s"
+BUILD_S="$(( $(date +%s) - t0 )) s"
+log "build: $BUILD_S"
+}
+BUILD_S="not timed (SKIP_BUILD=1)"
+[[ ${SKIP_BUILD:-0} == 1 ]] || build
+CTRAIN=${CTRAIN:-$BUILD/ctrain}
+BENCH_BIN=${BENCH_BIN:-$BUILD/bench}
 "$CTRAIN" devices 2>&1 | tee -a "$RAW"
 "$CTRAIN" devices 2>&1 | grep -q '^cuda:0' || log "ctrain sees no GPU: every ctrain row below will fail and the GPU tests skip"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$RAW" || true
@@ -103,18 +124,18 @@ mib() { isnum "${1:-}" && [[ $1 != 0 ]] && awk "BEGIN{printf \"%.0f\", $1/104857
 ratio() { isnum "${1:-}" && isnum "${2:-}" && [[ $2 != 0 ]] && awk "BEGIN{printf \"%.2f\", $1/$2}" || echo "-"; }
 # ctrain's throughput without its first epoch (cuDNN's Find runs, plan and
 # graph set-up, first-touch allocations), like PyTorch's warm-up steps:
-# images of epochs 2.. over their seconds. Synthetic data has 1024
+# images of epochs 2.. over their seconds. Synthetic data has SYNTH_N
 # training images, so the epochs are whole when --max-steps is a multiple
-# of the steps per epoch. Falls back to the trainer's all-steps figure.
+# of the steps per epoch (the last batch of an epoch may be partial).
+# Falls back to the trainer's all-steps figure.
 steady() {
-  "$PYTHON" - "$1" "$2" <<'PYEOF' 2>>"$RAW" || echo "-"
+  "$PYTHON" - "$1" "$SYNTH_N" <<'PYEOF' 2>>"$RAW" || echo "-"
 import json, sys
 j = json.load(open(sys.argv[1]))
-b = int(sys.argv[2])
-per = -(-1024 // b)
+n = int(sys.argv[2])
 es = j.get("epoch_seconds") or []
 if len(es) >= 2 and sum(es[1:]) > 0:
-    print(f"{(len(es) - 1) * per * b / sum(es[1:]):.1f}")
+    print(f"{(len(es) - 1) * n / sum(es[1:]):.1f}")
 else:
     print(j.get("images_per_second") or "-")
 PYEOF
@@ -127,25 +148,27 @@ PYEOF
 ctrain_train() {
   local m=$1 in=$2 cl=$3 b=$4 mode=$5 extra=${6:-} j=$TMP/$1-$5${7:-}.json prec=fp32 env=() lg=$TMP/ctrain${7:-}.log
   case $mode in tf32) env=(CTRAIN_CUDA_TF32=1) ;; fp16) prec=fp16 ;; bf16) prec=bf16 ;; esac
-  local per=$(( (1024 + b - 1) / b ))
+  local per=$(( (SYNTH_N + b - 1) / b ))
   local steps=$(( (STEPS + 5 + per - 1) / per * per ))
   [[ $steps -lt $((2 * per)) ]] && steps=$((2 * per))
   # $extra unquoted on purpose: it is a list of flags.
   # shellcheck disable=SC2086
-  env ${env[@]+"${env[@]}"} timeout "$TMO" "$CTRAIN" train --model "$m" --data synthetic --input "$in" --classes "$cl" \
+  env ${env[@]+"${env[@]}"} timeout "$TMO" "$CTRAIN" train --model "$m" --data "synthetic:$SYNTH_N" --input "$in" --classes "$cl" \
     --batch-size "$b" --max-steps "$steps" --epochs 1000 --device cuda --cudnn-benchmark --precision "$prec" \
     --optimizer sgd --momentum 0.9 $extra --metrics-json "$j" >"$lg" 2>&1
   local rc=$?
   cat "$lg" >>"$RAW"
   sed -n 's/.*(recompute: \([0-9]*\) segments.*/\1/p' "$lg" | head -n1 >"$TMP/segments"
   [[ $rc == 0 ]] || { log "ctrain $m $mode $extra failed"; echo "- -"; return; }
-  echo "$(steady "$j" "$b") $(jnum peak_memory_bytes "$j")"
+  echo "$(steady "$j") $(jnum peak_memory_bytes "$j")"
 }
 # PyTorch: $1 model $2 input $3 classes $4 batch $5 torch mode $6 extra flags
 torch_train() {
   local f=$TMP/t.out
-  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --model "$1" --input "$2" --classes "$3" --batch "$4" \
-    --mode "$5" --steps "$STEPS" $6 >"$f" 2>>"$RAW" || { log "torch $1 $5 $6 failed"; echo "- -"; return; }
+  # $6 unquoted on purpose: a list of flags.
+  # shellcheck disable=SC2086
+  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" --model "$1" --input "$2" \
+    --classes "$3" --batch "$4" --mode "$5" --steps "$STEPS" $6 >"$f" 2>>"$RAW" || { log "torch $1 $5 $6 failed"; echo "- -"; return; }
   cat "$f" >>"$RAW"
   echo "$(kv img_s "$f") $(kv peak_bytes "$f")"
 }
@@ -161,12 +184,16 @@ bench_model() {
   fi
 }
 
-bench_model alexnet 3x227x227 1000 256 tf32 fp32 --tf32
-bench_model alexnet 3x227x227 1000 256 fp16 amp_fp16 ""
-bench_model alexnet 3x227x227 1000 256 bf16 amp_bf16 ""
-bench_model resnet50 3x224x224 1000 256 bf16 amp_bf16 ""
-bench_model resnet50 3x224x224 1000 256 fp16 amp_fp16 ""
-bench_model resnet9 3x32x32 10 512 bf16 amp_bf16 ""
+# W_* unquoted on purpose: "input classes batch".
+# shellcheck disable=SC2086
+{
+bench_model alexnet $W_ALEXNET tf32 fp32 --tf32
+bench_model alexnet $W_ALEXNET fp16 amp_fp16 ""
+bench_model alexnet $W_ALEXNET bf16 amp_bf16 ""
+bench_model resnet50 $W_RESNET50 bf16 amp_bf16 ""
+bench_model resnet50 $W_RESNET50 fp16 amp_fp16 ""
+bench_model resnet9 $W_RESNET9 bf16 amp_bf16 ""
+}
 
 # Activation recompute (gradient checkpointing), never run on a GPU yet.
 # Throughput row: ctrain --recompute auto against PyTorch eager with
@@ -184,7 +211,8 @@ bench_recompute() {
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "--checkpoint-segments $nseg")
   row "$m $in b$b | $cmode + recompute | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | $note; torch eager, channels_last, cudnn.benchmark, checkpoint_sequential($nseg segments, use_reentrant=False)"
 }
-bench_recompute resnet50 3x224x224 1000 256 bf16 amp_bf16
+# shellcheck disable=SC2086
+bench_recompute resnet50 $W_RESNET50 bf16 amp_bf16
 
 # What recompute lets fit: the largest batch, without and with it.
 # ctrain: 'ctrain summary --device cuda' prepares the training plan and
@@ -192,7 +220,7 @@ bench_recompute resnet50 3x224x224 1000 256 bf16 amp_bf16
 # step itself allocates nothing more but cuDNN's workspace in the
 # device's scratch), doubling from 64, then bisection. PyTorch:
 # torch_gpu.py maxbatch runs one real training step per try. The synthetic
-# data set has 1024 images, so these batches are not trained here.
+# data set has SYNTH_N (1024) images, so these batches are not trained here.
 # Granularity: 1/16 of the batch, 1/4 under QUICK=1.
 GRAN=16
 [[ ${QUICK:-0} == 1 ]] && GRAN=4
@@ -219,8 +247,8 @@ ctrain_max_batch() {
 torch_max_batch() {
   local f=$TMP/tmb.out
   # shellcheck disable=SC2086
-  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" maxbatch --model "$1" --input "$2" --classes "$3" \
-    --mode "$4" --granularity "$(awk "BEGIN{print 1/$GRAN}")" $5 >"$f" 2>>"$RAW" || { log "torch maxbatch $1 $4 $5 failed"; echo "- -"; return; }
+  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" maxbatch --device "$TORCH_DEVICE" --model "$1" --input "$2" \
+    --classes "$3" --mode "$4" --granularity "$(awk "BEGIN{print 1/$GRAN}")" --max-batch-cap "${MAXBATCH_CAP:-65536}" $5 >"$f" 2>>"$RAW" || { log "torch maxbatch $1 $4 $5 failed"; echo "- -"; return; }
   cat "$f" >>"$RAW"
   echo "$(kv max_batch "$f") $(kv peak_bytes "$f")"
 }
@@ -238,7 +266,8 @@ bench_max_batch() {
   isnum "${t0:-}" && isnum "${t1:-}" && [[ $t0 != 0 ]] && tgain=$(awk "BEGIN{printf \"%.1fx\", $t1/$t0}")
   row "$m $in largest batch | $cmode + recompute | - | - | - | - | $(mib "${t1p:-}") | ctrain (plan + state allocated): ${c0:--} plain, ${c1:--} with --recompute auto ($gain); PyTorch (one step run): ${t0:--} plain, ${t1:--} with checkpoint_sequential($nseg) ($tgain; its peak at that batch in the PyTorch column); batches to 1/$GRAN"
 }
-bench_max_batch resnet50 3x224x224 1000 bf16 amp_bf16
+read -r r50_in r50_cl _ <<<"$W_RESNET50"
+bench_max_batch resnet50 "$r50_in" "$r50_cl" bf16 amp_bf16
 
 # Seed cnn on Fashion-MNIST: time to 91% test accuracy, training seconds
 # only on both sides (ctrain: history.csv's per-epoch `seconds` summed until
@@ -254,7 +283,7 @@ TTA=${TTA_TARGET:-0.91}
 TTA_PCT=$(awk "BEGIN{printf \"%g\", 100*$TTA}")
 if [[ -d $FMNIST ]]; then
   ld=$TMP/fm
-  timeout "$TMO" "$CTRAIN" train --model cnn --data "fashion-mnist:$FMNIST" --device cuda --epochs 15 --batch-size 128 \
+  timeout "$TMO" "$CTRAIN" train --model cnn --data "fashion-mnist:$FMNIST" --device cuda --epochs "${TTA_EPOCHS:-15}" --batch-size 128 \
     --optimizer adam --lr 0.001 --patience 0 --log-dir "$ld" >>"$RAW" 2>&1 || log "ctrain cnn fashion-mnist failed"
   # "<seconds> <epoch>" at the first epoch with val_accuracy >= $TTA, else
   # "- <best val_accuracy> <epochs run>"; nothing when there is no history.
@@ -265,7 +294,7 @@ if [[ -d $FMNIST ]]; then
   elif [[ -n ${cep:-} ]]; then cnote="not reached in ${cn:-?} epochs (best $cep)"
   else cnote="- (run failed)"; fi
   f=$TMP/tta.out
-  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" tta --device cuda --data "$FMNIST" --epochs 15 --batch-size 128 \
+  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" tta --device "$TORCH_DEVICE" --data "$FMNIST" --epochs "${TTA_EPOCHS:-15}" --batch-size 128 \
     --lr 0.001 --target "$TTA" >"$f" 2>>"$RAW" || log "torch cnn fashion-mnist tta failed"
   cat "$f" >>"$RAW"
   t91=$(kv tta_s "$f")
@@ -282,25 +311,34 @@ fi
 # bench_matmul --device cuda = cuBLASLt, bench_linreg --device cuda = the
 # fused reduction + Adam kernels; data resident on the GPU on both sides).
 f=$TMP/mm.out
-"$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" matmul --steps 10 >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
-"$BUILD/bench/bench_matmul" >"$TMP/cmm.out" 2>>"$RAW" && cat "$TMP/cmm.out" >>"$RAW"
-"$BUILD/bench/bench_matmul" --device cuda 10000 200 10000 10 >"$TMP/gmm.out" 2>>"$RAW" && cat "$TMP/gmm.out" >>"$RAW"
+"$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" matmul --device "$TORCH_DEVICE" --shape "$MATMUL_SHAPE" --steps 10 >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
+read -r mm_m mm_k mm_n <<<"${MATMUL_SHAPE//x/ }"
+"$BENCH_BIN/bench_matmul" "$mm_m" "$mm_k" "$mm_n" >"$TMP/cmm.out" 2>>"$RAW" && cat "$TMP/cmm.out" >>"$RAW"
+"$BENCH_BIN/bench_matmul" --device cuda "$mm_m" "$mm_k" "$mm_n" 10 >"$TMP/gmm.out" 2>>"$RAW" && cat "$TMP/gmm.out" >>"$RAW"
 grep 'dtype=f32' "$TMP/cmm.out" >"$TMP/cmm32.out" || true
 grep 'dtype=f32' "$TMP/gmm.out" >"$TMP/gmm32.out" || true
-row "matmul 10000x200x10000 | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/cmm32.out") s, GPU $(kv median_s "$TMP/gmm32.out") s"
+row "matmul $MATMUL_SHAPE | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/cmm32.out") s, GPU $(kv median_s "$TMP/gmm32.out") s"
 f=$TMP/lr.out
-"$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" linreg >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
-"$BUILD/bench/bench_linreg" --n 1000000 --steps 500 --runs 3 >"$TMP/clr.out" 2>>"$RAW" && cat "$TMP/clr.out" >>"$RAW"
-"$BUILD/bench/bench_linreg" --n 1000000 --steps 500 --runs 3 --device cuda >"$TMP/glr.out" 2>>"$RAW" && cat "$TMP/glr.out" >>"$RAW"
-row "linreg 1M x 500 Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s, GPU $(kv median_s "$TMP/glr.out") s (ctrain: 2 features, PyTorch script: 1)"
+"$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" linreg --device "$TORCH_DEVICE" --points "$LINREG_N" --iters "$LINREG_STEPS" \
+  >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
+"$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 >"$TMP/clr.out" 2>>"$RAW" && cat "$TMP/clr.out" >>"$RAW"
+"$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 --device cuda >"$TMP/glr.out" 2>>"$RAW" &&
+  cat "$TMP/glr.out" >>"$RAW"
+row "linreg $LINREG_N x $LINREG_STEPS Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s, GPU $(kv median_s "$TMP/glr.out") s (ctrain: 2 features, PyTorch script: 1)"
 
 {
-  echo "# ctrain vs PyTorch on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1) ($DATE)"
+  if [[ ${REHEARSAL:-0} == 1 ]]; then
+    echo "# REHEARSAL of run_gpu.sh ($DATE): ctrain on the CUDA emulator, PyTorch on $TORCH_DEVICE, tiny sizes"
+    echo
+    echo "No figure below is a GPU measurement: bench/gpu/rehearse.sh ran the whole script to check that every row fills in."
+  else
+    echo "# ctrain vs PyTorch on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1) ($DATE)"
+  fi
   echo
   echo "Steps per measurement: $STEPS after 5 warm-up steps for PyTorch; ctrain runs whole epochs of synthetic"
-  echo "data (1024 images) and its img/s leaves out the first epoch (cuDNN Find, set-up), falling back to the"
+  echo "data ($SYNTH_N images) and its img/s leaves out the first epoch (cuDNN Find, set-up), falling back to the"
   echo "trainer's all-steps figure. ctrain peak = the memory plan (arena + state), PyTorch peak ="
-  echo "torch.cuda.max_memory_allocated. Build with CUDA from scratch: ${BUILD_S} s. Raw output: $(basename "$RAW")."
+  echo "torch.cuda.max_memory_allocated. Build with CUDA from scratch: ${BUILD_S}. Raw output: $(basename "$RAW")."
   echo
   cat "$TMP/rows"
 } >"$TABLE"

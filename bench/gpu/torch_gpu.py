@@ -28,9 +28,13 @@ IDX .gz files of --data, ctrain's `train --model cnn --data fashion-mnist:DIR
 where tta_s is the summed training seconds of the epochs up to the first
 with test accuracy >= --target (0.91), "-" when not reached; epoch is that
 epoch (or the number run) and acc the test accuracy there (or the best).
-Runs on --device cpu too (the only mode that does).
+
+--device cpu runs every workload on the CPU (matmul and linreg then time
+the CPU twice): bench/gpu/rehearse.sh uses it to run run_gpu.sh end to end
+without a GPU. Peak memory is 0 there.
 """
 import argparse
+import contextlib
 import gzip
 import os
 import sys
@@ -60,11 +64,56 @@ def need_torchvision(name):
         sys.modules["torchvision"] = types.ModuleType("torchvision")
 
 
-def grad_scaler(enabled):
-    # torch.cuda.amp.GradScaler is deprecated from PyTorch 2.4 on.
-    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
-        return torch.amp.GradScaler("cuda", enabled=enabled)
-    return torch.cuda.amp.GradScaler(enabled=enabled)
+class Device:
+    """Where a workload runs: synchronisation and peak-memory statistics
+    exist on cuda only (no-ops and 0 on the cpu)."""
+
+    def __init__(self, name):
+        self.dev = torch.device(name)
+        self.cuda = self.dev.type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def reset_peak(self):
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak(self):
+        return torch.cuda.max_memory_allocated() if self.cuda else 0
+
+    def empty_cache(self):
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+    def autocast(self, amp_dtype):
+        if amp_dtype is not None and not self.cuda and not self.cpu_autocasts(amp_dtype):
+            amp_dtype = None
+        return torch.autocast(self.dev.type, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
+
+    def cpu_autocasts(self, amp_dtype):
+        """PyTorch 1.x autocasts to bf16 only on the cpu: a rehearsal's
+        fp16 rows then run in fp32 (said once on stderr)."""
+        if not hasattr(self, "cpu_ok"):
+            self.cpu_ok = {}
+        if amp_dtype not in self.cpu_ok:
+            try:
+                with torch.autocast("cpu", dtype=amp_dtype):
+                    pass
+                self.cpu_ok[amp_dtype] = True
+            except RuntimeError as e:
+                print(f"torch_gpu.py: {e}; fp32 instead", file=sys.stderr)
+                self.cpu_ok[amp_dtype] = False
+        return self.cpu_ok[amp_dtype]
+
+    def grad_scaler(self, enabled):
+        # torch.cuda.amp.GradScaler is deprecated from PyTorch 2.4 on;
+        # PyTorch 1.x has no cpu scaler (there it is off: bf16 and fp32
+        # need none, and a rehearsal's fp16 autocast on the cpu is too).
+        if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+            return torch.amp.GradScaler(self.dev.type, enabled=enabled)
+        return torch.cuda.amp.GradScaler(enabled=enabled and self.cuda)
 
 
 def sequential_form(model):
@@ -126,7 +175,8 @@ def mode_name(a):
 
 def train_speed(a):
     need_torchvision(a.model)
-    dev = torch.device("cuda")
+    d = Device(a.device)
+    dev = d.dev
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.backends.cudnn.allow_tf32 = a.tf32
@@ -140,11 +190,11 @@ def train_speed(a):
     y = torch.randint(0, a.classes, (a.batch,), device=dev)
     lossf = nn.CrossEntropyLoss()
     amp_dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(a.mode)
-    scaler = grad_scaler(a.mode == "amp_fp16")
+    scaler = d.grad_scaler(a.mode == "amp_fp16")
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+        with d.autocast(amp_dtype):
             loss = lossf(step_model(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -152,15 +202,15 @@ def train_speed(a):
 
     for _ in range(a.warmup):
         step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    d.sync()
+    d.reset_peak()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         step()
-    torch.cuda.synchronize()
+    d.sync()
     dt = time.perf_counter() - t0
     print(f"RESULT workload={a.model} mode={mode_name(a)} "
-          f"img_s={a.batch * a.steps / dt:.1f} peak_bytes={torch.cuda.max_memory_allocated()}")
+          f"img_s={a.batch * a.steps / dt:.1f} peak_bytes={d.peak()}")
 
 
 def is_oom(e):
@@ -176,7 +226,8 @@ def max_batch(a):
     allocator's cache) before the next."""
     import gc
     need_torchvision(a.model)
-    dev = torch.device("cuda")
+    d = Device(a.device)
+    dev = d.dev
     torch.backends.cudnn.benchmark = False
     c, h, w = (int(v) for v in a.input.split("x"))
     model = ctrain_models.build(a.model, c, h, w, a.classes).to(dev).to(memory_format=torch.channels_last)
@@ -184,21 +235,21 @@ def max_batch(a):
     fwd = checkpointed(sequential_form(model), a.checkpoint_segments) if a.checkpoint_segments >= 2 else model
     lossf = nn.CrossEntropyLoss()
     amp_dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(a.mode)
-    scaler = grad_scaler(a.mode == "amp_fp16")
+    scaler = d.grad_scaler(a.mode == "amp_fp16")
 
     def fits(b):
         ok, why = False, "out of memory"
-        torch.cuda.reset_peak_memory_stats()
+        d.reset_peak()
         try:
             x = torch.randn(b, c, h, w, device=dev).to(memory_format=torch.channels_last)
             y = torch.randint(0, a.classes, (b,), device=dev)
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            with d.autocast(amp_dtype):
                 loss = lossf(fwd(x), y)
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
-            torch.cuda.synchronize()
+            d.sync()
             ok = True
         except RuntimeError as e:
             # Not only out of memory: a library may refuse a tensor past
@@ -208,11 +259,11 @@ def max_batch(a):
                 why = f"failed: {str(e).splitlines()[0][:160] if str(e) else type(e).__name__}"
         # Outside the except block: its traceback holds the failed step's
         # frames (and their tensors) until the block ends.
-        peak = torch.cuda.max_memory_allocated()
+        peak = d.peak()
         x = y = loss = None
         opt.zero_grad(set_to_none=True)
         gc.collect()
-        torch.cuda.empty_cache()
+        d.empty_cache()
         print(f"maxbatch {a.model} {mode_name(a)}: batch {b} {'fits' if ok else why}, "
               f"peak {peak / 2**20:.0f} MiB", file=sys.stderr, flush=True)
         return ok, peak
@@ -238,44 +289,44 @@ def max_batch(a):
 
 
 def matmul(a):
-    """10000x200 @ 200x10000 (fp32) on the CPU and on the GPU."""
-    res = {}
-    for d in ("cpu", "cuda"):
-        x = torch.randn(10000, 200, device=d)
-        y = torch.randn(200, 10000, device=d)
+    """--shape MxKxN (10000x200x10000), fp32, on the CPU and on --device."""
+    m, k, n = (int(v) for v in a.shape.split("x"))
+    res = []
+    for name in ("cpu", a.device):
+        d = Device(name)
+        x = torch.randn(m, k, device=d.dev)
+        y = torch.randn(k, n, device=d.dev)
         for _ in range(2):
             x @ y
-        if d == "cuda":
-            torch.cuda.synchronize()
+        d.sync()
         t0 = time.perf_counter()
         for _ in range(a.steps):
             x @ y
-        if d == "cuda":
-            torch.cuda.synchronize()
-        res[d] = (time.perf_counter() - t0) / a.steps
-    print(f"RESULT workload=matmul mode=fp32 cpu_s={res['cpu']:.6f} gpu_s={res['cuda']:.6f} img_s=0 peak_bytes=0")
+        d.sync()
+        res.append((time.perf_counter() - t0) / a.steps)
+    print(f"RESULT workload=matmul mode=fp32 cpu_s={res[0]:.6f} gpu_s={res[1]:.6f} img_s=0 peak_bytes=0")
 
 
 def linreg(a):
-    """1M points, nn.Linear + MSELoss + Adam, 500 steps, CPU and GPU."""
-    res = {}
-    for d in ("cpu", "cuda"):
+    """--points (1M) points, nn.Linear + MSELoss + Adam, --iters (500)
+    steps, on the CPU and on --device."""
+    res = []
+    for name in ("cpu", a.device):
+        d = Device(name)
         g = torch.Generator(device="cpu").manual_seed(0)
-        x = torch.randn(1_000_000, 1, generator=g).to(d)
-        y = 3 * x + 2 + 0.1 * torch.randn(1_000_000, 1, generator=g).to(d)
-        m = nn.Linear(1, 1).to(d)
+        x = torch.randn(a.points, 1, generator=g).to(d.dev)
+        y = 3 * x + 2 + 0.1 * torch.randn(a.points, 1, generator=g).to(d.dev)
+        m = nn.Linear(1, 1).to(d.dev)
         opt = torch.optim.Adam(m.parameters(), lr=0.1)
-        if d == "cuda":
-            torch.cuda.synchronize()
+        d.sync()
         t0 = time.perf_counter()
-        for _ in range(500):
+        for _ in range(a.iters):
             opt.zero_grad()
             nn.functional.mse_loss(m(x), y).backward()
             opt.step()
-        if d == "cuda":
-            torch.cuda.synchronize()
-        res[d] = time.perf_counter() - t0
-    print(f"RESULT workload=linreg mode=fp32 cpu_s={res['cpu']:.4f} gpu_s={res['cuda']:.4f} img_s=0 peak_bytes=0")
+        d.sync()
+        res.append(time.perf_counter() - t0)
+    print(f"RESULT workload=linreg mode=fp32 cpu_s={res[0]:.4f} gpu_s={res[1]:.4f} img_s=0 peak_bytes=0")
 
 
 def read_idx_gz(path, magic):
@@ -316,8 +367,9 @@ def load_fmnist(d, split):
 
 def tta(a):
     """Time to --target test accuracy for ctrain's zoo cnn on Fashion-MNIST."""
-    dev = torch.device(a.device)
-    if dev.type == "cuda":
+    d = Device(a.device)
+    dev = d.dev
+    if d.cuda:
         # Strict fp32 as ctrain's fp32 row (ctrain uses TF32 only under
         # CTRAIN_CUDA_TF32=1; PyTorch 2.x allows it in cuDNN convs by
         # default). cudnn.benchmark stays at PyTorch's default (off), as
@@ -355,10 +407,6 @@ def tta(a):
           f"/255 only, batch {b} (last partial batch kept, as ctrain), Adam lr {a.lr}, up to {a.epochs} epochs, "
           f"device {dev}; data resident on the device as tensors (a loader that costs nothing)", flush=True)
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
     def evaluate():
         model.eval()
         correct = torch.zeros((), dtype=torch.int64, device=dev)
@@ -370,8 +418,7 @@ def tta(a):
     total = 0.0
     hit = None
     best = (0.0, 0)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    d.reset_peak()
     for ep in range(1, a.epochs + 1):
         # Shuffled order before the clock starts, as ctrain builds its
         # epoch order in ct_loader_start_epoch before taking t0.
@@ -379,7 +426,7 @@ def tta(a):
         model.train()
         loss_sum = torch.zeros((), device=dev)
         correct = torch.zeros((), dtype=torch.int64, device=dev)
-        sync()
+        d.sync()
         # The same span as ctrain's history.csv `seconds` (src/train/
         # trainer.c, fit): the epoch's training steps only, from the first
         # batch until the last step has finished (ctrain drains its device
@@ -397,7 +444,7 @@ def tta(a):
             opt.step()
             loss_sum += loss.detach() * y.shape[0]
             correct += (out.detach().argmax(1) == y).sum()
-        sync()
+        d.sync()
         dt = time.perf_counter() - t0
         total += dt
         acc = evaluate()
@@ -408,7 +455,7 @@ def tta(a):
         if acc >= a.target:
             hit = (total, ep, acc)
             break
-    peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0
+    peak = d.peak()
     if hit:
         print(f"RESULT workload=cnn_fmnist_tta mode=fp32 device={dev.type} tta_s={hit[0]:.2f} epoch={hit[1]} "
               f"acc={hit[2]:.4f} target={a.target} params={params} peak_bytes={peak}")
@@ -435,7 +482,11 @@ def main():
     p.add_argument("--granularity", type=float, default=1 / 16,
                    help="maxbatch: stop bisecting when the bracket is below this share of the batch")
     p.add_argument("--max-batch-cap", type=int, default=1 << 16, help="maxbatch: largest batch tried")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="tta only")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: every workload on the CPU, for bench/gpu/rehearse.sh")
+    p.add_argument("--shape", default="10000x200x10000", help="matmul: MxKxN")
+    p.add_argument("--points", type=int, default=1_000_000, help="linreg: data points")
+    p.add_argument("--iters", type=int, default=500, help="linreg: Adam steps")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="tta: folder of the IDX files")
     p.add_argument("--epochs", type=int, default=15, help="tta")
     p.add_argument("--seed", type=int, default=0, help="tta")
@@ -446,10 +497,7 @@ def main():
         a.batch = {"tta": 128, "maxbatch": 64}.get(a.workload, 256)
     if a.workload == "tta" and a.epochs < 1:
         p.error("--epochs must be >= 1")
-    if a.workload == "tta" and a.device == "cpu":
-        tta(a)
-        return
-    if not torch.cuda.is_available():
+    if a.device == "cuda" and not torch.cuda.is_available():
         print("torch_gpu.py: no CUDA device visible to PyTorch", file=sys.stderr)
         sys.exit(77)
     {"train": train_speed, "matmul": matmul, "linreg": linreg, "tta": tta, "maxbatch": max_batch}[a.workload](a)
