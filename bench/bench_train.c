@@ -1,7 +1,10 @@
-/* Training throughput of a zoo model on the cpu device, the way
- * `ctrain train` runs a step (forward, cross-entropy, zero_grad, backward,
- * Adam step) but on in-memory random data, so the loader is out of the
- * measurement. Prepares the model, runs warm-up steps, then times each
+/* Training throughput of a zoo model, the way `ctrain train` runs a step
+ * (forward, cross-entropy, zero_grad, backward, Adam step) but on
+ * in-memory random data, so the loader is out of the measurement. On
+ * --device cuda the model is resident and each step is the trainer's
+ * synchronous device step (ct_device_train_step: batch copied to the GPU,
+ * fused optimizer, statistics read back), so a step's wall time includes
+ * one host-device round trip the trainer's lagged pipeline hides. Prepares the model, runs warm-up steps, then times each
  * step (bf16 = opt level O1, autocast-style); prints the median step time as images/s, process CPU time per step
  * divided by the threads (an uncontended estimate on a shared machine),
  * the forward conv/linear FLOPs (training = 3x forward) and achieved
@@ -12,6 +15,7 @@
  *                    [--threads 2] [--precision fp32|bf16] [--profile]
  *                    [--no-fuse] [--memory-format auto|contiguous|channels-last]
  *                    [--recompute auto|cheap|N|off] [--optim adam|sgd]
+ *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
  * --no-fuse turns off the ReLU folding of src/nn/fuse.c; --memory-format
@@ -22,7 +26,14 @@
  * dropout outputs only, N >= 2 segments, off/0/1 = none)
  * and the summary names the segments and the layers run forward twice;
  * --optim sgd swaps Adam for plain SGD (lr 0.01, no momentum: no state),
- * what bench/recompute.sh uses to match torch.optim.SGD.
+ * what bench/recompute.sh uses to match torch.optim.SGD; --momentum sets
+ * SGD's (bench/gpu/run_gpu.sh: 0.9, as its PyTorch side).
+ * On cuda: --precision fp16 too (O1 with the dynamic loss scale, as
+ * `ctrain train`), --cudnn-benchmark as `ctrain train`'s, and --profile
+ * times each layer's forward and backward between two device
+ * synchronisations (wall time, so each includes a launch and a sync,
+ * some microseconds); the RSS figures are the host's, the device's peak
+ * is reported beside them. --threads is the host's OpenMP threads.
  * Last line: "RESULT key=value ..." for bench/run.sh. */
 #include <errno.h>
 #include <omp.h>
@@ -34,8 +45,12 @@
 
 #include "bench_util.h"
 #include "ctrain/ctrain.h"
+#include "backend/backend.h"
+#include "nn/device_state.h"
 #include "nn/fuse.h"
 #include "nn/model_impl.h"
+#include "optim/optimizer_device.h"
+#include "train/device_step.h"
 
 #define CK(x)                                             \
   do {                                                    \
@@ -82,6 +97,8 @@ typedef struct step_ctx {
   ct_optimizer *opt;
   float *params, *grads;
   ct_tensor x, y;
+  int resident;       /* the model lives on the device: ct_device_train_step */
+  ct_grad_scaler gs;  /* the device step's loss scaler */
   double *phase[STEP_PHASES]; /* per timed step wall seconds, or NULL */
   int timed;                  /* index of the timed step being run */
 } step_ctx;
@@ -95,7 +112,24 @@ static void mark(step_ctx *c, int p, double *t) {
   *t = n;
 }
 
+/* The trainer's device step on the same data (no phases: the GPU runs
+ * them asynchronously). */
+static double device_step(step_ctx *c, uint32_t k) {
+  ct_batch b;
+  memset(&b, 0, sizeof b);
+  b.x = c->x;
+  b.y = c->y;
+  b.n = c->x.shape[0];
+  double lv = 0;
+  int64_t t1 = 0, t5 = 0;
+  int skipped = 0;
+  CK(ct_device_train_step(c->m, c->dev, c->opt, &b, CT_LOSS_CROSS_ENTROPY, 0.0f, 0.0, k, &c->gs, &lv, &t1, &t5,
+                          &skipped));
+  return lv;
+}
+
 static double step(step_ctx *c, uint32_t k) {
+  if (c->resident) return device_step(c, k);
   const ct_tensor *out;
   ct_tensor dout;
   double lv, t = bench_now();
@@ -114,9 +148,19 @@ static double step(step_ctx *c, uint32_t k) {
   return lv;
 }
 
-/* Per-layer medians of CPU time / threads (wall time of one layer is
- * mostly preemption noise on a loaded machine): re-runs each layer's
- * forward and then each backward on the tensors the last step bound. */
+/* The time of one layer pass. On the cpu: CPU time / threads (wall time
+ * of one layer is mostly preemption noise on a loaded machine). On a
+ * device: wall time between two synchronisations. */
+static double layer_clock(step_ctx *c, int threads) {
+  if (c->resident) {
+    CK(ct_device_sync(c->dev));
+    return bench_now();
+  }
+  return bench_cpu_now() / threads;
+}
+
+/* Per-layer medians: re-runs each layer's forward and then each backward
+ * on the tensors the last step bound. */
 static void profile(step_ctx *c, int runs, int threads) {
   ct_model *m = c->m;
   int L = m->n_layers;
@@ -126,20 +170,21 @@ static void profile(step_ctx *c, int runs, int threads) {
     step(c, (uint32_t)r);
     for (int i = 0; i < L; i++) {
       ct_layer *l = &m->layers[i];
-      double t0 = bench_cpu_now();
+      double t0 = layer_clock(c, threads);
       CK(l->cls->forward(l, &e));
-      tf[i * runs + r] = (bench_cpu_now() - t0) / threads;
+      tf[i * runs + r] = layer_clock(c, threads) - t0;
     }
     for (int i = L - 1; i >= 0; i--) {
       ct_layer *l = &m->layers[i];
       l->grad_beta = 1.0f;
-      double t0 = bench_cpu_now();
+      double t0 = layer_clock(c, threads);
       CK(l->cls->backward(l, &e));
-      tb[i * runs + r] = (bench_cpu_now() - t0) / threads;
+      tb[i * runs + r] = layer_clock(c, threads) - t0;
     }
   }
   double sf = 0, sb = 0;
-  printf("per-layer medians of cpu-time/threads over %d runs (ms):\n  %-4s %-12s %-22s %9s %9s\n", runs, "#", "kind", "name", "forward",
+  printf("per-layer medians of %s over %d runs (ms):\n  %-4s %-12s %-22s %9s %9s\n",
+         c->resident ? "wall time between device syncs" : "cpu-time/threads", runs, "#", "kind", "name", "forward",
          "backward");
   for (int i = 0; i < L; i++) {
     double f = bench_median(tf + i * runs, runs) * 1e3, b = bench_median(tb + i * runs, runs) * 1e3;
@@ -155,14 +200,19 @@ int main(int argc, char **argv) {
   const char *model = "cnn";
   int batch = 128, classes = 10, steps = 20, warmup = 3, threads = 2, prof = 0;
   int c = 0, h = 0, w = 0;
-  const char *prec = "fp32";
+  const char *prec = "fp32", *device = "cpu";
   ct_memory_format fmt = CT_MEMORY_FORMAT_AUTO;
-  int recompute = 0;
+  int recompute = 0, cudnn_benchmark = 0;
+  double momentum = 0;
   ct_optim_kind optim = CT_OPTIM_ADAM;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--profile")) {
       prof = 1;
+      continue;
+    }
+    if (!strcmp(a, "--cudnn-benchmark")) {
+      cudnn_benchmark = 1;
       continue;
     }
     if (!strcmp(a, "--no-fuse")) {
@@ -185,6 +235,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--warmup")) warmup = atoi(v);
     else if (!strcmp(a, "--threads")) threads = atoi(v);
     else if (!strcmp(a, "--precision")) prec = v;
+    else if (!strcmp(a, "--device")) device = v;
+    else if (!strcmp(a, "--momentum")) momentum = atof(v);
     else if (!strcmp(a, "--optim")) {
       if (!strcmp(v, "adam")) optim = CT_OPTIM_ADAM;
       else if (!strcmp(v, "sgd")) optim = CT_OPTIM_SGD;
@@ -226,30 +278,53 @@ int main(int argc, char **argv) {
   }
   omp_set_num_threads(threads);
   ct_device *dev;
-  CK(ct_device_open("cpu", &dev));
+  CK(ct_device_open(device, &dev));
   ct_device_set_threads(dev, threads);
+  if (cudnn_benchmark) {
+    const ct_backend *be = ct_device_backend(dev);
+    if (!be->set_option) {
+      fprintf(stderr, "--cudnn-benchmark: device '%s' has no cuDNN\n", device);
+      return 2;
+    }
+    CK(be->set_option(dev, "cudnn_benchmark", 1));
+  }
   ct_model_options mo = {c, h, w, classes, 1};
   ct_model *m;
   CK(ct_model_create(model, &mo, &m));
-  if (!strcmp(prec, "bf16")) {
-    CK(ct_model_set_precision(m, CT_PRECISION_BF16, CT_OPT_O1)); /* autocast, like torch.autocast */
+  int fp16 = !strcmp(prec, "fp16");
+  if (!strcmp(prec, "bf16") || fp16) {
+    /* autocast, like torch.autocast */
+    CK(ct_model_set_precision(m, fp16 ? CT_PRECISION_FP16 : CT_PRECISION_BF16, CT_OPT_O1));
   } else if (strcmp(prec, "fp32")) {
-    fprintf(stderr, "--precision wants fp32 or bf16, got '%s'\n", prec);
+    fprintf(stderr, "--precision wants fp32, bf16 or fp16, got '%s'\n", prec);
     return 2;
   }
   CK(ct_model_set_memory_format(m, fmt));
   CK(ct_model_set_recompute(m, recompute));
+  ct_optim_config oc = ct_optim_config_default(optim);
+  if (optim == CT_OPTIM_SGD) oc.momentum = momentum;
+  /* A device that keeps the model resident holds the optimizer's state in
+   * the model's block, as `ctrain train` reserves it. */
+  if (!strncmp(ct_device_name(dev), "cuda", 4)) ct_model_reserve_optimizer_state(m, ct_optim_state_buffers(&oc));
   CK(ct_model_prepare(m, dev, batch, 1));
   int ic, ih, iw;
   ct_model_input_shape(m, &ic, &ih, &iw);
   int64_t per = ct_model_input_ndim(m) == 1 ? ic : (int64_t)ic * ih * iw;
 
-  step_ctx sc = {m, dev, NULL, NULL, NULL, {0}, {0}, {NULL}, 0};
+  step_ctx sc;
+  memset(&sc, 0, sizeof sc);
+  sc.m = m;
+  sc.dev = dev;
   size_t np;
   sc.params = ct_model_params(m, &np);
   sc.grads = ct_model_grads(m, &np);
-  ct_optim_config oc = ct_optim_config_default(optim);
   CK(ct_optimizer_create(&oc, np, &sc.opt));
+  sc.resident = ct_model_step_stats(m) != NULL;
+  if (sc.resident) {
+    /* `ctrain train`'s scaler: dynamic from 2^16 for fp16 (O1), off otherwise. */
+    ct_grad_scaler_init(&sc.gs, fp16, 1, 65536.0);
+    CK(ct_device_train_begin(m, dev, sc.opt, &sc.gs));
+  }
   /* Random, non-constant data: images in [-1, 1), labels uniform. */
   float *xd = malloc(sizeof(float) * (size_t)(per * batch));
   int64_t *yd = malloc(sizeof(int64_t) * (size_t)batch);
@@ -266,7 +341,7 @@ int main(int argc, char **argv) {
   double rss0_mb = vmrss_mb(); /* before the first step: the arena's pages are not touched yet */
   for (int i = 0; i < warmup; i++) step(&sc, (uint32_t)i);
   double *t = malloc(sizeof(double) * (size_t)steps), *ct = malloc(sizeof(double) * (size_t)steps);
-  if (prof)
+  if (prof && !sc.resident)
     for (int p = 0; p < STEP_PHASES; p++) sc.phase[p] = malloc(sizeof(double) * (size_t)steps);
   double loss = 0;
   for (int i = 0; i < steps; i++) {
@@ -297,14 +372,18 @@ int main(int argc, char **argv) {
          oname, batch, ic, ih, iw, threads, steps, warmup);
   printf("  wall: median %.2f ms (min %.2f, max %.2f) = %.0f img/s, %.1f GFLOP/s\n", med * 1e3, tmin * 1e3, tmax * 1e3,
          batch / med, flop / med * 1e-9);
-  printf("  cpu-time/threads: median %.2f ms = %.0f img/s, %.1f GFLOP/s (uncontended estimate)\n", cmed * 1e3,
-         batch / cmed, flop / cmed * 1e-9);
+  if (!sc.resident)
+    printf("  cpu-time/threads: median %.2f ms = %.0f img/s, %.1f GFLOP/s (uncontended estimate)\n", cmed * 1e3,
+           batch / cmed, flop / cmed * 1e-9);
   printf("  %.3f GFLOP per step (forward conv/linear MACs x2 x3), plan %.1f MB, peak RSS %.0f MB, loss %.4f, load %.2f\n",
          flop * 1e-9, plan_mb, rss_mb, loss, la[0]);
   printf("  recompute: %d segment%s, %d of %d layers run forward twice (+%.3f GFLOP, +%.1f%%); parameters+gradients %.1f MB, "
          "RSS before the first step %.0f MB\n",
          segs, segs == 1 ? " (off)" : "s", rcl, m->n_layers, rc_flop * 1e-9, 100.0 * rc_flop / flop, state_mb, rss0_mb);
-  if (prof) {
+  if (sc.resident)
+    printf("  on %s: device memory peak %.1f MB (plan + state + scratch), %s\n", ct_device_name(dev),
+           ct_device_mem_peak(dev) / 1048576.0, cudnn_benchmark ? "cudnn_benchmark" : "cuDNN heuristics");
+  if (prof && !sc.resident) {
     printf("phases of the step, median wall ms over the %d timed steps:", steps);
     for (int p = 0; p < STEP_PHASES; p++) {
       printf(" %s %.3f", phase_name[p], bench_median(sc.phase[p], steps) * 1e3);
@@ -312,12 +391,12 @@ int main(int argc, char **argv) {
       sc.phase[p] = NULL;
     }
     printf("\n");
-    profile(&sc, steps < 5 ? 5 : steps, threads);
   }
-  printf("RESULT workload=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
+  if (prof) profile(&sc, steps < 5 ? 5 : steps, threads);
+  printf("RESULT workload=%s device=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
          "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f optim=%s plan_mb=%.1f state_mb=%.1f "
          "segments=%d rc_layers=%d layers=%d rc_gflop=%.4f rss0_mb=%.0f\n",
-         model, prec, batch, threads, med, tmin, cmed, batch / med, batch / cmed, flop * 1e-9, flop / med * 1e-9, rss_mb,
+         model, ct_device_name(dev), prec, batch, threads, med, tmin, cmed, batch / med, batch / cmed, flop * 1e-9, flop / med * 1e-9, rss_mb,
          la[0], oname, plan_mb, state_mb, segs, rcl, m->n_layers, rc_flop * 1e-9, rss0_mb);
   free(t), free(ct), free(xd), free(yd);
   ct_optimizer_destroy(sc.opt);

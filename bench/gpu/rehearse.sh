@@ -10,7 +10,8 @@
 #
 # Usage (repo root, a build with the CUDA backend, i.e. nvcc found):
 #   bench/gpu/rehearse.sh            # BUILD_DIR (build), OUT (a temp dir), PYTHON (/usr/bin/python3)
-# About 5 minutes on the 2-core development machine.
+#   ROWS="tta cpugpu" bench/gpu/rehearse.sh    # some groups of rows only (run_gpu.sh's ROWS)
+# About 8 minutes on the 2-core development machine.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -50,7 +51,7 @@ export OUT PYTHON BUILD_DIR=$BUILD SKIP_BUILD=1 REHEARSAL=1 QUICK=1
 export CTRAIN=$EMU/ctrain BENCH_BIN=$EMU/bench TORCH_DEVICE=cpu
 export W_ALEXNET="3x64x64 10 8" W_RESNET50="3x32x32 10 4" W_RESNET9="3x32x32 10 8" SYNTH_N=16
 export MAXBATCH_CAP=128 FMNIST=$FM TTA_EPOCHS=2 TTA_TARGET=0.2
-export MATMUL_SHAPE=256x64x256 LINREG_N=20000 LINREG_STEPS=20
+export MATMUL_SHAPE=256x64x256 LINREG_N=20000 LINREG_STEPS=20 PROFILE_STEPS=2
 # The emulated device: 1 GiB, so the largest-batch search ends soon; one
 # OpenMP thread, as in the emulator's tests.
 export CT_EMU_MEM_MB=1024 OMP_NUM_THREADS=1
@@ -61,8 +62,8 @@ export CT_EMU_MEM_MB=1024 OMP_NUM_THREADS=1
 }
 
 TABLE=$(ls "$OUT"/*-gpu.md)
-"$PYTHON" - "$TABLE" <<'PYEOF'
-import re, sys
+"$PYTHON" - "$TABLE" "${ROWS:-train profile recompute maxbatch tta cpugpu}" <<'PYEOF'
+import os, re, sys
 num = r"[0-9]+(?:\.[0-9]+)?"
 rows = [l.strip().strip("|").split("|") for l in open(sys.argv[1]) if l.startswith("| ") and "---" not in l]
 rows = [[c.strip() for c in r] for r in rows[1:]]
@@ -90,10 +91,19 @@ for r in rows:
             need(re.fullmatch(num, v), r, f"{what} is {v!r}")
         if "recompute" in mode:
             need(re.search(r"recompute auto: [0-9]+ segments", note), r, "no segment count: " + note)
-want = {"throughput": 6, "recompute": 1, "largest": 1, "tta": 1, "matmul": 1, "linreg": 1}
+groups = sys.argv[2].split()
+want = {"throughput": 6 * ("train" in groups), "recompute": "recompute" in groups, "largest": "maxbatch" in groups,
+        "tta": "tta" in groups, "matmul": "cpugpu" in groups, "linreg": "cpugpu" in groups}
 for k, n in want.items():
     if kinds[k] != n:
         bad.append(f"{n} {k} row(s) expected, {kinds[k]} found")
+if "profile" in groups:
+    prof = sys.argv[1].replace("-gpu.md", "-gpu-profile.md")
+    text = open(prof).read() if os.path.exists(prof) else ""
+    if text.count("per-layer medians of wall time between device syncs") != 2 or text.count("\nprofile of ") != 2:
+        bad.append(f"{prof}: not two ctrain per-layer tables and two PyTorch op tables")
+    if "failed" in text:
+        bad.append(f"{prof}: a run failed")
 if bad:
     print("rehearse.sh: the table has gaps:\n  " + "\n  ".join(bad), file=sys.stderr)
     sys.exit(1)

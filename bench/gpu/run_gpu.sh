@@ -19,7 +19,8 @@
 #   holds no GPU figure), and the sizes: W_ALEXNET, W_RESNET50, W_RESNET9
 #   ("input classes batch"), SYNTH_N (ctrain's synthetic training images,
 #   1024), MAXBATCH_CAP (PyTorch's largest batch tried, 65536), TTA_EPOCHS
-#   (15), MATMUL_SHAPE (10000x200x10000), LINREG_N (1000000), LINREG_STEPS (500).
+#   (15), MATMUL_SHAPE (10000x200x10000), LINREG_N (1000000), LINREG_STEPS (500),
+#   PROFILE_STEPS (10).
 # Time: a device command may run 10 minutes at most; torch.compile rows
 # alone can take minutes each, so run QUICK=1 first.
 set -uo pipefail
@@ -29,8 +30,15 @@ BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 PYTHON=${PYTHON:-python3}
 RESDIR=${OUT:-$ROOT/bench/results}
 STEPS=${STEPS:-30}
-COMPILE=1
+COMPILE=${COMPILE:-1}
 if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
+# One device command may run 10 minutes, and the full run with its
+# torch.compile rows takes longer: ROWS picks the groups of rows to run
+# (default all), COMPILE=only runs the torch.compile rows of "train"
+# without the eager ones, GPU_TESTS=0 leaves out ctest -L gpu. A second
+# call can then do ROWS=train COMPILE=only GPU_TESTS=0.
+ROWS=${ROWS:-train profile recompute maxbatch tta cpugpu}
+want() { [[ " $ROWS " == *" $1 "* ]]; }
 # What bench/gpu/fetch_deps.sh packed (oneDNN, zlib, Fashion-MNIST) for a
 # machine without them: unpacked outside / and found through the prefix
 # path; the loader needs the libraries too (libdnnl's own dependencies do
@@ -109,9 +117,11 @@ BENCH_BIN=${BENCH_BIN:-$BUILD/bench}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$RAW" || true
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tee -a "$RAW"
 # The GPU unit tests first: their failures explain any failing row below.
-(cd "$BUILD" && ctest -L gpu --output-on-failure) >"$TMP/ctest.log" 2>&1 || log "GPU unit tests: FAILURES (see $RAW)"
-cat "$TMP/ctest.log" >>"$RAW"
-grep -E 'tests passed|Skipped|Failed|\*\*\*' "$TMP/ctest.log" | tee -a "$RAW" >&2
+if [[ ${GPU_TESTS:-1} != 0 ]]; then
+  (cd "$BUILD" && ctest -L gpu --output-on-failure) >"$TMP/ctest.log" 2>&1 || log "GPU unit tests: FAILURES (see $RAW)"
+  cat "$TMP/ctest.log" >>"$RAW"
+  grep -E 'tests passed|Skipped|Failed|\*\*\*' "$TMP/ctest.log" | tee -a "$RAW" >&2
+fi
 
 kv() { grep '^RESULT' "$2" | tail -n1 | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 jnum() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" "$2" | head -n1; }
@@ -176,9 +186,11 @@ torch_train() {
 bench_model() {
   local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6 tflags=$7
   read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode")
-  read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags")
-  row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | torch eager, channels_last, cudnn.benchmark"
-  if [[ $COMPILE == 1 ]]; then
+  if [[ $COMPILE != only ]]; then
+    read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags")
+    row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | torch eager, channels_last, cudnn.benchmark"
+  fi
+  if [[ $COMPILE != 0 ]]; then
     read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags --compile")
     row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | torch.compile"
   fi
@@ -186,14 +198,49 @@ bench_model() {
 
 # W_* unquoted on purpose: "input classes batch".
 # shellcheck disable=SC2086
-{
-bench_model alexnet $W_ALEXNET tf32 fp32 --tf32
-bench_model alexnet $W_ALEXNET fp16 amp_fp16 ""
-bench_model alexnet $W_ALEXNET bf16 amp_bf16 ""
-bench_model resnet50 $W_RESNET50 bf16 amp_bf16 ""
-bench_model resnet50 $W_RESNET50 fp16 amp_fp16 ""
-bench_model resnet9 $W_RESNET9 bf16 amp_bf16 ""
+if want train; then
+  bench_model alexnet $W_ALEXNET tf32 fp32 --tf32
+  bench_model alexnet $W_ALEXNET fp16 amp_fp16 ""
+  bench_model alexnet $W_ALEXNET bf16 amp_bf16 ""
+  bench_model resnet50 $W_RESNET50 bf16 amp_bf16 ""
+  bench_model resnet50 $W_RESNET50 fp16 amp_fp16 ""
+  bench_model resnet9 $W_RESNET9 bf16 amp_bf16 ""
+fi
+
+# Where the time goes, for the goals' workloads (AMP AlexNet fp16, ResNet-50
+# AMP bf16): ctrain's per-layer forward/backward times (bench_train
+# --device cuda --profile: the resident step, then each layer re-run
+# between two device syncs) and PyTorch's op table (torch_gpu.py --profile:
+# torch.profiler over 5 steps, sorted by own device time), into
+# <date>-gpu-profile.md beside the table.
+PROFILE=$RESDIR/$DATE-gpu-profile.md
+profile_pair() {
+  local m=$1 in=$2 cl=$3 b=$4 cprec=$5 tmode=$6 ps=${PROFILE_STEPS:-10}
+  {
+    echo "## $m $in batch $b: ctrain $cprec, PyTorch $tmode"
+    echo
+    echo '```'
+    timeout "$TMO" "$BENCH_BIN/bench_train" --device cuda --cudnn-benchmark --model "$m" --input "$in" --classes "$cl" \
+      --batch "$b" --precision "$cprec" --optim sgd --momentum 0.9 --steps "$ps" --warmup 3 --profile 2>&1 ||
+      echo "bench_train failed"
+    echo '```'
+    echo
+    echo '```'
+    timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" --model "$m" --input "$in" \
+      --classes "$cl" --batch "$b" --mode "$tmode" --steps "$ps" --profile 5 2>&1 || echo "torch_gpu.py failed"
+    echo '```'
+    echo
+  } >>"$PROFILE"
 }
+if want profile; then
+  echo "# Where a training step goes: ctrain per layer, PyTorch per op ($DATE)" >"$PROFILE"
+  echo >>"$PROFILE"
+  [[ ${REHEARSAL:-0} == 1 ]] && printf '%s\n\n' "REHEARSAL: ctrain on the CUDA emulator, PyTorch on $TORCH_DEVICE; no GPU figure." >>"$PROFILE"
+  # shellcheck disable=SC2086
+  profile_pair alexnet $W_ALEXNET fp16 amp_fp16
+  # shellcheck disable=SC2086
+  profile_pair resnet50 $W_RESNET50 bf16 amp_bf16
+fi
 
 # Activation recompute (gradient checkpointing), never run on a GPU yet.
 # Throughput row: ctrain --recompute auto against PyTorch eager with
@@ -212,7 +259,7 @@ bench_recompute() {
   row "$m $in b$b | $cmode + recompute | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | $note; torch eager, channels_last, cudnn.benchmark, checkpoint_sequential($nseg segments, use_reentrant=False)"
 }
 # shellcheck disable=SC2086
-bench_recompute resnet50 $W_RESNET50 bf16 amp_bf16
+want recompute && bench_recompute resnet50 $W_RESNET50 bf16 amp_bf16
 
 # What recompute lets fit: the largest batch, without and with it.
 # ctrain: 'ctrain summary --device cuda' prepares the training plan and
@@ -267,7 +314,7 @@ bench_max_batch() {
   row "$m $in largest batch | $cmode + recompute | - | - | - | - | $(mib "${t1p:-}") | ctrain (plan + state allocated): ${c0:--} plain, ${c1:--} with --recompute auto ($gain); PyTorch (one step run): ${t0:--} plain, ${t1:--} with checkpoint_sequential($nseg) ($tgain; its peak at that batch in the PyTorch column); batches to 1/$GRAN"
 }
 read -r r50_in r50_cl _ <<<"$W_RESNET50"
-bench_max_batch resnet50 "$r50_in" "$r50_cl" bf16 amp_bf16
+want maxbatch && bench_max_batch resnet50 "$r50_in" "$r50_cl" bf16 amp_bf16
 
 # Seed cnn on Fashion-MNIST: time to 91% test accuracy, training seconds
 # only on both sides (ctrain: history.csv's per-epoch `seconds` summed until
@@ -281,7 +328,9 @@ bench_max_batch resnet50 "$r50_in" "$r50_cl" bf16 amp_bf16
 # times a reachable one.
 TTA=${TTA_TARGET:-0.91}
 TTA_PCT=$(awk "BEGIN{printf \"%g\", 100*$TTA}")
-if [[ -d $FMNIST ]]; then
+if ! want tta; then
+  :
+elif [[ -d $FMNIST ]]; then
   ld=$TMP/fm
   timeout "$TMO" "$CTRAIN" train --model cnn --data "fashion-mnist:$FMNIST" --device cuda --epochs "${TTA_EPOCHS:-15}" --batch-size 128 \
     --optimizer adam --lr 0.001 --patience 0 --log-dir "$ld" >>"$RAW" 2>&1 || log "ctrain cnn fashion-mnist failed"
@@ -310,21 +359,23 @@ fi
 # steps), PyTorch and ctrain each on both devices (ctrain's GPU side:
 # bench_matmul --device cuda = cuBLASLt, bench_linreg --device cuda = the
 # fused reduction + Adam kernels; data resident on the GPU on both sides).
-f=$TMP/mm.out
-"$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" matmul --device "$TORCH_DEVICE" --shape "$MATMUL_SHAPE" --steps 10 >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
-read -r mm_m mm_k mm_n <<<"${MATMUL_SHAPE//x/ }"
-"$BENCH_BIN/bench_matmul" "$mm_m" "$mm_k" "$mm_n" >"$TMP/cmm.out" 2>>"$RAW" && cat "$TMP/cmm.out" >>"$RAW"
-"$BENCH_BIN/bench_matmul" --device cuda "$mm_m" "$mm_k" "$mm_n" 10 >"$TMP/gmm.out" 2>>"$RAW" && cat "$TMP/gmm.out" >>"$RAW"
-grep 'dtype=f32' "$TMP/cmm.out" >"$TMP/cmm32.out" || true
-grep 'dtype=f32' "$TMP/gmm.out" >"$TMP/gmm32.out" || true
-row "matmul $MATMUL_SHAPE | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/cmm32.out") s, GPU $(kv median_s "$TMP/gmm32.out") s"
-f=$TMP/lr.out
-"$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" linreg --device "$TORCH_DEVICE" --points "$LINREG_N" --iters "$LINREG_STEPS" \
-  >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
-"$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 >"$TMP/clr.out" 2>>"$RAW" && cat "$TMP/clr.out" >>"$RAW"
-"$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 --device cuda >"$TMP/glr.out" 2>>"$RAW" &&
-  cat "$TMP/glr.out" >>"$RAW"
-row "linreg $LINREG_N x $LINREG_STEPS Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s, GPU $(kv median_s "$TMP/glr.out") s (ctrain: 2 features, PyTorch script: 1)"
+if want cpugpu; then
+  f=$TMP/mm.out
+  "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" matmul --device "$TORCH_DEVICE" --shape "$MATMUL_SHAPE" --steps 10 >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
+  read -r mm_m mm_k mm_n <<<"${MATMUL_SHAPE//x/ }"
+  "$BENCH_BIN/bench_matmul" "$mm_m" "$mm_k" "$mm_n" >"$TMP/cmm.out" 2>>"$RAW" && cat "$TMP/cmm.out" >>"$RAW"
+  "$BENCH_BIN/bench_matmul" --device cuda "$mm_m" "$mm_k" "$mm_n" 10 >"$TMP/gmm.out" 2>>"$RAW" && cat "$TMP/gmm.out" >>"$RAW"
+  grep 'dtype=f32' "$TMP/cmm.out" >"$TMP/cmm32.out" || true
+  grep 'dtype=f32' "$TMP/gmm.out" >"$TMP/gmm32.out" || true
+  row "matmul $MATMUL_SHAPE | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/cmm32.out") s, GPU $(kv median_s "$TMP/gmm32.out") s"
+  f=$TMP/lr.out
+  "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" linreg --device "$TORCH_DEVICE" --points "$LINREG_N" --iters "$LINREG_STEPS" \
+    >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
+  "$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 >"$TMP/clr.out" 2>>"$RAW" && cat "$TMP/clr.out" >>"$RAW"
+  "$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 --device cuda >"$TMP/glr.out" 2>>"$RAW" &&
+    cat "$TMP/glr.out" >>"$RAW"
+  row "linreg $LINREG_N x $LINREG_STEPS Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s, GPU $(kv median_s "$TMP/glr.out") s (ctrain: 2 features, PyTorch script: 1)"
+fi
 
 {
   if [[ ${REHEARSAL:-0} == 1 ]]; then

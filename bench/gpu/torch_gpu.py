@@ -211,6 +211,31 @@ def train_speed(a):
     dt = time.perf_counter() - t0
     print(f"RESULT workload={a.model} mode={mode_name(a)} "
           f"img_s={a.batch * a.steps / dt:.1f} peak_bytes={d.peak()}")
+    if a.profile > 0:
+        print_profile(a, d, step)
+
+
+def print_profile(a, d, step):
+    """torch.profiler over --profile more steps: the ops sorted by their
+    own device time (cpu time on the cpu), 30 rows. PyTorch 2.x calls the
+    column self_device_time_total, earlier ones self_cuda_time_total."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if d.cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(a.profile):
+            step()
+        d.sync()
+    avg = prof.key_averages()
+    keys = (["self_device_time_total", "self_cuda_time_total"] if d.cuda else []) + ["self_cpu_time_total"]
+    for key in keys:
+        try:
+            table = avg.table(sort_by=key, row_limit=30)
+        except (AttributeError, KeyError, ValueError):
+            continue
+        print(f"profile of {a.model} {mode_name(a)} batch {a.batch}, {a.profile} steps, sorted by {key}:")
+        print(table)
+        return
+    print("torch_gpu.py: the profiler table could not be sorted by " + ", ".join(keys), file=sys.stderr)
 
 
 def is_oom(e):
@@ -477,6 +502,8 @@ def main():
     p.add_argument("--mode", default="fp32", choices=["fp32", "amp_fp16", "amp_bf16"])
     p.add_argument("--tf32", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="train: after the timing, torch.profiler over N more steps (op table on stdout)")
     p.add_argument("--checkpoint-segments", type=int, default=0,
                    help="train/maxbatch: checkpoint_sequential with N >= 2 segments (0: off)")
     p.add_argument("--granularity", type=float, default=1 / 16,
