@@ -4,15 +4,17 @@
  * --device cuda the model is resident and each step is the trainer's
  * synchronous device step (ct_device_train_step: batch copied to the GPU,
  * fused optimizer, statistics read back), so a step's wall time includes
- * one host-device round trip the trainer's lagged pipeline hides. Prepares the model, runs warm-up steps, then times each
- * step (bf16 = opt level O1, autocast-style); prints the median step time as images/s, process CPU time per step
- * divided by the threads (an uncontended estimate on a shared machine),
+ * one host-device round trip the trainer's lagged pipeline hides.
+ * Prepares the model, runs warm-up steps, then times each step (bf16 =
+ * opt level O1, autocast-style); prints the median step time as images/s,
+ * process CPU time per step divided by the threads (an uncontended
+ * estimate on a shared machine; cpu only),
  * the forward conv/linear FLOPs (training = 3x forward) and achieved
  * GFLOP/s, and peak RSS.
  *
  * Usage: bench_train --model NAME [--batch 128] [--input CxHxW]
  *                    [--classes 10] [--steps 20] [--warmup 3]
- *                    [--threads 2] [--precision fp32|bf16] [--profile]
+ *                    [--threads 2] [--precision fp32|bf16|fp16] [--profile]
  *                    [--no-fuse] [--memory-format auto|contiguous|channels-last]
  *                    [--recompute auto|cheap|N|off] [--optim adam|sgd]
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]

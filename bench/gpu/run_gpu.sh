@@ -14,8 +14,8 @@
 #   ROW_TIMEOUT (seconds per ctrain/PyTorch run, 300).
 # What bench/gpu/rehearse.sh sets to run all of this without a GPU (the
 # defaults are the real benchmark): SKIP_BUILD=1 (use BUILD_DIR as it is),
-#   CTRAIN and BENCH_BIN (the ctrain executable, the folder of bench_matmul
-#   and bench_linreg), TORCH_DEVICE (cuda), REHEARSAL=1 (the table says it
+#   CTRAIN and BENCH_BIN (the ctrain executable, the folder of bench_matmul,
+#   bench_linreg and bench_train), TORCH_DEVICE (cuda), REHEARSAL=1 (the table says it
 #   holds no GPU figure), and the sizes: W_ALEXNET, W_RESNET50, W_RESNET9
 #   ("input classes batch"), SYNTH_N (ctrain's synthetic training images,
 #   1024), MAXBATCH_CAP (PyTorch's largest batch tried, 65536), TTA_EPOCHS
@@ -35,8 +35,9 @@ if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
 # One device command may run 10 minutes, and the full run with its
 # torch.compile rows takes longer: ROWS picks the groups of rows to run
 # (default all), COMPILE=only runs the torch.compile rows of "train"
-# without the eager ones, GPU_TESTS=0 leaves out ctest -L gpu. A second
-# call can then do ROWS=train COMPILE=only GPU_TESTS=0.
+# without the eager ones, MODELS (default all) limits "train" to some of
+# alexnet resnet50 resnet9, GPU_TESTS=0 leaves out ctest -L gpu. Later
+# calls can then do ROWS=train COMPILE=only MODELS=alexnet GPU_TESTS=0.
 ROWS=${ROWS:-train profile recompute maxbatch tta cpugpu}
 want() { [[ " $ROWS " == *" $1 "* ]]; }
 # What bench/gpu/fetch_deps.sh packed (oneDNN, zlib, Fashion-MNIST) for a
@@ -89,24 +90,24 @@ log() { echo "$*" | tee -a "$RAW" >&2; }
 # executable was not built is reported as failed, not skipped), and the
 # benchmark programs come from the same build.
 build() {
-t0=$(date +%s)
-# CTRAIN_PYTHON: the parity tests in ctest -L gpu need this PyTorch.
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCTRAIN_PYTHON="$(command -v "$PYTHON")" >"$TMP/configure.log" 2>&1
-cfg=$?
-cat "$TMP/configure.log" >>"$RAW"
-if [[ $cfg != 0 ]]; then
-  log "configure failed (oneDNN, OpenMP, zlib, CUDA toolkit, cuDNN are needed):"
-  tail -n 25 "$TMP/configure.log" >&2
-  exit 1
-fi
-if ! grep -q 'ctrain: CUDA backend ON' "$TMP/configure.log"; then
-  log "configure: CUDA backend OFF (nvcc or cuDNN not found; set CUDNN_ROOT or CUDACXX):"
-  grep -i 'ctrain:\|cuda\|cudnn' "$TMP/configure.log" | tail -n 15 >&2
-  exit 1
-fi
-cmake --build "$BUILD" -j"$(nproc)" >>"$RAW" 2>&1 || { log "build failed:"; grep -m 20 -i 'error' "$RAW" >&2; exit 1; }
-BUILD_S="$(( $(date +%s) - t0 )) s"
-log "build: $BUILD_S"
+  t0=$(date +%s)
+  # CTRAIN_PYTHON: the parity tests in ctest -L gpu need this PyTorch.
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCTRAIN_PYTHON="$(command -v "$PYTHON")" >"$TMP/configure.log" 2>&1
+  cfg=$?
+  cat "$TMP/configure.log" >>"$RAW"
+  if [[ $cfg != 0 ]]; then
+    log "configure failed (oneDNN, OpenMP, zlib, CUDA toolkit, cuDNN are needed):"
+    tail -n 25 "$TMP/configure.log" >&2
+    exit 1
+  fi
+  if ! grep -q 'ctrain: CUDA backend ON' "$TMP/configure.log"; then
+    log "configure: CUDA backend OFF (nvcc or cuDNN not found; set CUDNN_ROOT or CUDACXX):"
+    grep -i 'ctrain:\|cuda\|cudnn' "$TMP/configure.log" | tail -n 15 >&2
+    exit 1
+  fi
+  cmake --build "$BUILD" -j"$(nproc)" >>"$RAW" 2>&1 || { log "build failed:"; grep -m 20 -i 'error' "$RAW" >&2; exit 1; }
+  BUILD_S="$(( $(date +%s) - t0 )) s"
+  log "build: $BUILD_S"
 }
 BUILD_S="not timed (SKIP_BUILD=1)"
 [[ ${SKIP_BUILD:-0} == 1 ]] || build
@@ -185,6 +186,7 @@ torch_train() {
 # One table row per (ctrain mode, torch mode); torch.compile as its own row.
 bench_model() {
   local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6 tflags=$7
+  [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
   read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode")
   if [[ $COMPILE != only ]]; then
     read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags")
