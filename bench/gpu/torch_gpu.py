@@ -71,6 +71,7 @@ class Device:
     def __init__(self, name):
         self.dev = torch.device(name)
         self.cuda = self.dev.type == "cuda"
+        self.cpu_ok = {}  # cpu_autocasts' answers per dtype
 
     def sync(self):
         if self.cuda:
@@ -95,8 +96,6 @@ class Device:
     def cpu_autocasts(self, amp_dtype):
         """PyTorch 1.x autocasts to bf16 only on the cpu: a rehearsal's
         fp16 rows then run in fp32 (said once on stderr)."""
-        if not hasattr(self, "cpu_ok"):
-            self.cpu_ok = {}
         if amp_dtype not in self.cpu_ok:
             try:
                 with torch.autocast("cpu", dtype=amp_dtype):

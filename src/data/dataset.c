@@ -60,13 +60,14 @@ static int spec_is(const char *spec, const char *kind, const char **path) {
  * a count in the options wins. */
 static ct_status synthetic_open(ct_dataset *ds, const char *spec, const char *count, int train,
                                 const ct_dataset_options *opt) {
-  if (!count || opt->synth_count > 0) return ct_synthetic_load(ds, train, opt);
+  if (!count) return ct_synthetic_load(ds, train, opt);
   char *end;
   errno = 0;
   long long n = strtoll(count, &end, 10);
   if (!*count || *end || errno || n < 1 || n > (1ll << 31))
     return ct_error(CT_ERR_INVALID_ARG, "dataset '%s': expected synthetic or synthetic:N, N training samples in 1..%lld",
                     spec, 1ll << 31);
+  if (opt->synth_count > 0) return ct_synthetic_load(ds, train, opt);
   ct_dataset_options o = *opt;
   o.synth_count = train ? n : (n + 3) / 4;
   return ct_synthetic_load(ds, train, &o);
