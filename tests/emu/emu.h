@@ -44,6 +44,16 @@ namespace ct_emu {
  * such as alpha/beta are read at the call). */
 void enqueue(cudaStream_t s, std::function<void()> fn);
 
+/* With CT_EMU_TRACE=<file>, appends one line per call that queues work or
+ * waits for it, in the host's call order: "run <stream> <what>" for work
+ * queued, "capture <stream> <what>" for work recorded into a graph, and
+ * "sync - <call>" for a host wait. <stream> is 0 for the legacy stream and
+ * 1, 2, ... for the others in creation order. bench/gpu/step_census.sh
+ * reads it to count what one training step launches. No-op without the
+ * variable. */
+void trace(cudaStream_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void trace_sync(const char *call);
+
 /* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation (or the
  * device side of a mapped host allocation). NULL with bytes 0 passes. */
 bool is_device_range(const void *p, size_t bytes);

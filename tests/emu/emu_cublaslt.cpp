@@ -844,6 +844,9 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
    * error shows at the next synchronisation (check_device_range records
    * it). The work is not queued then. */
   if (!check_job_ranges(j, fn)) return CUBLAS_STATUS_SUCCESS;
+  ct_emu::trace(stream, "cublasLt %s m %llu n %llu k %llu batch %d types %u,%u,%u epilogue %u flops %.0f", fn,
+                (unsigned long long)p.m, (unsigned long long)p.n, (unsigned long long)p.k, (int)p.d.batch, p.a.type,
+                p.b.type, p.d.type, (unsigned)p.desc.epi, 2.0 * p.m * p.n * p.k * p.d.batch);
   ct_emu::enqueue(stream, [j] { run_job(j); });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -586,6 +586,9 @@ cudnnStatus_t queue_conv(cudnnHandle_t handle, const void *alpha, const void *be
   if (!ok || !dev(ws, wsb, who, "workSpace"))
     return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
   const double a = scalar(alpha), b = scalar(beta);
+  ct_emu::trace(handle->stream, "cudnn %s x %d,%d,%d,%d w %d,%d,%d,%d y %d,%d groups %d %s dtype %d flops %.0f", who,
+                g.N, g.C, g.H, g.W, g.K, g.Cg, g.R, g.S, g.OH, g.OW, g.G, g.nhwc ? "nhwc" : "nchw", (int)g.dt,
+                2.0 * g.N * g.K * g.OH * g.OW * g.Cg * g.R * g.S);
   ct_emu::enqueue(handle->stream, [=] {
     if (need) memset(ws, 0xff, need);
     compute(a, b);
@@ -1078,6 +1081,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
   const double a = scalar(alpha), b = scalar(beta), f = exponentialAverageFactor, eps = epsilon;
   const size_t wsb = workspace ? workSpaceSizeInBytes : 0;
   const int M = g.M;
+  ct_emu::trace(handle->stream, "cudnn %s x %d,%d,%d,%d dtype %d", who, xd.n, xd.c, xd.h, xd.w, (int)xd.dt);
   ct_emu::enqueue(handle->stream, [=] {
     if (wsb) memset(workspace, 0xff, wsb);
     std::vector<int64_t> xi, yi;
@@ -1138,6 +1142,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardInference(
       !dev(estimatedVariance, pb, who, "estimatedVariance"))
     return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
   const double a = scalar(alpha), b = scalar(beta), eps = epsilon;
+  ct_emu::trace(handle->stream, "cudnn %s x %d,%d,%d,%d dtype %d", who, xd.n, xd.c, xd.h, xd.w, (int)xd.dt);
   ct_emu::enqueue(handle->stream, [=] {
     std::vector<int64_t> xi, yi;
     for (int c = 0; c < xd.c; c++) {
@@ -1203,6 +1208,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
                bp = scalar(betaParamDiff), eps = epsilon;
   const size_t wsb = workSpace ? workSpaceSizeInBytes : 0;
   const int M = g.M;
+  ct_emu::trace(handle->stream, "cudnn %s x %d,%d,%d,%d dtype %d", who, xd.n, xd.c, xd.h, xd.w, (int)xd.dt);
   ct_emu::enqueue(handle->stream, [=] {
     if (wsb) memset(workSpace, 0xff, wsb);
     std::vector<int64_t> xi, dyi, dxi;

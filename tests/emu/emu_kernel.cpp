@@ -363,6 +363,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
       return;
     }
   }
+  trace(stream, "kernel %s grid %u,%u,%u block %u,%u,%u", name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
   std::string kname = name;
   enqueue(stream, [kname, grid, block, run]() {
     Sched &s = sched();

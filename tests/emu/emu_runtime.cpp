@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,7 @@ struct EmuJob {
   uint64_t seq = 0;
 };
 struct CUstream_st {
+  int id = 0; /* 0: the legacy stream; others count up from 1 (the trace) */
   bool capturing = false, invalid = false;
   std::thread::id owner;
   std::vector<std::function<void()>> nodes;
@@ -263,6 +265,7 @@ cudaError_t ret(cudaError_t e) {
  * then reports a sticky fault. */
 cudaError_t sync_point(const char *call, CUstream_st *st = nullptr) {
   if (this_thread_captures()) return capture_violation(call);
+  trace_sync(call);
   if (st)
     run_stream(st);
   else
@@ -270,7 +273,40 @@ cudaError_t sync_point(const char *call, CUstream_st *st = nullptr) {
   return g_sticky;
 }
 
+FILE *trace_file() {
+  static FILE *f = nullptr;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    const char *path = getenv("CT_EMU_TRACE");
+    if (path && *path && !(f = fopen(path, "w"))) fprintf(stderr, "ct_emu: CT_EMU_TRACE %s: cannot open\n", path);
+  }
+  return f;
+}
+
 }  // namespace
+
+void trace(cudaStream_t s, const char *fmt, ...) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  FILE *f = trace_file();
+  if (!f) return;
+  const CUstream_st *st = stream_of(s);
+  fprintf(f, "%s %d ", st->capturing ? "capture" : "run", st->id);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fputc('\n', f);
+  fflush(f);
+}
+
+void trace_sync(const char *call) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  FILE *f = trace_file();
+  if (!f) return;
+  fprintf(f, "sync - %s\n", call);
+  fflush(f);
+}
 
 void enqueue(cudaStream_t s, std::function<void()> fn) {
   std::lock_guard<std::recursive_mutex> lk(g_mu);
@@ -547,19 +583,24 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     st->invalid = true;
     return ret(cudaErrorStreamCaptureUnsupported);
   }
+  static const char *kinds[] = {"H2H", "H2D", "D2H", "D2D", "default"};
+  const char *kname = (unsigned)kind < 5 ? kinds[kind] : "?";
   if (d_pageable) {
     /* Into pageable memory the copy completes before the call returns,
      * after what the stream holds before it. */
+    trace_sync("cudaMemcpyAsync into pageable memory");
     run_stream(st);
     memcpy(dst, src, bytes);
     return g_sticky;
   }
   if (s_pageable) {
     /* From pageable memory the runtime stages the data before returning. */
+    trace(s, "memcpy %s %zu bytes from pageable memory", kname, bytes);
     auto data = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + bytes);
     enqueue(s, [dst, data]() { memcpy(dst, data->data(), data->size()); });
     return cudaSuccess;
   }
+  trace(s, "memcpy %s %zu bytes", kname, bytes);
   enqueue(s, [dst, src, bytes]() { memmove(dst, src, bytes); });
   return cudaSuccess;
 }
@@ -584,6 +625,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
     fprintf(stderr, "ct_emu: cudaMemsetAsync(%p, %zu bytes): not a device range\n", p, bytes);
     return ret(cudaErrorInvalidValue);
   }
+  trace(s, "memset %zu bytes", bytes);
   enqueue(s, [p, v, bytes]() { memset(p, v, bytes); });
   return cudaSuccess;
 }
@@ -606,7 +648,9 @@ cudaError_t cudaDeviceSynchronize(void) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
   LOCK;
   (void)flags;
+  static int next_id = 1;
   *s = new CUstream_st;
+  (*s)->id = next_id++;
   g_streams.push_back(*s);
   return cudaSuccess;
 }
@@ -654,6 +698,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
   if (e->in_capture) return ret(cudaErrorCapturedEvent);
   /* A destroyed stream ran everything at its destruction. */
   if (!e->stream || e->stream == st || !live_stream(e->stream)) return cudaSuccess;
+  trace(s, "wait for stream %d", e->stream->id);
   st->q.push_back(EmuJob{nullptr, e->stream, e->seq});
   st->queued++;
   return cudaSuccess;
@@ -705,6 +750,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   LOCK;
   if (!exec) return ret(cudaErrorInvalidValue);
   auto nodes = exec->nodes;
+  trace(s, "graph %zu nodes", nodes.size());
   enqueue(s, [nodes]() {
     for (auto &n : nodes) n();
   });
@@ -748,6 +794,7 @@ static cudaError_t event_wait(cudaEvent_t e, const char *call) {
   if (!e) return ret(cudaErrorInvalidResourceHandle);
   if (e->in_capture) return ret(cudaErrorCapturedEvent);
   if (this_thread_captures()) return capture_violation(call);
+  trace_sync(call);
   if (e->stream && live_stream(e->stream)) run_until(e->stream, e->seq);
   return g_sticky;
 }
