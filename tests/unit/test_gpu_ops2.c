@@ -17,7 +17,9 @@
  *    sliced column-sum kernels) through linear_bwd_weights' bias gradient
  *    and an NHWC conv2d_bwd_weights' bias gradient: >= 100000 rows (128
  *    slices), C = 37 and 1000 (not multiples of 32), beta 0 (outputs
- *    poisoned with NaN first) and 1, f32 and bf16 dy.
+ *    poisoned with NaN first) and 1, f32 and bf16 dy; with 16-bit x and
+ *    dy (bf16, f16) the weight gradient beside it is the 16-bit result
+ *    widened (its elements are 16-bit values), as PyTorch's autocast.
  * Outputs an op overwrites are filled with NaN before the op, so an
  * element it never writes fails. Skipped (77) without a GPU. NEVER RUN ON
  * A GPU YET. */
@@ -316,7 +318,9 @@ static void conv_nhwc_bias(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O
   gb x = GB(N, C, H, W), dy = GB(N, O, H, W), dw = GB(O, C, k, k), db = GB(O);
   rand_as(&x, 1.0, dt, 1), rand_as(&dy, 1.0, dt, 1);
   ct_tensor xg = in_as(&x, 1), dyg = in_as(&dy, 1), xr = gb_ref(&x), dyr = gb_ref(&dy);
-  const double dwtol = TOL_LONG_F32; /* 16-bit inputs with an f32 dw run as an f32 convolution */
+  /* 16-bit inputs: dw is computed in their dtype and widened into the f32
+   * gradient (PyTorch's CUDA autocast), one rounding on top of the sum. */
+  const double dwtol = dt == CT_F32 ? TOL_LONG_F32 : tol16(dt);
   for (int beta = 0; beta <= 1; beta++) {
     ct_tensor dwg, dbg;
     grad_outputs(&dw, &db, beta, &dwg, &dbg);
@@ -327,6 +331,21 @@ static void conv_nhwc_bias(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O
             ct_dtype_name(dt), beta);
     CHECK_E(&dw, 0, dwtol, "NHWC conv weight grad rows %lld C %lld O %lld k%d %s beta %d", (long long)(N * H * W),
             (long long)C, (long long)O, k, ct_dtype_name(dt), beta);
+    /* ... and not the f32 convolution of widened operands, which runs off
+     * the 16-bit tensor-core path: with beta 0 every element is a value
+     * of the 16-bit dtype (gb_err left the GPU's values in dw.f). */
+    if (dt != CT_F32 && beta == 0) {
+      int64_t off = 0;
+      for (int64_t i = 0; i < dw.n; i++) {
+        uint16_t h;
+        float back;
+        ct_convert(&dw.f[i], CT_F32, &h, dt, 1);
+        ct_convert(&h, dt, &back, CT_F32, 1);
+        off += back != dw.f[i];
+      }
+      CHECK_MSG(off == 0, "NHWC conv weight grad %s: %lld of %lld elements are not %s values", ct_dtype_name(dt),
+                (long long)off, (long long)dw.n, ct_dtype_name(dt));
+    }
   }
   gb_free(&x), gb_free(&dy), gb_free(&dw), gb_free(&db);
 }
@@ -355,6 +374,7 @@ int main(void) {
   conv_nhwc_bias(4, 3, 160, 160, 37, 3, CT_F32);  /* 102400 rows */
   conv_nhwc_bias(2, 2, 224, 224, 1000, 1, CT_F32); /* 100352 rows */
   conv_nhwc_bias(4, 3, 160, 160, 37, 1, CT_BF16);
+  conv_nhwc_bias(2, 5, 24, 24, 19, 3, CT_F16);
   gpu_test_teardown();
   return test_summary("test_gpu_ops2");
 }

@@ -3,15 +3,25 @@
  * algorithm is cuDNN's heuristic first choice (cudnnGet*Algorithm_v7, which
  * runs nothing; cudnnFind* under cudnn_benchmark), or the next one when its
  * workspace does not fit or cuDNN refuses to run it, restricted to plain FMA
- * math for f32 unless the device allows TF32; the workspace comes from the
+ * math for f32 unless the device allows TF32 or the f32 operands were
+ * widened from 16 bits (below); the workspace comes from the
  * device's scratch buffer. Bias and the
  * fused activation run as one extra elementwise kernel; the bias gradient is
  * a per-channel sum kernel.
  *
  * Dtypes: both inputs f32, bf16 or f16 (alike); the output the input dtype
- * (cuDNN computes in f32 either way) or f32. bf16/f16 inputs with an f32
- * output are widened into scratch and run as an f32 convolution, which is
- * exact for the widened values.
+ * (cuDNN computes in f32 either way) or f32. cuDNN's legacy API wants one
+ * dtype for x, w and y, so a 16-bit pair with an f32 output runs one of two
+ * ways. The weight gradient (autocast's case: 16-bit activations, an fp32
+ * gradient) runs in the 16-bit dtype on the tensor cores into scratch and
+ * is widened into dw on the way out (dw = beta*dw + dw16), as PyTorch's
+ * CUDA autocast computes the 16-bit weight copy's gradient and casts it
+ * into the fp32 .grad: one rounding of dw, where widening both operands
+ * would copy two activation-sized tensors to f32 and run at f32 rate.
+ * Forward and backward-data (and a weight gradient cuDNN offers no 16-bit
+ * algorithm for) widen the inputs into scratch and run in f32 with TF32
+ * allowed, which loses nothing here: TF32 keeps 10 mantissa bits of each
+ * input, as many as f16 has and more than bf16.
  *
  * Layouts: x, y and their gradients may each be CT_LAYOUT_PLAIN or
  * CT_LAYOUT_NHWC (src/nn/layout.h: the first convolution reads the plain
@@ -314,7 +324,7 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
   const conv_cand *k = &c->cand[c->cur];
   const size_t wsb = k->wsb, es = ct_dtype_size(rt);
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
-  const int st1 = t1 != rt || in1.nhwc != nhwc, st2 = t2 != rt || in2.nhwc != nhwc, sto = oa.nhwc != nhwc;
+  const int st1 = t1 != rt || in1.nhwc != nhwc, st2 = t2 != rt || in2.nhwc != nhwc, sto = ot != rt || oa.nhwc != nhwc;
   const int64_t n1 = in1.n * in1.c * in1.hw, n2 = in2.n * in2.c * in2.hw, no = oa.n * oa.c * oa.hw;
   size_t off1 = round256(wsb), off2 = off1 + (st1 ? round256((size_t)n1 * es) : 0);
   size_t offo = off2 + (st2 ? round256((size_t)n2 * es) : 0);
@@ -365,6 +375,28 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
   return CT_OK;
 }
 
+/* The math type for a pass run in dtype rt on inputs of dtype in: tensor
+ * cores for 16-bit; for f32, TF32 when the device allows it or the inputs
+ * were widened from 16 bits (TF32 holds them exactly), else plain FMA. */
+static cudnnMathType_t conv_math(const cuda_dev *cd, ct_dtype rt, ct_dtype in) {
+  if (rt != CT_F32) return CUDNN_TENSOR_OP_MATH;
+  return cd->tf32 || in != CT_F32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+/* The plan for dtype rt in the layout *nhwc asks for, or NCHW (*nhwc
+ * cleared) when cuDNN has no channels-last algorithm for it; a plan with
+ * no candidates when neither has one. */
+static ct_status plan_for(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
+                          const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
+                          cudnnMathType_t math, int *nhwc, conv_plan **c) {
+  CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, *nhwc, c));
+  if (!(*c)->ncand && *nhwc) {
+    *nhwc = 0;
+    CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, 0, c));
+  }
+  return CT_OK;
+}
+
 /* Runs one convolution pass. Shapes: xs = x [N,C,H,W], wsh = w
  * [O,C/groups,KH,KW], ys = y [N,O,OH,OW]. Operands by kind:
  *   fwd:         in1 = x,  in2 = w,  out = y
@@ -372,8 +404,8 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
  *   bwd_filter:  in1 = x,  in2 = dy, out = dw (out = beta*out + grad)
  * Each operand carries its own layout; the pass runs NHWC when any does
  * (NCHW when cuDNN has no NHWC algorithm for it), and operands in the
- * other layout or a narrower dtype are staged in scratch (inputs before,
- * the output after the cuDNN call). */
+ * other layout or another dtype than the pass's are staged in scratch
+ * (inputs before, the output after the cuDNN call). */
 static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
                            const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, void *out, conv_arg oa,
                            float beta) {
@@ -397,15 +429,16 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
   cudnnHandle_t h;
   CT_TRY(cuda_dnn_handle(d, &h));
 
-  /* widen: 16-bit inputs with an f32 output run as f32 */
-  const ct_dtype rt = ot;
-  int nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
-  const cudnnMathType_t math = rt == CT_F32 ? (cd->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH) : CUDNN_TENSOR_OP_MATH;
+  /* The dtype cuDNN runs in (the header says why). */
+  ct_dtype rt = kind == CONV_BWD_FILTER && t1 != CT_F32 ? t1 : ot;
+  const int any_nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
+  int nhwc = any_nhwc;
   conv_plan *c = NULL;
-  CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, nhwc, &c));
-  if (!c->ncand && nhwc) {
-    nhwc = 0;
-    CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, nhwc, &c));
+  CT_TRY(plan_for(d, h, kind, p, xs, wsh, ys, rt, conv_math(cd, rt, t1), &nhwc, &c));
+  if (!c->ncand && rt != ot) {
+    rt = ot;
+    nhwc = any_nhwc;
+    CT_TRY(plan_for(d, h, kind, p, xs, wsh, ys, rt, conv_math(cd, rt, t1), &nhwc, &c));
   }
   if (!c->ncand)
     return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, "
