@@ -521,16 +521,17 @@ static ct_status device_result(ct_loader *train, const ct_step_result *r, loop_s
   if (!isfinite(lv) && !gs->enabled)
     return ct_error(CT_ERR_INVALID_ARG, "fit: the loss became %g at step %lld; lower --lr or use gradient clipping", lv,
                     (long long)r->step);
-  ls->correct += r->top1;
-  ls->top5 += r->top5;
   /* A lagged pipeline only exists when no step can be skipped under a
    * per-step schedule, and then steps the schedule at queue time. A
    * micro-batch that does not end its group took no optimizer step. */
   ct_status s = CT_OK;
   if (lag == 0 && !r->micro && !r->skipped && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
   if (isfinite(lv)) {
+    /* Hits count with the loss, as on the host path. */
     ls->loss_sum += lv * (double)r->n;
     ls->seen += r->n;
+    ls->correct += r->top1;
+    ls->top5 += r->top5;
   }
   *images += r->n;
   ls->group_loss += lv * (double)r->n;
@@ -668,7 +669,9 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       s = ct_model_forward(m, &x, 1, key, &out);
       if (s == CT_OK) s = ct_loss_forward(dev, cfg->loss, out, &b->y, cfg->label_smoothing, &lv);
       if (s == CT_OK) {
-        ct_batch_correct(out->data, b->y.data, b->n, k, &ls.correct, &ls.top5);
+        /* Hits count with the loss: a non-finite step (an overflow under
+         * loss scaling) stays out of both, or accuracy could pass 1. */
+        if (isfinite(lv)) ct_batch_correct(out->data, b->y.data, b->n, k, &ls.correct, &ls.top5);
         s = ct_model_output_grad(m, &dout);
       }
       if (s == CT_OK && ap.first) s = ct_model_zero_grad(m);

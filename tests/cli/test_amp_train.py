@@ -4,6 +4,8 @@
   skips exactly the overflowing steps (reported as skipped_steps), ends at a
   sane scale and still learns (test accuracy well above chance);
 - bf16 autocast (no scaler) learns like fp32 and reports loss_scale 1;
+- a run whose loss overflows part way still reports a train accuracy in
+  [0, 1] (hits count only where the loss does);
 - the scaler state is checkpointed: a run stopped by --max-steps and
   resumed ends with the same scale, skipped steps and weights as one run.
 """
@@ -24,7 +26,7 @@ d = u.tmpdir("amp")
 data = os.path.join(d, "data")
 u.write_idx_dataset(data, rng, n_train=512, n_test=256)
 base = ["train", "--model", "cnn", "--data", "fashion-mnist:" + data, "--input", "1x16x16",
-        "--lr", "0.05", "--momentum", "0.9", "--seed", "1"] + u.FAST
+        "--momentum", "0.9", "--seed", "1"] + u.FAST
 
 
 def train(extra, name):
@@ -33,7 +35,12 @@ def train(extra, name):
     return u.read_json(mj) if r.returncode == 0 else None
 
 
-B32, B8 = ["--batch-size", "32"], ["--batch-size", "8"]  # 16 / 64 steps per epoch
+# 16 / 64 steps per epoch. Batch 8 takes a smaller rate: at 0.05 with
+# momentum 0.9 it diverges on many seeds whatever the precision (on the
+# CPU, fp16 on 10 of 20 seeds, bf16 on 4 of 20), so whether a run learned
+# would depend on its seed and on rounding; at 0.02 all of 16 CPU seeds
+# reached test accuracy >= 0.85 (2026-11-21).
+B32, B8 = ["--batch-size", "32", "--lr", "0.05"], ["--batch-size", "8", "--lr", "0.02"]
 fp32 = train(B32 + ["--epochs", "3"], "fp32")
 bf16 = train(B32 + ["--epochs", "3", "--precision", "bf16"], "bf16")
 fp16 = train(B8 + ["--epochs", "3", "--precision", "fp16", "--loss-scale-init", "1e30"], "fp16")
@@ -49,6 +56,15 @@ if fp32 and bf16 and fp16:
     u.check(50 <= fp16["skipped_steps"] < fp16["steps"] - 50, "fp16 skipped %d of %d" % (fp16["skipped_steps"], fp16["steps"]))
     u.check(fp16["loss_scale"] < 6.5e11, "fp16 scale did not back off: %g" % fp16["loss_scale"])
     u.check(fp16["test_accuracy"] > 0.5, "fp16 did not converge: %s" % fp16["test_accuracy"])
+
+# A run that diverges part way (batch 8 at lr 0.05, seed 6: on the CPU its
+# third epoch mixes finite and overflowing steps) reports accuracy over
+# the steps its loss counts; counting the overflowing steps' hits too gave
+# 1.47. On cuda the trajectory differs and may not diverge; the bound holds
+# either way.
+div = train(["--batch-size", "8", "--lr", "0.05", "--seed", "6", "--epochs", "3", "--precision", "fp16"], "diverging")
+if div:
+    u.check(0 <= div["train_accuracy"] <= 1, "train accuracy %r outside [0, 1]" % div["train_accuracy"])
 
 # Resume keeps the scaler's state.
 one = train(B8 + ["--epochs", "2", "--precision", "fp16", "--loss-scale-init", "1e30", "--checkpoint-dir",
