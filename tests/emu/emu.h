@@ -48,7 +48,7 @@ void enqueue(cudaStream_t s, std::function<void()> fn);
  * waits for it, in the host's call order: "run <stream> <what>" for work
  * queued, "capture <stream> <what>" for work recorded into a graph, and
  * "sync - <call>" for a host wait. <stream> is 0 for the legacy stream and
- * 1, 2, ... for the others in creation order. bench/gpu/step_census.sh
+ * 1, 2, ... for the others in creation order. bench/gpu/step_census.py
  * reads it to count what one training step launches. No-op without the
  * variable. */
 void trace(cudaStream_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
