@@ -346,6 +346,8 @@ size_t ct_model_state_bytes(const ct_model *m) {
   return m->n_params * 8 + m->n_buffers * 4 + m->n_counters * 8;
 }
 
+void ct_model_overwrite_grads(ct_model *m) { m->grads_clean = 1; }
+
 ct_status ct_model_zero_grad(ct_model *m) {
   if (m->dstate) {
     int64_t n = (int64_t)m->n_params;

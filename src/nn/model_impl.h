@@ -64,7 +64,9 @@ struct ct_model {
   int has_forward;         /* a training forward is pending backward */
   uint32_t last_step;      /* dropout key of the last forward */
   uint64_t seed;           /* dropout seed (ct_model_set_seed) */
-  int grads_clean;         /* gradients are zero: backward may overwrite */
+  int grads_clean;         /* backward overwrites the gradients (beta 0):
+                              they are zero, or stale and about to be
+                              overwritten (ct_model_overwrite_grads) */
 
   ct_memory_format memory_format; /* ct_model_set_memory_format; applied by prepare */
   int recompute;                  /* ct_model_set_recompute; applied by prepare */
@@ -89,6 +91,14 @@ struct ct_model {
 /* Points every state entry's value/grad views (and the layers' w/g views)
  * at the flat storage, wherever it lives now (model.c). */
 void ct_model_bind_state(ct_model *m);
+
+/* Lets the next backward overwrite the parameter gradients (beta 0, as
+ * after ct_model_zero_grad) without zeroing them first. For a caller whose
+ * backward follows at once: every layer runs its backward and each writes
+ * all of its parameters' gradients, so the zero fill would be one more
+ * write of the whole gradient buffer per step (244 MB for AlexNet). Until
+ * that backward the gradients hold stale values. */
+void ct_model_overwrite_grads(ct_model *m);
 
 /* Mixed precision hooks of the executor (src/amp/amp_model.c): chooses
  * every layer's dtype and (re)allocates the low-precision weight copy;

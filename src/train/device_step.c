@@ -125,7 +125,8 @@ static ct_status step_body(ct_model *m, ct_device *dev, ct_optimizer *opt, const
   CT_TRY(ct_model_forward(m, x, 1, ms->key, &out));
   CT_TRY(loss_and_hits(dev, loss, ls, out, y, st));
   CT_TRY(ct_model_output_grad(m, &dout));
-  if (ms->first) CT_TRY(ct_model_zero_grad(m));
+  /* The backward below writes every gradient with beta 0: no zero fill. */
+  if (ms->first) ct_model_overwrite_grads(m);
   CT_TRY(loss_backward_dev(dev, loss, out, y, ls, st, &dout));
   /* The micro-batch's share of its group: the backward reads the scale
    * from device memory, so the share is a separate pass over the [N, C]
