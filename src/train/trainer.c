@@ -506,6 +506,23 @@ static double monitored(const char *monitor, double loss, double acc, const ct_e
   return have_val ? val->loss : loss;
 }
 
+/* Adds one batch to the epoch's sums. Its loss and hits count only when
+ * the loss is finite: under loss scaling an overflowing forward is a
+ * skipped step that stays out of the epoch's mean (counting its hits alone
+ * let accuracy pass 1). Images and the accumulation group's loss count
+ * always. */
+static void count_batch(loop_state *ls, double lv, int64_t n, int64_t top1, int64_t top5, int64_t *images) {
+  if (isfinite(lv)) {
+    ls->loss_sum += lv * (double)n;
+    ls->seen += n;
+    ls->correct += top1;
+    ls->top5 += top5;
+  }
+  *images += n;
+  ls->group_loss += lv * (double)n;
+  ls->group_n += n;
+}
+
 /* The host's bookkeeping of one step resident on a device, run when its
  * statistics arrive (one step after it was queued with the lagged
  * read-back): the same sums, checks, logs and progress as the host path,
@@ -526,16 +543,7 @@ static ct_status device_result(ct_loader *train, const ct_step_result *r, loop_s
    * micro-batch that does not end its group took no optimizer step. */
   ct_status s = CT_OK;
   if (lag == 0 && !r->micro && !r->skipped && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
-  if (isfinite(lv)) {
-    /* Hits count with the loss, as on the host path. */
-    ls->loss_sum += lv * (double)r->n;
-    ls->seen += r->n;
-    ls->correct += r->top1;
-    ls->top5 += r->top5;
-  }
-  *images += r->n;
-  ls->group_loss += lv * (double)r->n;
-  ls->group_n += r->n;
+  count_batch(ls, lv, r->n, r->top1, r->top5, images);
   if (tb && !r->micro) {
     double gl = cfg->accumulate > 1 ? ls->group_loss / (double)ls->group_n : lv;
     ct_tb_scalar(tb, "train/loss_step", r->step + 1, gl);
@@ -636,6 +644,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       s = ct_loader_next(train, &b);
       if (s != CT_OK || !b) break;
       double lv = 0;
+      int64_t hit1 = 0, hit5 = 0; /* this batch's top-1 / top-5 hits */
       int found_inf = 0;
       /* The micro-batch's place in its accumulation group (one group of
        * one, factor exactly 1, without accumulation). */
@@ -669,9 +678,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       s = ct_model_forward(m, &x, 1, key, &out);
       if (s == CT_OK) s = ct_loss_forward(dev, cfg->loss, out, &b->y, cfg->label_smoothing, &lv);
       if (s == CT_OK) {
-        /* Hits count with the loss: a non-finite step (an overflow under
-         * loss scaling) stays out of both, or accuracy could pass 1. */
-        if (isfinite(lv)) ct_batch_correct(out->data, b->y.data, b->n, k, &ls.correct, &ls.top5);
+        ct_batch_correct(out->data, b->y.data, b->n, k, &hit1, &hit5);
         s = ct_model_output_grad(m, &dout);
       }
       if (s == CT_OK && ap.first) s = ct_model_zero_grad(m);
@@ -692,13 +699,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
                        lv, (long long)ls.step);
           break;
         }
-        if (isfinite(lv)) {
-          ls.loss_sum += lv * (double)n;
-          ls.seen += n;
-        }
-        ls.group_loss += lv * (double)n;
-        ls.group_n += n;
-        images += n;
+        count_batch(&ls, lv, n, hit1, hit5, &images);
         if (pg) {
           double vals[2] = {ls.loss_sum / (double)ls.seen, (double)ls.correct / (double)ls.seen};
           double el = now_s() - t0;
@@ -725,15 +726,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
         break;
       }
       ls.step++;
-      /* Under loss scaling an overflowing forward is a skipped step, not
-       * an error; it stays out of the epoch's mean. */
-      if (isfinite(lv)) {
-        ls.loss_sum += lv * (double)n;
-        ls.seen += n;
-      }
-      images += n;
-      ls.group_loss += lv * (double)n;
-      ls.group_n += n;
+      count_batch(&ls, lv, n, hit1, hit5, &images);
       if (tb) {
         ct_tb_scalar(tb, "train/loss_step", ls.step, acc > 1 ? ls.group_loss / (double)ls.group_n : lv);
         ct_tb_scalar(tb, "train/lr", ls.step, ct_optimizer_get_lr(opt));

@@ -566,6 +566,11 @@ cudnnStatus_t bn_check_space(const char *who, const char *what, void *p, size_t 
   return CUDNN_STATUS_SUCCESS;
 }
 
+/* The trace line of a batch-norm call (emu.h: CT_EMU_TRACE). */
+void trace_bn(cudnnHandle_t h, const char *who, const tdesc &x) {
+  ct_emu::trace(h->stream, "cudnn %s x %d,%d,%d,%d dtype %d", who, x.n, x.c, x.h, x.w, (int)x.dt);
+}
+
 /* What the three compute calls share after their geometry: the call
  * checks, every operand (then the workspace) in device memory, and
  * compute(alpha, beta) queued on the handle's stream behind a workspace
@@ -1081,7 +1086,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
   const double a = scalar(alpha), b = scalar(beta), f = exponentialAverageFactor, eps = epsilon;
   const size_t wsb = workspace ? workSpaceSizeInBytes : 0;
   const int M = g.M;
-  ct_emu::trace(handle->stream, "cudnn %s x %d,%d,%d,%d dtype %d", who, xd.n, xd.c, xd.h, xd.w, (int)xd.dt);
+  trace_bn(handle, who, xd);
   ct_emu::enqueue(handle->stream, [=] {
     if (wsb) memset(workspace, 0xff, wsb);
     std::vector<int64_t> xi, yi;
@@ -1142,7 +1147,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardInference(
       !dev(estimatedVariance, pb, who, "estimatedVariance"))
     return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
   const double a = scalar(alpha), b = scalar(beta), eps = epsilon;
-  ct_emu::trace(handle->stream, "cudnn %s x %d,%d,%d,%d dtype %d", who, xd.n, xd.c, xd.h, xd.w, (int)xd.dt);
+  trace_bn(handle, who, xd);
   ct_emu::enqueue(handle->stream, [=] {
     std::vector<int64_t> xi, yi;
     for (int c = 0; c < xd.c; c++) {
@@ -1208,7 +1213,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
                bp = scalar(betaParamDiff), eps = epsilon;
   const size_t wsb = workSpace ? workSpaceSizeInBytes : 0;
   const int M = g.M;
-  ct_emu::trace(handle->stream, "cudnn %s x %d,%d,%d,%d dtype %d", who, xd.n, xd.c, xd.h, xd.w, (int)xd.dt);
+  trace_bn(handle, who, xd);
   ct_emu::enqueue(handle->stream, [=] {
     if (wsb) memset(workSpace, 0xff, wsb);
     std::vector<int64_t> xi, dyi, dxi;

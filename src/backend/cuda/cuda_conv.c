@@ -445,7 +445,7 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
                     "%lld, %lld, %lld] groups %d in %s (tried %s)",
                     op, (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], (long long)wsh[0],
                     (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(rt),
-                    in1.nhwc || in2.nhwc || oa.nhwc ? "NHWC, then NCHW" : "NCHW");
+                    any_nhwc ? "NHWC, then NCHW" : "NCHW");
   for (;;) {
     int retry = 0;
     ct_status s = conv_try(d, h, kind, c, nhwc, rt, in1, in2, out, oa, beta, &retry);
