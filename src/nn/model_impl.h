@@ -96,8 +96,8 @@ void ct_model_bind_state(ct_model *m);
  * after ct_model_zero_grad) without zeroing them first. For a caller whose
  * backward follows at once: every layer runs its backward and each writes
  * all of its parameters' gradients, so the zero fill would be one more
- * write of the whole gradient buffer per step (244 MB for AlexNet). Until
- * that backward the gradients hold stale values. */
+ * write of the whole gradient buffer per step (228 MB for AlexNet with
+ * 10 classes). Until that backward the gradients hold stale values. */
 void ct_model_overwrite_grads(ct_model *m);
 
 /* Mixed precision hooks of the executor (src/amp/amp_model.c): chooses
