@@ -256,8 +256,10 @@ struct ct_backend {
                            ct_tensor *y);
   ct_status (*dropout_bwd)(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *dy,
                            ct_tensor *dx);
-  /* y = a + b (same shapes). */
-  ct_status (*add)(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y);
+  /* y = act(a + b) (same shapes), act with the fused activations'
+   * parameters (leaky slope 0.01, as conv2d_fwd and linear_fwd): a residual
+   * add with its ReLU in one pass. */
+  ct_status (*add)(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y);
   /* y = alpha * x + beta * y (beta 0 overwrites). */
   ct_status (*axpby)(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y);
   ct_status (*fill)(ct_device *d, ct_tensor *x, float value);

@@ -12,7 +12,11 @@
  * last reader after that. Each output also has a gradient buffer alive from
  * the backward of its last consumer to its own backward; when several
  * consumers send gradients back (residual connections), all but the first
- * write to a temporary that is added in. */
+ * write to a temporary that is added in. A residual add passes its output
+ * gradient to both inputs unchanged, so one input whose only reader is
+ * the add gets no gradient buffer of its own: its gradient is the add's,
+ * kept alive until its backward (grad_alias below), and the add's
+ * backward copies into the other input only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +58,38 @@ static int alloc_plan_tables(ct_exec_bufs *b, int L) {
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
+/* alias[s] = the residual add whose output gradient buffer is layer s's
+ * gradient, else -1. Taken for the first input s of an add that reads s
+ * uncast, in the add's layout, and is s's only reader: nothing else ever
+ * writes s's gradient, and the add has read its gradient (and applied its
+ * fused activation's gradient in place) before s's backward runs, so the
+ * buffer passes from the add to s whole, as PyTorch's autograd hands one
+ * gradient tensor to both inputs of an add. One input per add: the other
+ * may have further readers that accumulate into its gradient while s's
+ * backward has yet to read the shared buffer. Off with the fusion pass. */
+static void grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
+  const int L = m->n_layers;
+  for (int i = 0; i < L; i++) alias[i] = -1;
+  if (!ct_fuse_enabled()) return;
+  for (int i = 0; i < L; i++) {
+    const ct_layer *l = &m->layers[i];
+    if (l->cls != &ct_layer_add) continue;
+    int readers = i == m->output;
+    for (int k = i + 1; k < L; k++)
+      for (int j = 0; j < m->layers[k].n_inputs; j++) readers += m->layers[k].inputs[j] == i;
+    if (!readers) continue; /* no gradient reaches it */
+    for (int j = 0; j < l->n_inputs; j++) {
+      int s = l->inputs[j], n = 0;
+      if (s < 0 || s == m->output || ct_exec_edge_cast(m, i, j) || b->layout[s] != b->layout[i]) continue;
+      for (int k = s + 1; k < L; k++)
+        for (int q = 0; q < m->layers[k].n_inputs; q++) n += m->layers[k].inputs[q] == s;
+      if (n != 1) continue;
+      alias[s] = i;
+      break;
+    }
+  }
+}
+
 /* Adds every buffer of the step with timeline b->tl (b->root and b->layout
  * set, descriptors shaped for max_batch) to plan and solves it. */
 static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int training, ct_exec_bufs *b,
@@ -65,11 +101,21 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
   if (!alloc_plan_tables(b, L)) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
   int *last = malloc(sizeof(int) * (size_t)(L ? L : 1)), *last_rc = malloc(sizeof(int) * (size_t)(L ? L : 1));
   int *gfirst = malloc(sizeof(int) * (size_t)(L ? L : 1));
-  if (!last || !last_rc || !gfirst) {
-    free(last), free(last_rc), free(gfirst);
+  int *alias = malloc(sizeof(int) * (size_t)(L ? L : 1)), *gend = malloc(sizeof(int) * (size_t)(L ? L : 1));
+  if (!last || !last_rc || !gfirst || !alias || !gend) {
+    free(last), free(last_rc), free(gfirst), free(alias), free(gend);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
   }
   for (int i = 0; i < L; i++) last[i] = i, last_rc[i] = rc[i], gfirst[i] = T;
+  /* A shared gradient buffer lives to the last backward among the layers
+   * sharing it (an alias always points at a later layer). */
+  grad_alias(m, b, alias);
+  for (int i = 0; i < L; i++) gend[i] = bwd[i];
+  for (int i = 0; i < L; i++) {
+    int r = i;
+    while (alias[r] >= 0) r = alias[r];
+    gend[r] = max_i(gend[r], bwd[i]);
+  }
   /* A read of root r at time t after the forward pass: a dropped r is read
    * from its recompute buffer. */
 #define READ_LATE(r, t) (rerun[r] ? (last_rc[r] = max_i(last_rc[r], t)) : (last[r] = max_i(last[r], t)))
@@ -103,7 +149,7 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
     }
     if (!training) continue;
     int gf = i == m->output ? L - 1 : gfirst[i];
-    if (gf <= bwd[i]) b->grad[i] = ct_plan_add(plan, act_bytes(m, l, max_batch), gf, bwd[i]);
+    if (alias[i] < 0 && gf <= bwd[i]) b->grad[i] = ct_plan_add(plan, act_bytes(m, l, max_batch), gf, gend[i]);
     if (l->cls->workspace_bytes) {
       size_t wsb = l->cls->workspace_bytes(l, &(ct_exec){dev, ct_device_backend(dev), 1, max_batch, 0, 0, 0});
       /* A rerun layer's first forward writes a workspace nobody reads. */
@@ -132,6 +178,9 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
     b->out32 = ct_plan_add(plan, bytes, L - 1, training ? L : T);
     if (training) b->dout32 = ct_plan_add(plan, bytes, L - 1, L);
   }
+  if (training)
+    for (int i = L - 1; i >= 0; i--)
+      if (alias[i] >= 0) b->grad[i] = b->grad[alias[i]];
   /* Temporaries for the second and later gradient writers of one output,
    * and a scratch dx for batch norm layers reading the model input. */
   if (training) {
@@ -151,7 +200,7 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
       }
     }
   }
-  free(last), free(last_rc), free(gfirst);
+  free(last), free(last_rc), free(gfirst), free(alias), free(gend);
   return ct_plan_solve(plan);
 }
 
@@ -181,6 +230,7 @@ static ct_status plan_with_segments(ct_model *m, ct_device *dev, int64_t max_bat
 static ct_status trial_peak(ct_model *m, ct_device *dev, int64_t max_batch, int segments, size_t *peak) {
   ct_exec_bufs trial = {0};
   trial.root = m->eb.root;
+  trial.layout = m->eb.layout;
   ct_plan p;
   ct_plan_init(&p);
   ct_status s = plan_with_segments(m, dev, max_batch, 1, segments, &trial, &p);

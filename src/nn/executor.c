@@ -173,10 +173,10 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
         if (b->tmp[2 * i + j] >= 0) {
           ct_tensor acc = to;
           acc.data = src->dy.data;
-          CT_TRY(e.be->add(e.dev, &acc, &to, &acc));
+          CT_TRY(e.be->add(e.dev, &acc, &to, CT_ACT_NONE, &acc));
         }
       } else if (b->tmp[2 * i + j] >= 0) {
-        CT_TRY(e.be->add(e.dev, &src->dy, &l->dx[j], &src->dy));
+        CT_TRY(e.be->add(e.dev, &src->dy, &l->dx[j], CT_ACT_NONE, &src->dy));
       }
     }
   }

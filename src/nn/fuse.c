@@ -17,6 +17,7 @@ static const ct_layer_class fused_relu = {"activation", "ReLU", CT_LAYER_ALIAS, 
 
 static int enabled = 1;
 void ct_fuse_set_enabled(int on) { enabled = on; }
+int ct_fuse_enabled(void) { return enabled; }
 
 int ct_layer_is_fused(const ct_layer *l) { return l->cls == &fused_relu; }
 

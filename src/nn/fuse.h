@@ -17,8 +17,11 @@
 void ct_model_fuse(ct_model *m);
 
 /* Turns the pass on (default) or off for models prepared afterwards, so
- * tests and benchmarks can compare fused and unfused steps. Process-wide. */
+ * tests and benchmarks can compare fused and unfused steps. Process-wide.
+ * The same switch governs the planner's residual-gradient sharing
+ * (exec_plan.c: an add's input gradient that is its output gradient). */
 void ct_fuse_set_enabled(int on);
+int ct_fuse_enabled(void);
 
 /* 1 if layer l is a ReLU that ct_model_fuse() folded into its producer. */
 int ct_layer_is_fused(const ct_layer *l);

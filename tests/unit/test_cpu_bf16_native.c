@@ -82,15 +82,20 @@ static void test_add(int64_t n) {
   tb_round_bf16(&a), tb_round_bf16(&b);
   ct_tensor a16 = tb_cpu16(&a), b16 = tb_cpu16(&b), y16 = tb_cpu16(&y);
   ct_tensor af = tb_cpu(&a), bf = tb_cpu(&b), yf = tb_cpu(&y32);
-  CHECK_OK(C_->add(g_cpu, &a16, &b16, &y16));
-  CHECK_OK(C_->add(g_cpu, &af, &bf, &yf));
+  CHECK_OK(C_->add(g_cpu, &a16, &b16, CT_ACT_NONE, &y16));
+  CHECK_OK(C_->add(g_cpu, &af, &bf, CT_ACT_NONE, &yf));
   CHECK_MSG(diff16(y.h, y32.f, n) == 0, "add bf16 n%lld", (long long)n);
   /* mixed: f32 + bf16 -> bf16 */
   memset(y.h, 0, (size_t)n * 2);
-  CHECK_OK(C_->add(g_cpu, &af, &b16, &y16));
+  CHECK_OK(C_->add(g_cpu, &af, &b16, CT_ACT_NONE, &y16));
   CHECK_MSG(diff16(y.h, y32.f, n) == 0, "add f32+bf16 n%lld", (long long)n);
+  /* the folded residual ReLU, bf16 against f32 */
+  CHECK_OK(C_->add(g_cpu, &a16, &b16, CT_ACT_RELU, &y16));
+  CHECK_OK(C_->add(g_cpu, &af, &bf, CT_ACT_RELU, &yf));
+  CHECK_MSG(diff16(y.h, y32.f, n) == 0, "add + ReLU bf16 n%lld", (long long)n);
+  CHECK_OK(C_->add(g_cpu, &af, &bf, CT_ACT_NONE, &yf));
   /* in place into a */
-  CHECK_OK(C_->add(g_cpu, &a16, &b16, &a16));
+  CHECK_OK(C_->add(g_cpu, &a16, &b16, CT_ACT_NONE, &a16));
   CHECK_MSG(diff16(a.h, y32.f, n) == 0, "add in place n%lld", (long long)n);
   tb_free(&a), tb_free(&b), tb_free(&y), tb_free(&y32);
 }

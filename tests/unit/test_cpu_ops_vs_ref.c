@@ -169,9 +169,12 @@ static void misc_elementwise(int64_t n) {
   tb a = TB(n), b = TB(n), y = TB(n);
   tb_rand(&a, 1.0), tb_rand(&b, 1.0), tb_rand(&y, 1.0);
   ct_tensor ac = tb_cpu(&a), bc = tb_cpu(&b), yc = tb_cpu(&y), ar = tb_ref(&a), br = tb_ref(&b), yr = tb_ref(&y);
-  CHECK_OK(C_->add(g_cpu, &ac, &bc, &yc));
-  CHECK_OK(R_->add(g_ref, &ar, &br, &yr));
+  CHECK_OK(C_->add(g_cpu, &ac, &bc, CT_ACT_NONE, &yc));
+  CHECK_OK(R_->add(g_ref, &ar, &br, CT_ACT_NONE, &yr));
   CHECK_T(&y, "add n=%lld", (long long)n);
+  CHECK_OK(C_->add(g_cpu, &ac, &bc, CT_ACT_RELU, &yc));
+  CHECK_OK(R_->add(g_ref, &ar, &br, CT_ACT_RELU, &yr));
+  CHECK_T(&y, "add + ReLU n=%lld", (long long)n);
   CHECK_OK(C_->axpby(g_cpu, 0.7f, &ac, 1.3f, &yc));
   CHECK_OK(R_->axpby(g_ref, 0.7f, &ar, 1.3f, &yr));
   CHECK_T(&y, "axpby beta 1.3 n=%lld", (long long)n);

@@ -4,7 +4,8 @@
  * running stats as the unfused step from identical weights and random
  * inputs (ReLU is exact, so the bound is tight), the ReLU layers are
  * really folded (and the model output never is), the step needs fewer
- * buffer bytes,
+ * buffer bytes, each residual add's gradient is shared with one of its
+ * inputs (exec_plan.c's grad_alias: no copy, no buffer),
  * and re-preparing (training, then inference at another batch) keeps
  * results right. */
 #include "test_util.h"
@@ -16,7 +17,7 @@
 typedef struct run_out {
   step_result s;
   size_t plan, naive;
-  int fused;
+  int fused, shared, adds;
 } run_out;
 
 static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N, int fuse, run_out *r) {
@@ -34,6 +35,13 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
   /* Two steps, so the second forward sees weights the first backward
    * produced; the inference re-prepare runs the pass again, which must
    * not refold. */
+  for (int i = 0; i < m->n_layers; i++) {
+    const ct_layer *l = &m->layers[i];
+    if (l->cls != &ct_layer_add) continue;
+    r->adds++;
+    for (int j = 0; j < l->n_inputs; j++)
+      r->shared += l->inputs[j] >= 0 && m->eb.grad[i] >= 0 && m->eb.grad[l->inputs[j]] == m->eb.grad[i];
+  }
   rc = step_run(dev, m, c, h, w, N, 2, &r->s);
 done:
   ct_model_destroy(m);
@@ -50,6 +58,8 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
   if (ra || rb) return;
   CHECK_MSG(a.fused >= min_fused, "%s: %d ReLU layers folded, expected at least %d", name, a.fused, min_fused);
   CHECK_MSG(b.fused == 0, "%s: pass disabled but %d layers folded", name, b.fused);
+  CHECK_MSG(a.shared == a.adds, "%s: %d of %d residual adds share their gradient with an input", name, a.shared, a.adds);
+  CHECK_MSG(b.shared == 0, "%s: pass disabled but %d add gradients shared", name, b.shared);
   /* Fewer bytes of buffers in total; the peak after packing may move
    * either way by a little (lifetimes change). */
   CHECK_MSG(a.naive < b.naive, "%s: fused buffers %zu bytes, not fewer than unfused %zu", name, a.naive, b.naive);
@@ -66,8 +76,8 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
   double gsum = 0;
   for (size_t i = 0; i < a.s.n_par; i++) gsum += fabs(a.s.grads[i]);
   CHECK_MSG(gsum > 0, "%s: all-zero gradients, the comparison proves nothing", name);
-  printf("%-9s folded %d ReLU, buffers %zu -> %zu bytes (peak %zu -> %zu), rel err out %.2g grads %.2g\n", name,
-         a.fused, b.naive, a.naive, b.plan, a.plan, eo, eg);
+  printf("%-9s folded %d ReLU, %d add gradients shared, buffers %zu -> %zu bytes (peak %zu -> %zu), rel err out %.2g grads %.2g\n", name,
+         a.fused, a.shared, b.naive, a.naive, b.plan, a.plan, eo, eg);
   free_run(&a), free_run(&b);
 }
 

@@ -195,9 +195,12 @@ static void misc_elementwise(int64_t n, ct_dtype dt) {
   gb a = GB(n), b = GB(n), y = GB(n);
   gb_rand(&a, 1.0, dt), gb_rand(&b, 1.0, dt), gb_rand(&y, 1.0, dt);
   ct_tensor ag = gb_gpu(&a), bg = gb_gpu(&b), yg = gb_gpu(&y), ar = gb_ref(&a), br = gb_ref(&b), yr = gb_ref(&y);
-  CHECK_OK(G_->add(g_gpu, &ag, &bg, &yg));
-  CHECK_OK(R_->add(g_ref, &ar, &br, &yr));
+  CHECK_OK(G_->add(g_gpu, &ag, &bg, CT_ACT_NONE, &yg));
+  CHECK_OK(R_->add(g_ref, &ar, &br, CT_ACT_NONE, &yr));
   CHECK_T(&y, tol, "add n=%lld %s", (long long)n, ct_dtype_name(dt));
+  CHECK_OK(G_->add(g_gpu, &ag, &bg, CT_ACT_RELU, &yg));
+  CHECK_OK(R_->add(g_ref, &ar, &br, CT_ACT_RELU, &yr));
+  CHECK_T(&y, tol, "add + ReLU n=%lld %s", (long long)n, ct_dtype_name(dt));
   gb_put(&y, dt);
   CHECK_OK(G_->axpby(g_gpu, 0.7f, &ag, 1.3f, &yg));
   CHECK_OK(R_->axpby(g_ref, 0.7f, &ar, 1.3f, &yr));

@@ -447,7 +447,7 @@ static void ew_run(void *ctx, ct_dtype dt, arr *y) {
     case 0: CHECK_OK(B->act_fwd(g_dev, c->act, c->alpha, &x, &ty)); break;
     case 1: CHECK_OK(B->dropout_fwd(g_dev, c->p, c->group, c->key, &x, &ty)); break;
     case 2: CHECK_OK(B->softmax_fwd(g_dev, c->log, &x, &ty)); break;
-    default: CHECK_OK(B->add(g_dev, &x, &x2, &ty)); break;
+    default: CHECK_OK(B->add(g_dev, &x, &x2, CT_ACT_NONE, &ty)); break;
   }
   tback(&ty, y);
   ct_tensor_free(&x);

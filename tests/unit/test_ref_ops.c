@@ -397,11 +397,22 @@ static void test_elementwise_misc(void) {
   const int64_t n = 37;
   arr a = arr_randn(ARR(n), 1), b = arr_randn(ARR(n), 1), y = ARR(n);
   ct_tensor ta = tin(&a, F64), tb = tin(&b, F64), ty = tnan(&y, F64);
-  CHECK_OK(B->add(g_dev, &ta, &tb, &ty));
+  CHECK_OK(B->add(g_dev, &ta, &tb, CT_ACT_NONE, &ty));
   tback(&ty, &y);
   double worst = 0;
   for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(y.v[i] - (a.v[i] + b.v[i])));
   CHECK_MSG(worst < 1e-15, "add off by %g", worst);
+  /* The folded residual ReLU: y = max(a + b, 0), some sums negative. */
+  ty = tnan(&y, F64);
+  CHECK_OK(B->add(g_dev, &ta, &tb, CT_ACT_RELU, &ty));
+  tback(&ty, &y);
+  worst = 0;
+  int neg = 0;
+  for (int64_t i = 0; i < n; i++) {
+    neg += a.v[i] + b.v[i] < 0;
+    worst = fmax(worst, fabs(y.v[i] - fmax(a.v[i] + b.v[i], 0.0)));
+  }
+  CHECK_MSG(worst < 1e-15 && neg > 0, "add + ReLU off by %g (%d negative sums)", worst, neg);
   /* axpby with beta 0 overwrites even NaN; beta 1 accumulates. */
   ty = tnan(&y, F64);
   CHECK_OK(B->axpby(g_dev, 2.5f, &ta, 0.0f, &ty));
@@ -558,7 +569,7 @@ static void test_bad_targets(void) {
     float v = ct_bf16_to_f32(hb[i]);
     CHECK(ct_bf16_to_f32(hy[i]) == (v > 0 ? v : 0.0f));
   }
-  CHECK(B->add(g_dev, &x64, &x32, &y64) == CT_ERR_INVALID_ARG);
+  CHECK(B->add(g_dev, &x64, &x32, CT_ACT_NONE, &y64) == CT_ERR_INVALID_ARG);
   CHECK(strlen(ct_last_error()) > 0);
   ct_tensor_free(&x64);
   ct_tensor_free(&x32);

@@ -224,8 +224,9 @@ ct_status cpu_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_key k
   return dropout_run(d, p, group, key, dy, dx);
 }
 
-ct_status cpu_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y) {
-  if (!f32_or_bf16(a) || !f32_or_bf16(b) || !f32_or_bf16(y)) REF_OR(add, d, a, b, y);
+ct_status cpu_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y) {
+  if (!f32_or_bf16(a) || !f32_or_bf16(b) || !f32_or_bf16(y)) REF_OR(add, d, a, b, act, y);
+  if ((int)act < 0 || act >= CT_ACT_COUNT) return ct_error(CT_ERR_INVALID_ARG, "add: unknown activation %d", (int)act);
   int64_t n = ct_tensor_numel(y), nc = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for num_threads(cpu_nthreads(d)) if (n > PAR_MIN) schedule(static)
   for (int64_t c = 0; c < nc; c++) {
@@ -235,6 +236,7 @@ ct_status cpu_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tenso
     float *o = chunk_out(y, lo, bo);
 #pragma omp simd
     for (int64_t i = 0; i < len; i++) o[i] = pa[i] + pb[i];
+    act_span(act, 0.01f, o, o, len); /* the fused activations' leaky slope, as the reference */
     chunk_done(y, lo, len, o);
   }
   return CT_OK;

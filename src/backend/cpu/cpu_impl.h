@@ -233,7 +233,7 @@ ct_status cpu_dropout_fwd(ct_device *d, float p, int64_t group, ct_dropout_key k
                           ct_tensor *y);
 ct_status cpu_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *dy,
                           ct_tensor *dx);
-ct_status cpu_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y);
+ct_status cpu_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y);
 ct_status cpu_axpby(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y);
 ct_status cpu_fill(ct_device *d, ct_tensor *x, float value);
 ct_status cpu_cast(ct_device *d, const ct_tensor *x, ct_tensor *y);

@@ -71,12 +71,13 @@ ct_status ct_ref_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_ke
   REF_DISPATCH(dy, ref_dropout_apply, p, group, key, dy, dx);
 }
 
-ct_status ct_ref_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y) {
+ct_status ct_ref_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y) {
   (void)d;
   REF_CHECK("add", a, b, y);
   CT_TRY(same_numel("add", a, y));
   CT_TRY(same_numel("add", b, y));
-  REF_DISPATCH(a, ref_add, a, b, y);
+  if ((unsigned)act >= CT_ACT_COUNT) return ct_error(CT_ERR_INVALID_ARG, "ref add: unknown activation %d", (int)act);
+  REF_DISPATCH(a, ref_add, a, b, act, y);
 }
 
 ct_status ct_ref_axpby(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y) {

@@ -326,14 +326,14 @@ ct_status ct_ref_half_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropo
   return finish(&h, s);
 }
 
-ct_status ct_ref_half_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y) {
-  if (!is_half(a) && !is_half(b) && !is_half(y)) return ct_ref_add(d, a, b, y);
+ct_status ct_ref_half_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y) {
+  if (!is_half(a) && !is_half(b) && !is_half(y)) return ct_ref_add(d, a, b, act, y);
   hscope h = {0};
   ct_tensor w_a, w_b, w_y;
   ct_status s = in(&h, a, &w_a);
   if (s == CT_OK) s = in(&h, b, &w_b);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
-  if (s == CT_OK) s = target(d)->add(d, &w_a, &w_b, &w_y);
+  if (s == CT_OK) s = target(d)->add(d, &w_a, &w_b, act, &w_y);
   return finish(&h, s);
 }
 

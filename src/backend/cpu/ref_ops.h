@@ -58,7 +58,7 @@ ct_status ct_ref_dropout_fwd(ct_device *d, float p, int64_t group, ct_dropout_ke
                              ct_tensor *y);
 ct_status ct_ref_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *dy,
                              ct_tensor *dx);
-ct_status ct_ref_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y);
+ct_status ct_ref_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y);
 ct_status ct_ref_axpby(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y);
 ct_status ct_ref_fill(ct_device *d, ct_tensor *x, float value);
 ct_status ct_ref_cast(ct_device *d, const ct_tensor *x, ct_tensor *y);
@@ -117,7 +117,7 @@ ct_status ct_ref_half_dropout_fwd(ct_device *d, float p, int64_t group, ct_dropo
                              ct_tensor *y);
 ct_status ct_ref_half_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *dy,
                              ct_tensor *dx);
-ct_status ct_ref_half_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y);
+ct_status ct_ref_half_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y);
 ct_status ct_ref_half_axpby(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y);
 ct_status ct_ref_half_softmax_fwd(ct_device *d, int log, const ct_tensor *x, ct_tensor *y);
 ct_status ct_ref_half_softmax_bwd(ct_device *d, int log, const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);

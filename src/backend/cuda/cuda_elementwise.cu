@@ -64,8 +64,9 @@ __global__ void k_dropout(int mode, float pf, double scale, int64_t group, uint6
   }
 }
 
-__global__ void k_add(const void *a, int at, const void *b, int bt, void *y, int yt, int64_t n) {
-  CT_GRID_STRIDE(i, n) ct_st(y, yt, i, ct_ld(a, at, i) + ct_ld(b, bt, i));
+/* y = act(a + b), the residual add with its folded ReLU in one pass. */
+__global__ void k_add(int act, const void *a, int at, const void *b, int bt, void *y, int yt, int64_t n) {
+  CT_GRID_STRIDE(i, n) ct_st(y, yt, i, ct_act_dev(act, 0.01f, ct_ld(a, at, i) + ct_ld(b, bt, i)));
 }
 
 __global__ void k_axpby(float alpha, const void *x, int xt, float beta, void *y, int yt, int64_t n) {
@@ -240,14 +241,16 @@ extern "C" ct_status cuda_dropout_bwd(ct_device *d, float p, int64_t group, ct_d
   return dropout_apply(d, "dropout_bwd", p, group, key, dy, dx);
 }
 
-extern "C" ct_status cuda_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y) {
+extern "C" ct_status cuda_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y) {
   CT_TRY(cuda_check_float("add", a, 1));
   CT_TRY(cuda_check_float("add", b, 2));
   CT_TRY(cuda_check_float("add", y, 3));
+  if ((int)act < 0 || act >= CT_ACT_COUNT) return ct_error(CT_ERR_INVALID_ARG, "cuda add: unknown activation %d", (int)act);
   CT_TRY(cuda_enter(d));
   int64_t n = ct_tensor_numel(y);
   if (!n) return CT_OK;
-  k_add<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(a->data, a->dtype, b->data, b->dtype, y->data, y->dtype, n);
+  k_add<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>((int)act, a->data, a->dtype, b->data, b->dtype, y->data, y->dtype,
+                                                    n);
   CUDA_LAUNCHED("add");
   return CT_OK;
 }

@@ -209,7 +209,7 @@ ct_status cuda_dropout_fwd(ct_device *d, float p, int64_t group, ct_dropout_key 
                            ct_tensor *y);
 ct_status cuda_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *dy,
                            ct_tensor *dx);
-ct_status cuda_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_tensor *y);
+ct_status cuda_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y);
 ct_status cuda_axpby(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y);
 ct_status cuda_fill(ct_device *d, ct_tensor *x, float value);
 ct_status cuda_cast(ct_device *d, const ct_tensor *x, ct_tensor *y);

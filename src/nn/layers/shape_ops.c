@@ -35,15 +35,15 @@ static ct_status add_setup(ct_layer *l) {
 }
 
 static ct_status add_fwd(ct_layer *l, ct_exec *e) {
-  CT_TRY(e->be->add(e->dev, &l->x[0], &l->x[1], &l->y));
-  if (l->act != CT_ACT_NONE) CT_TRY(e->be->act_fwd(e->dev, l->act, 0.0f, &l->y, &l->y));
-  return CT_OK;
+  return e->be->add(e->dev, &l->x[0], &l->x[1], l->act, &l->y); /* a folded ReLU in the same pass */
 }
 
+/* Both inputs' gradient is dy. An input whose gradient the planner made
+ * this layer's own dy buffer (exec_plan.c) needs no copy. */
 static ct_status add_bwd(ct_layer *l, ct_exec *e) {
   if (l->act != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
   for (int j = 0; j < 2; j++)
-    if (l->dx[j].data) CT_TRY(e->be->axpby(e->dev, 1.0f, &l->dy, 0.0f, &l->dx[j]));
+    if (l->dx[j].data && l->dx[j].data != l->dy.data) CT_TRY(e->be->axpby(e->dev, 1.0f, &l->dy, 0.0f, &l->dx[j]));
   return CT_OK;
 }
 
