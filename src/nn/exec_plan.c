@@ -74,16 +74,12 @@ static void grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
   for (int i = 0; i < L; i++) {
     const ct_layer *l = &m->layers[i];
     if (l->cls != &ct_layer_add) continue;
-    int readers = i == m->output;
-    for (int k = i + 1; k < L; k++)
-      for (int j = 0; j < m->layers[k].n_inputs; j++) readers += m->layers[k].inputs[j] == i;
-    if (!readers) continue; /* no gradient reaches it */
+    if (i != m->output && !ct_model_readers(m, i)) continue; /* no gradient reaches it */
     for (int j = 0; j < l->n_inputs; j++) {
-      int s = l->inputs[j], n = 0;
-      if (s < 0 || s == m->output || ct_exec_edge_cast(m, i, j) || b->layout[s] != b->layout[i]) continue;
-      for (int k = s + 1; k < L; k++)
-        for (int q = 0; q < m->layers[k].n_inputs; q++) n += m->layers[k].inputs[q] == s;
-      if (n != 1) continue;
+      int s = l->inputs[j];
+      if (s < 0 || s == m->output || ct_exec_edge_cast(m, i, j) || b->layout[s] != b->layout[i] ||
+          ct_model_readers(m, s) != 1)
+        continue;
       alias[s] = i;
       break;
     }

@@ -35,10 +35,7 @@ void ct_model_fuse(ct_model *m) {
     int p = r->inputs[0];
     if (p < 0 || p == m->output || !can_take_act(&m->layers[p])) continue;
     /* The producer's pre-activation output must have no other reader. */
-    int readers = 0;
-    for (int k = 0; k < L; k++)
-      for (int j = 0; j < m->layers[k].n_inputs; j++) readers += m->layers[k].inputs[j] == p;
-    if (readers != 1) continue;
+    if (ct_model_readers(m, p) != 1) continue;
     m->layers[p].act = CT_ACT_RELU;
     for (int k = i + 1; k < L; k++)
       for (int j = 0; j < m->layers[k].n_inputs; j++)

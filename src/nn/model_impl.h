@@ -92,6 +92,15 @@ struct ct_model {
  * at the flat storage, wherever it lives now (model.c). */
 void ct_model_bind_state(ct_model *m);
 
+/* How many input edges read layer i's output (the loss, reading the model
+ * output, is not one). */
+static inline int ct_model_readers(const ct_model *m, int i) {
+  int n = 0;
+  for (int k = 0; k < m->n_layers; k++)
+    for (int j = 0; j < m->layers[k].n_inputs; j++) n += m->layers[k].inputs[j] == i;
+  return n;
+}
+
 /* Lets the next backward overwrite the parameter gradients (beta 0, as
  * after ct_model_zero_grad) without zeroing them first. For a caller whose
  * backward follows at once: every layer runs its backward and each writes
