@@ -13,10 +13,9 @@
  * the backward of its last consumer to its own backward; when several
  * consumers send gradients back (residual connections), all but the first
  * write to a temporary that is added in. A residual add passes its output
- * gradient to both inputs unchanged, so one input whose only reader is
- * the add gets no gradient buffer of its own: its gradient is the add's,
- * kept alive until its backward (grad_alias below), and the add's
- * backward copies into the other input only. */
+ * gradient to both inputs unchanged, so an input may have no gradient
+ * buffer of its own: its gradient is the add's, kept alive until its
+ * backward (grad_alias below), and the add copies into the others only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,32 +57,71 @@ static int alloc_plan_tables(ct_exec_bufs *b, int L) {
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
+/* The earliest backward among the layers reading s other than through
+ * layer `except` (T when none does). */
+static int first_other_reader_bwd(const ct_model *m, const int *bwd, int s, int except, int T) {
+  int t = T;
+  for (int k = 0; k < m->n_layers; k++)
+    for (int j = 0; j < m->layers[k].n_inputs; j++)
+      if (k != except && m->layers[k].inputs[j] == s && bwd[k] < t) t = bwd[k];
+  return t;
+}
+
+/* Input edge j of add i could take the add's gradient buffer: read
+ * uncast, in the add's layout, not the model output. */
+static int shareable(const ct_model *m, const ct_exec_bufs *b, int i, int j) {
+  int s = m->layers[i].inputs[j];
+  return s >= 0 && s != m->output && !ct_exec_edge_cast(m, i, j) && b->layout[s] == b->layout[i];
+}
+
 /* alias[s] = the residual add whose output gradient buffer is layer s's
- * gradient, else -1. Taken for the first input s of an add that reads s
- * uncast, in the add's layout, and is s's only reader: nothing else ever
- * writes s's gradient, and the add has read its gradient (and applied its
- * fused activation's gradient in place) before s's backward runs, so the
- * buffer passes from the add to s whole, as PyTorch's autograd hands one
- * gradient tensor to both inputs of an add. One input per add: the other
- * may have further readers that accumulate into its gradient while s's
- * backward has yet to read the shared buffer. Off with the fusion pass. */
-static void grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
-  const int L = m->n_layers;
+ * gradient, else -1, as PyTorch's autograd hands one gradient tensor to
+ * both inputs of an add. The buffer then serves its layers in backward
+ * order: the add (which applies its fused activation's gradient in place),
+ * the input that took it first and whatever shares that one's buffer in
+ * turn (they read dy_add), then an input with further readers: these add
+ * their gradients into the buffer (tmp + add, executor.c) and its own
+ * backward reads the sum. So an input s takes the buffer when
+ *  - no layer already served modifies the buffer in place (a fused
+ *    activation's gradient; dirty[]): the later sum needs dy_add intact;
+ *  - s's backward and its other readers' backwards all come after the last
+ *    backward already served (span[]), which always holds for an input the
+ *    add alone reads.
+ * Inputs the add alone reads are tried first (they fit at once), in input
+ * order. With both inputs shared, a ResNet identity block copies nothing
+ * and the blocks of one stage share one gradient buffer along the trunk.
+ * Adds are visited in layer order, so the spans and dirt of their inputs
+ * (earlier layers) are final. Off with the fusion pass. Returns 0 when
+ * out of host memory. */
+static int grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
+  const int L = m->n_layers, T = b->tl.T, *bwd = b->tl.bwd;
   for (int i = 0; i < L; i++) alias[i] = -1;
-  if (!ct_fuse_enabled()) return;
+  if (!ct_fuse_enabled()) return 1;
+  int *span = malloc(sizeof(int) * (size_t)(L ? L : 1)), *dirty = malloc(sizeof(int) * (size_t)(L ? L : 1));
+  if (!span || !dirty) {
+    free(span), free(dirty);
+    return 0;
+  }
+  for (int i = 0; i < L; i++) span[i] = bwd[i], dirty[i] = m->layers[i].act != CT_ACT_NONE;
   for (int i = 0; i < L; i++) {
     const ct_layer *l = &m->layers[i];
     if (l->cls != &ct_layer_add) continue;
     if (i != m->output && !ct_model_readers(m, i)) continue; /* no gradient reaches it */
-    for (int j = 0; j < l->n_inputs; j++) {
-      int s = l->inputs[j];
-      if (s < 0 || s == m->output || ct_exec_edge_cast(m, i, j) || b->layout[s] != b->layout[i] ||
-          ct_model_readers(m, s) != 1)
-        continue;
-      alias[s] = i;
-      break;
-    }
+    int served_dirty = 0; /* by the inputs that took the buffer so far */
+    for (int sole = 1; sole >= 0; sole--)
+      for (int j = 0; j < l->n_inputs; j++) {
+        int s = l->inputs[j];
+        if (!shareable(m, b, i, j) || alias[s] >= 0 || (ct_model_readers(m, s) == 1) != sole) continue;
+        int others = first_other_reader_bwd(m, bwd, s, i, T), after = bwd[s] < others ? bwd[s] : others;
+        if (served_dirty || after <= span[i]) continue;
+        alias[s] = i;
+        span[i] = max_i(span[i], span[s]);
+        dirty[i] |= dirty[s];
+        served_dirty |= dirty[s];
+      }
   }
+  free(span), free(dirty);
+  return 1;
 }
 
 /* Adds every buffer of the step with timeline b->tl (b->root and b->layout
@@ -105,7 +143,10 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
   for (int i = 0; i < L; i++) last[i] = i, last_rc[i] = rc[i], gfirst[i] = T;
   /* A shared gradient buffer lives to the last backward among the layers
    * sharing it (an alias always points at a later layer). */
-  grad_alias(m, b, alias);
+  if (!grad_alias(m, b, alias)) {
+    free(last), free(last_rc), free(gfirst), free(alias), free(gend);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  }
   for (int i = 0; i < L; i++) gend[i] = bwd[i];
   for (int i = 0; i < L; i++) {
     int r = i;

@@ -5,7 +5,9 @@
  * inputs (ReLU is exact, so the bound is tight), the ReLU layers are
  * really folded (and the model output never is), the step needs fewer
  * buffer bytes, each residual add's gradient is shared with one of its
- * inputs (exec_plan.c's grad_alias: no copy, no buffer),
+ * inputs, and in an identity block with both (exec_plan.c's grad_alias:
+ * no copy, no buffer) but not the second when the first applies a fused
+ * ReLU's gradient in place (a small "trunk" graph with and without one),
  * and re-preparing (training, then inference at another batch) keeps
  * results right. */
 #include "test_util.h"
@@ -17,8 +19,29 @@
 typedef struct run_out {
   step_result s;
   size_t plan, naive;
-  int fused, shared, adds;
+  int fused, shared, adds, adds_sharing;
 } run_out;
+
+/* A residual add of a branch and its trunk input c0, which one more
+ * layer (cb, before the branch) reads:
+ *   c0 = conv(x); cb = conv1x1(c0); ca = conv(cb) [+ ReLU]; add(ca, c0).
+ * The add's gradient goes to ca first; c0 may share it only if ca leaves
+ * it intact (no fused ReLU), since cb's gradient is added in after ca's
+ * backward. Input 3x8x8, 10 classes. */
+static ct_status build_trunk(int relu, ct_model **out) {
+  ct_model *m;
+  CT_TRY(ct_model_new(relu ? "trunk_relu" : "trunk", &m));
+  int c0 = ct_g_conv2d(m, "c0", -1, 3, 4, 3, 1, 1, 1, 1, 1);
+  int cb = ct_g_conv2d(m, "cb", c0, 4, 4, 1, 1, 0, 1, 1, 1);
+  int ca = ct_g_conv2d(m, "ca", cb, 4, 4, 3, 1, 1, 1, 1, 1);
+  if (relu) ca = ct_g_act(m, "relu", ca, CT_ACT_RELU, 0.0f);
+  int f = ct_g_flatten(m, "flat", ct_g_add(m, "add", ca, c0));
+  ct_g_linear(m, "fc", f, 4 * 8 * 8, 10, 1);
+  ct_status s = ct_model_finish(m, 3, (const int64_t[]){3, 8, 8}, 5);
+  if (s != CT_OK) ct_model_destroy(m), m = NULL;
+  *out = m;
+  return s;
+}
 
 static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N, int fuse, run_out *r) {
   memset(r, 0, sizeof *r);
@@ -26,7 +49,9 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
   ct_model_options opt = {c, h, w, 10, 5};
   ct_model *m = NULL;
   int rc = -1;
-  if (ct_model_create(name, &opt, &m) != CT_OK) goto done;
+  ct_status s = !strncmp(name, "trunk", 5) ? build_trunk(!strcmp(name, "trunk_relu"), &m)
+                                            : ct_model_create(name, &opt, &m);
+  if (s != CT_OK) goto done;
   if (ct_model_prepare(m, dev, N, 1) != CT_OK) goto done;
   for (int i = 0; i < m->n_layers; i++) r->fused += ct_layer_is_fused(&m->layers[i]);
   CHECK(!ct_layer_is_fused(&m->layers[m->output]));
@@ -39,8 +64,11 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
     const ct_layer *l = &m->layers[i];
     if (l->cls != &ct_layer_add) continue;
     r->adds++;
+    int shared = 0;
     for (int j = 0; j < l->n_inputs; j++)
-      r->shared += l->inputs[j] >= 0 && m->eb.grad[i] >= 0 && m->eb.grad[l->inputs[j]] == m->eb.grad[i];
+      shared += l->inputs[j] >= 0 && m->eb.grad[i] >= 0 && m->eb.grad[l->inputs[j]] == m->eb.grad[i];
+    r->shared += shared;
+    r->adds_sharing += shared > 0;
   }
   rc = step_run(dev, m, c, h, w, N, 2, &r->s);
 done:
@@ -51,14 +79,17 @@ done:
 
 static void free_run(run_out *r) { step_result_free(&r->s); }
 
-static void compare(ct_device *dev, const char *name, int c, int h, int w, int64_t N, int min_fused) {
+/* shared: the input edges expected to share their add's gradient. */
+static void compare(ct_device *dev, const char *name, int c, int h, int w, int64_t N, int min_fused, int shared) {
   run_out a, b;
   int ra = run(dev, name, c, h, w, N, 1, &a), rb = run(dev, name, c, h, w, N, 0, &b);
   CHECK_MSG(ra == 0 && rb == 0, "%s: %s", name, ct_last_error());
   if (ra || rb) return;
   CHECK_MSG(a.fused >= min_fused, "%s: %d ReLU layers folded, expected at least %d", name, a.fused, min_fused);
   CHECK_MSG(b.fused == 0, "%s: pass disabled but %d layers folded", name, b.fused);
-  CHECK_MSG(a.shared == a.adds, "%s: %d of %d residual adds share their gradient with an input", name, a.shared, a.adds);
+  CHECK_MSG(a.adds_sharing == a.adds, "%s: %d of %d residual adds share their gradient with an input", name,
+            a.adds_sharing, a.adds);
+  CHECK_MSG(a.shared == shared, "%s: %d add inputs share the add's gradient, expected %d", name, a.shared, shared);
   CHECK_MSG(b.shared == 0, "%s: pass disabled but %d add gradients shared", name, b.shared);
   /* Fewer bytes of buffers in total; the peak after packing may move
    * either way by a little (lifetimes change). */
@@ -84,11 +115,15 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
 int main(void) {
   ct_device *dev;
   CHECK_OK(ct_device_open("cpu", &dev));
-  compare(dev, "mlp", 1, 28, 28, 6, 2);        /* linear + ReLU */
-  compare(dev, "convnet", 1, 28, 28, 6, 3);    /* batchnorm + ReLU, linear + ReLU */
-  compare(dev, "lenet5", 1, 28, 28, 6, 4);     /* conv + ReLU */
-  compare(dev, "resnet18", 3, 32, 32, 6, 17);
-  compare(dev, "resnet18", 3, 64, 64, 2, 17);  /* batchnorm / residual add + ReLU */
+  compare(dev, "mlp", 1, 28, 28, 6, 2, 0);        /* linear + ReLU */
+  compare(dev, "convnet", 1, 28, 28, 6, 3, 0);    /* batchnorm + ReLU, linear + ReLU */
+  compare(dev, "lenet5", 1, 28, 28, 6, 4, 0);     /* conv + ReLU */
+  /* Batch norm / residual add + ReLU. Shared: the last batch norm of all
+   * 8 blocks, and the block input of the 5 identity blocks. */
+  compare(dev, "resnet18", 3, 32, 32, 6, 17, 13);
+  compare(dev, "resnet18", 3, 64, 64, 2, 17, 13);
+  compare(dev, "trunk", 3, 8, 8, 6, 0, 2);
+  compare(dev, "trunk_relu", 3, 8, 8, 6, 1, 1);
   ct_device_close(dev);
   return test_summary("fuse");
 }
