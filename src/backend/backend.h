@@ -187,6 +187,14 @@ struct ct_backend {
    * when both are given. Every pointer in b is device memory. */
   ct_status (*transform_u8)(ct_device *d, const struct ct_xf_batch *b);
 
+  /* ---- accumulating variants, NULL where the backend has no native way
+   * (oneDNN's backward passes take no sum post-op): the executor then
+   * writes a temporary and adds it in (src/nn/exec_plan.c). ---- */
+  /* dx += the conv2d_bwd_data result, in one pass over dx (cuDNN's
+   * beta = 1): the second gradient arriving at a residual block's input. */
+  ct_status (*conv2d_bwd_data_acc)(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
+                                   ct_tensor *dx);
+
   /* ---- dense linear algebra ---- */
   /* c[M,N] = alpha * op(a) @ op(b) + beta * c; op transposes when trans_*.
    * a is [M,K] (or [K,M] transposed), b is [K,N] (or [N,K]). */

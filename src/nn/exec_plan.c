@@ -124,6 +124,18 @@ static int grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
   return 1;
 }
 
+/* A second (or later) gradient writer of input edge j of layer i can add
+ * into the producer's gradient itself rather than through a temporary:
+ * a convolution, on a backend with an accumulating backward-data (cuDNN's
+ * beta = 1; not oneDNN), over an uncast edge (the gradient is in the
+ * producer's dtype and layout). One pass over dx in place of writing the
+ * temporary and reading it and dx back for the add. Off with the fusion
+ * pass, like the gradient sharing. */
+static int dx_accumulates(const ct_model *m, ct_device *dev, int i, int j) {
+  return ct_fuse_enabled() && m->layers[i].cls == &ct_layer_conv2d && ct_device_backend(dev)->conv2d_bwd_data_acc &&
+         !ct_exec_edge_cast(m, i, j);
+}
+
 /* Adds every buffer of the step with timeline b->tl (b->root and b->layout
  * set, descriptors shaped for max_batch) to plan and solves it. */
 static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int training, ct_exec_bufs *b,
@@ -233,7 +245,8 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
           if (l->cls == &ct_layer_batchnorm) b->tmp[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
           continue;
         }
-        if (seen[src]++) b->tmp[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
+        if (seen[src]++)
+          b->tmp[2 * i + j] = dx_accumulates(m, dev, i, j) ? CT_EXEC_DX_ACC : ct_plan_add(plan, bytes, bwd[i], bwd[i]);
       }
     }
   }

@@ -53,6 +53,7 @@ static void bind(ct_model *m, ct_exec_bufs *b, const ct_tensor *x, int64_t n, in
       int src = l->inputs[j], e = 2 * i + j;
       l->x[j].data = src < 0 ? x->data : m->layers[src].y.data;
       l->dx[j].data = b->tmp[e] >= 0 ? at(m, b->tmp[e]) : src < 0 ? NULL : m->layers[src].dy.data;
+      l->dx_acc[j] = b->tmp[e] == CT_EXEC_DX_ACC;
       if (b->xcast[e] >= 0) l->x[j].data = at2(m, b->xcast[e], b->xcast_rc[e], late);
       if (b->dxcast[e] >= 0) l->dx[j].data = at(m, b->dxcast[e]);
     }

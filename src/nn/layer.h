@@ -110,6 +110,10 @@ struct ct_layer {
   int64_t *counter;              /* num_batches_tracked for batch norm */
   void *ws;                      /* workspace from forward to backward */
   float grad_beta;               /* 0 overwrite / 1 accumulate parameter grads */
+  /* 1: dx[j] already holds another reader's gradient, add into it (the
+   * backend's accumulating op; only where exec_plan.c's dx_accumulates
+   * allows it). */
+  int dx_acc[CT_LAYER_MAX_IN];
 };
 
 /* Declares a state entry; returns its slot. */

@@ -9,13 +9,17 @@
 #include "nn/recompute.h"
 #include "plan/plan.h"
 
+/* ct_exec_bufs.tmp of an input edge whose layer adds its input gradient
+ * into the producer's itself (exec_plan.c's dx_accumulates). */
+#define CT_EXEC_DX_ACC (-2)
+
 /* Plan ids of a step's buffers, per layer (-1 = none). */
 typedef struct ct_exec_bufs {
   int *act;  /* [L] activation buffer of layer i's output (-1 = alias) */
   int *root; /* [L] layer whose activation buffer layer i's output uses */
   int *grad; /* [L] dL/dy of layer i */
   int *ws;   /* [L] workspace kept from forward to backward */
-  int *tmp;  /* [2L] temporary dx of input edge j of layer i */
+  int *tmp;  /* [2L] temporary dx of input edge j of layer i (or CT_EXEC_DX_ACC) */
   int *layout; /* [L] ct_layout of layer i's y and dy (nn/layout.h) */
   /* Mixed precision (all -1 under O0): input edge j of layer i cast to the
    * layer's dtype, that edge's gradient in the layer's dtype before it is

@@ -1,7 +1,7 @@
 /* Channels-last (CT_LAYOUT_NHWC) activations on CUDA (src/nn/layout.h,
- * cuda_conv.c, cuda_pool.cu): conv2d forward/backward-data/backward-
- * weights (every plain/NHWC mix of input and output, bias, fused ReLU,
- * accumulating weight gradient) and max/average pooling forward and
+ * cuda_conv.c, cuda_pool.cu): conv2d forward, backward-data (overwriting
+ * and accumulating) and backward-weights (every plain/NHWC mix of input
+ * and output, bias, fused ReLU, accumulating weight gradient) and max/average pooling forward and
  * backward with NHWC tensors against the ref device on plain tensors; and
  * one SGD training step of cnn, alexnet and resnet18 with the layout
  * choice on vs off (the weight updates compared normwise: fp32 at 1e-3,
@@ -93,6 +93,14 @@ static void conv_case(ct_device *gpu, ct_device *ref, int xn, int yn, int groups
   CHECK_OK(R->conv2d_bwd_data(ref, &p, &dy.h, &w.h, &dx.h));
   r = down(gpu, &dx);
   CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-5, "conv bwd data x %s y %s: err %g",
+            xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW", nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)));
+  free(r);
+  /* Accumulating backward-data (dx, now the gradient, gets it once more):
+   * a dx staged in the pass's layout must be added on the way back. */
+  CHECK_OK(G->conv2d_bwd_data_acc(gpu, &p, &dy.g, &w.g, &dx.g));
+  CHECK_OK(R->conv2d_bwd_data_acc(ref, &p, &dy.h, &w.h, &dx.h));
+  r = down(gpu, &dx);
+  CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-5, "conv bwd data acc x %s y %s: err %g",
             xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW", nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)));
   free(r);
   /* beta 1: the staged NHWC weight gradient must be added, not stored. */

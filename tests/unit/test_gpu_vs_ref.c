@@ -1,6 +1,7 @@
 /* The cuda device against the reference on the same random inputs:
  * convolution (cuDNN), linear and matmul (cuBLASLt): forward, backward data,
- * backward weights with beta 0 and 1; the shapes of test_cpu_vs_ref.c.
+ * backward data overwriting and accumulating, backward weights with beta 0
+ * and 1; the shapes of test_cpu_vs_ref.c.
  * Precisions and tolerances (normwise relative error vs the f64
  * reference): f32 with FMA math (TF32 off: the default device) 1e-5 for
  * matmul/linear and the bias gradient (a double channel sum); f32
@@ -73,6 +74,12 @@ static void conv_one(const mctx *mc, const conv_case *c) {
   CHECK_OK(B->conv2d_bwd_data(m->dev, p, &dyg, &wg, &dxg));
   CHECK_OK(R_->conv2d_bwd_data(g_ref, p, &dyr, &wr, &dxr));
   CHECK_E(M, &dx, m->conv_tol, "%s bwd_data", nm);
+  /* The accumulating variant onto a random dx (cuDNN's beta = 1). */
+  gb_rand(&dx, 1.0, m->out);
+  dxg = gb_gpu(&dx), dxr = gb_ref(&dx);
+  CHECK_OK(B->conv2d_bwd_data_acc(m->dev, p, &dyg, &wg, &dxg));
+  CHECK_OK(R_->conv2d_bwd_data_acc(g_ref, p, &dyr, &wr, &dxr));
+  CHECK_E(M, &dx, m->conv_tol, "%s bwd_data_acc", nm);
   for (int beta = 0; beta <= 1; beta++) {
     gb_rand(&dw, 1.0, m->out), gb_rand(&db, 1.0, m->out);
     ct_tensor dwg = gb_gpu(&dw), dbg = gb_gpu(&db), dwr = gb_ref(&dw), dbr = gb_ref(&db);

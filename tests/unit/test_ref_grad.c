@@ -19,8 +19,9 @@ static void dtype_check(const char *what, fwd_fn run, void *ctx, const arr *shap
   arr_free(&y32);
 }
 
-/* Accumulating weight gradients: run with beta=1 over a random start and
- * subtract it; the beta=0 run over NaN must give the same. */
+/* Accumulating weight (and convolution input) gradients: run with beta=1
+ * over a random start and subtract it; the beta=0 run over NaN must give
+ * the same. */
 static void check_overwrite(const char *what, const arr *acc_minus_start, const arr *fresh) {
   double e = arr_max_rel(fresh, acc_minus_start, 1.0);
   CHECK_MSG(e < 1e-12, "%s: beta=0 result differs from (beta=1 result - start) by %.3g", what, e);
@@ -67,6 +68,14 @@ static void test_conv(const char *name, int64_t N, int64_t C, int64_t H, int64_t
   ct_tensor tdx = tnan(&dx, F64);
   CHECK_OK(B->conv2d_bwd_data(g_dev, &p, &r, &w, &tdx));
   tback(&tdx, &dx);
+  /* The accumulating backward-data over a random start, minus the start. */
+  arr dx0 = arr_randn(arr_copy(&c.x), 1), dxa = arr_copy(&dx0);
+  ct_tensor tdxa = tin(&dx0, F64);
+  CHECK_OK(B->conv2d_bwd_data_acc(g_dev, &p, &r, &w, &tdxa));
+  tback(&tdxa, &dxa);
+  for (int64_t i = 0; i < dxa.n; i++) dxa.v[i] -= dx0.v[i];
+  snprintf(what, sizeof what, "conv %s dx accumulated", name);
+  check_overwrite(what, &dxa, &dx);
 
   arr dw0 = arr_randn(arr_copy(&c.w), 1), db0 = arr_randn(arr_copy(&c.b), 1);
   arr dw = arr_copy(&dw0), db = arr_copy(&db0), dwf = arr_copy(&dw0), dbf = arr_copy(&db0);
@@ -103,7 +112,7 @@ static void test_conv(const char *name, int64_t N, int64_t C, int64_t H, int64_t
   ct_tensor_free(&r);
   ct_tensor_free(&w);
   ct_tensor_free(&x);
-  arr *all[] = {&c.x, &c.w, &c.b, &c.r, &dx, &dw0, &db0, &dw, &db, &dwf, &dbf};
+  arr *all[] = {&c.x, &c.w, &c.b, &c.r, &dx, &dx0, &dxa, &dw0, &db0, &dw, &db, &dwf, &dbf};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) arr_free(all[i]);
 }
 

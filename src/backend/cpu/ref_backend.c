@@ -18,6 +18,7 @@ static ct_backend ref_table = {
     .linear_bwd_weights = ct_ref_half_linear_bwd_weights,
     .conv2d_fwd = ct_ref_half_conv2d_fwd,
     .conv2d_bwd_data = ct_ref_half_conv2d_bwd_data,
+    .conv2d_bwd_data_acc = ct_ref_half_conv2d_bwd_data_acc,
     .conv2d_bwd_weights = ct_ref_half_conv2d_bwd_weights,
     .maxpool2d_workspace_bytes = ct_ref_maxpool2d_workspace_bytes,
     .maxpool2d_fwd = ct_ref_half_maxpool2d_fwd,

@@ -45,7 +45,15 @@ ct_status ct_ref_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const 
   (void)d;
   REF_CHECK("conv2d_bwd_data", dy, w, dx);
   CT_TRY(check_params("conv2d_bwd_data", p, dx, w));
-  REF_DISPATCH(dy, ref_conv2d_bwd_data, p, dy, w, dx);
+  REF_DISPATCH(dy, ref_conv2d_bwd_data, p, dy, w, dx, 0.0);
+}
+
+ct_status ct_ref_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy,
+                                     const ct_tensor *w, ct_tensor *dx) {
+  (void)d;
+  REF_CHECK("conv2d_bwd_data_acc", dy, w, dx);
+  CT_TRY(check_params("conv2d_bwd_data_acc", p, dx, w));
+  REF_DISPATCH(dy, ref_conv2d_bwd_data, p, dy, w, dx, 1.0);
 }
 
 ct_status ct_ref_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x,

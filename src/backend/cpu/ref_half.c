@@ -157,6 +157,20 @@ ct_status ct_ref_half_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, c
   return finish(&h, s);
 }
 
+/* The reference's own accumulation on the widened dx (a device backend
+ * without the entry never reaches here: the planner does not ask it). */
+ct_status ct_ref_half_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy,
+                                          const ct_tensor *w, ct_tensor *dx) {
+  if (!is_half(dy) && !is_half(w) && !is_half(dx)) return ct_ref_conv2d_bwd_data_acc(d, p, dy, w, dx);
+  hscope h = {0};
+  ct_tensor w_dy, w_w, w_dx;
+  ct_status s = in(&h, dy, &w_dy);
+  if (s == CT_OK) s = in(&h, w, &w_w);
+  if (s == CT_OK) s = out(&h, dx, &w_dx, 1);
+  if (s == CT_OK) s = ct_ref_conv2d_bwd_data_acc(d, p, &w_dy, &w_w, &w_dx);
+  return finish(&h, s);
+}
+
 ct_status ct_ref_half_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x,
                                          const ct_tensor *dy, ct_tensor *dw, ct_tensor *db, float beta) {
   if (!is_half(x) && !is_half(dy) && !is_half(dw) && !is_half(db))

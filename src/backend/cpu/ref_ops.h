@@ -28,6 +28,8 @@ ct_status ct_ref_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_te
                             const ct_tensor *b, ct_act act, ct_tensor *y);
 ct_status ct_ref_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
                                  ct_tensor *dx);
+ct_status ct_ref_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy,
+                                     const ct_tensor *w, ct_tensor *dx);
 ct_status ct_ref_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x,
                                     const ct_tensor *dy, ct_tensor *dw, ct_tensor *db, float beta);
 
@@ -92,6 +94,8 @@ ct_status ct_ref_half_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const 
                             const ct_tensor *b, ct_act act, ct_tensor *y);
 ct_status ct_ref_half_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
                                  ct_tensor *dx);
+ct_status ct_ref_half_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy,
+                                          const ct_tensor *w, ct_tensor *dx);
 ct_status ct_ref_half_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x,
                                     const ct_tensor *dy, ct_tensor *dw, ct_tensor *db, float beta);
 ct_status ct_ref_half_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, void *ws);

@@ -25,6 +25,7 @@ static ct_backend cuda_table = {
 
     .conv2d_fwd = cuda_conv2d_fwd,
     .conv2d_bwd_data = cuda_conv2d_bwd_data,
+    .conv2d_bwd_data_acc = cuda_conv2d_bwd_data_acc,
     .conv2d_bwd_weights = cuda_conv2d_bwd_weights,
 
     .maxpool2d_workspace_bytes = cuda_maxpool2d_workspace_bytes,

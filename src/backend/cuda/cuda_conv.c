@@ -7,7 +7,9 @@
  * widened from 16 bits (below); the workspace comes from the
  * device's scratch buffer. Bias and the
  * fused activation run as one extra elementwise kernel; the bias gradient is
- * a per-channel sum kernel.
+ * a per-channel sum kernel. Backward-data can add into dx instead of
+ * overwriting it (cuDNN's beta = 1: cuda_conv2d_bwd_data_acc), which the
+ * planner uses for the second gradient reaching a residual block's input.
  *
  * Dtypes: both inputs f32, bf16 or f16 (alike); the output the input dtype
  * (cuDNN computes in f32 either way) or f32. cuDNN's legacy API wants one
@@ -361,7 +363,7 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
                                 c->yd, dst);
   else if (kind == CONV_BWD_DATA)
     e = cudnnConvolutionBackwardData(h, &one, c->wd, b, c->yd, a, c->cv, (cudnnConvolutionBwdDataAlgo_t)k->algo, ws,
-                                     wsb, &zero, c->xd, dst);
+                                     wsb, pbeta, c->xd, dst);
   else
     e = cudnnConvolutionBackwardFilter(h, &one, c->xd, a, c->yd, b, c->cv, (cudnnConvolutionBwdFilterAlgo_t)k->algo, ws,
                                        wsb, pbeta, c->wd, dst);
@@ -371,7 +373,7 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
                     k->algo, k->math == CUDNN_FMA_MATH ? "FMA" : tensor_op_math(k->math) ? "tensor-op" : "default",
                     wsb, cudnnGetErrorString(e));
   }
-  if (sto) return cuda_relayout(d, dst, rt, nhwc, out, ot, oa.nhwc, oa.n, oa.c, oa.hw, kind == CONV_BWD_FILTER ? beta : 0.f);
+  if (sto) return cuda_relayout(d, dst, rt, nhwc, out, ot, oa.nhwc, oa.n, oa.c, oa.hw, beta);
   return CT_OK;
 }
 
@@ -400,8 +402,9 @@ static ct_status plan_for(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
 /* Runs one convolution pass. Shapes: xs = x [N,C,H,W], wsh = w
  * [O,C/groups,KH,KW], ys = y [N,O,OH,OW]. Operands by kind:
  *   fwd:         in1 = x,  in2 = w,  out = y
- *   bwd_data:    in1 = dy, in2 = w,  out = dx
+ *   bwd_data:    in1 = dy, in2 = w,  out = dx (out = beta*out + grad)
  *   bwd_filter:  in1 = x,  in2 = dy, out = dw (out = beta*out + grad)
+ * (fwd: beta 0). A staged output is accumulated as it is copied back.
  * Each operand carries its own layout; the pass runs NHWC when any does
  * (NCHW when cuDNN has no NHWC algorithm for it), and operands in the
  * other layout or another dtype than the pass's are staged in scratch
@@ -489,8 +492,9 @@ ct_status cuda_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tens
                        y->shape[1], yn ? 1 : y->shape[2] * y->shape[3], act);
 }
 
-ct_status cuda_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
-                               ct_tensor *dx) {
+/* dx = beta * dx + the gradient: cuDNN's own blend (beta 0 or 1). */
+static ct_status bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
+                          ct_tensor *dx, float beta) {
   CT_TRY(check4("conv2d_bwd_data", dx, w, dy));
   int dyn = 0, dxn = 0, wn = 0;
   CT_TRY(nhwc_of("conv2d_bwd_data", "dy", dy, &dyn));
@@ -498,7 +502,17 @@ ct_status cuda_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct
   CT_TRY(nhwc_of("conv2d_bwd_data", "w", w, &wn));
   if (wn) return ct_error(CT_ERR_UNSUPPORTED, "cuda conv2d_bwd_data: the weight must be plain [O, C/groups, KH, KW]");
   return conv_exec(d, CONV_BWD_DATA, p, dx->shape, w->shape, dy->shape, arg_of(dy->data, dy->dtype, dyn, dy->shape),
-                   arg_of(w->data, w->dtype, 0, w->shape), dx->data, arg_of(dx->data, dx->dtype, dxn, dx->shape), 0.f);
+                   arg_of(w->data, w->dtype, 0, w->shape), dx->data, arg_of(dx->data, dx->dtype, dxn, dx->shape), beta);
+}
+
+ct_status cuda_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
+                               ct_tensor *dx) {
+  return bwd_data(d, p, dy, w, dx, 0.f);
+}
+
+ct_status cuda_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
+                                   ct_tensor *dx) {
+  return bwd_data(d, p, dy, w, dx, 1.f);
 }
 
 ct_status cuda_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,

@@ -145,6 +145,8 @@ ct_status cuda_linear_bwd_weights(ct_device *d, const ct_tensor *x, const ct_ten
 /* ---- cuDNN convolution (cuda_conv.c) ---- */
 ct_status cuda_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w,
                           const ct_tensor *b, ct_act act, ct_tensor *y);
+ct_status cuda_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
+                                   ct_tensor *dx);
 ct_status cuda_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
                                ct_tensor *dx);
 ct_status cuda_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,

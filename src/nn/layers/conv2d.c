@@ -54,7 +54,9 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
   if (l->act != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
   CT_TRY(e->be->conv2d_bwd_weights(e->dev, &p, &l->x[0], &l->dy, &l->g[0], l->ip[11] ? &l->g[1] : NULL,
                                    l->grad_beta));
-  if (l->dx[0].data) CT_TRY(e->be->conv2d_bwd_data(e->dev, &p, &l->dy, &l->w[0], &l->dx[0]));
+  if (l->dx[0].data)
+    CT_TRY((l->dx_acc[0] ? e->be->conv2d_bwd_data_acc : e->be->conv2d_bwd_data)(e->dev, &p, &l->dy, &l->w[0],
+                                                                                   &l->dx[0]));
   return CT_OK;
 }
 
