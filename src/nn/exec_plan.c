@@ -82,8 +82,10 @@ static int shareable(const ct_model *m, const ct_exec_bufs *b, int i, int j) {
  * turn (they read dy_add), then an input with further readers: these add
  * their gradients into the buffer (tmp + add, executor.c) and its own
  * backward reads the sum. So an input s takes the buffer when
- *  - no layer already served modifies the buffer in place (a fused
- *    activation's gradient; dirty[]): the later sum needs dy_add intact;
+ *  - nothing already served changes the buffer (dirty[]): a fused
+ *    activation's gradient applied in place, or the gradients of an
+ *    input's other readers added in (also an add reading one layer
+ *    twice): the later sum needs dy_add intact;
  *  - s's backward and its other readers' backwards all come after the last
  *    backward already served (span[]), which always holds for an input the
  *    add alone reads.
@@ -102,7 +104,9 @@ static int grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
     free(span), free(dirty);
     return 0;
   }
-  for (int i = 0; i < L; i++) span[i] = bwd[i], dirty[i] = m->layers[i].act != CT_ACT_NONE;
+  /* An activation layer's act is its op, applied out of place. */
+  for (int i = 0; i < L; i++)
+    span[i] = bwd[i], dirty[i] = m->layers[i].act != CT_ACT_NONE && m->layers[i].cls != &ct_layer_activation;
   for (int i = 0; i < L; i++) {
     const ct_layer *l = &m->layers[i];
     if (l->cls != &ct_layer_add) continue;
@@ -116,8 +120,9 @@ static int grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
         if (served_dirty || after <= span[i]) continue;
         alias[s] = i;
         span[i] = max_i(span[i], span[s]);
-        dirty[i] |= dirty[s];
-        served_dirty |= dirty[s];
+        int changes = dirty[s] || ct_model_readers(m, s) > 1;
+        dirty[i] |= changes;
+        served_dirty |= changes;
       }
   }
   free(span), free(dirty);

@@ -7,7 +7,8 @@
  * buffer bytes, each residual add's gradient is shared with one of its
  * inputs, and in an identity block with both (exec_plan.c's grad_alias:
  * no copy, no buffer) but not the second when the first applies a fused
- * ReLU's gradient in place (a small "trunk" graph with and without one),
+ * ReLU's gradient in place (a small "trunk" graph with and without one)
+ * or other readers' gradients were added in ("both", "twice"),
  * on the reference device the second gradient reaching a block's input is
  * added in by the convolution itself (conv2d_bwd_data_acc, no temporary),
  * and re-preparing (training, then inference at another batch) keeps
@@ -45,14 +46,44 @@ static ct_status build_trunk(int relu, ct_model **out) {
   return s;
 }
 
+/* Graphs where the add's buffer changes before a later input could read
+ * it, so that input must not share (input 3x8x8, 10 classes):
+ *  "both":  c0 = conv(x); cb = conv(c0); c2 = conv(cb); d = conv(c2);
+ *           a1 = add(c2, c0); a2 = add(a1, d). c2 shares a1's buffer and
+ *           d's gradient is then added into it: c0 may not share it.
+ *  "twice": s2 = conv(x); s = conv(x); a = add(s, s); b = add(a, s2). a's
+ *           second edge adds dy into the buffer s shares: s2 may not. */
+static ct_status build_changed(int twice, ct_model **out) {
+  ct_model *m;
+  CT_TRY(ct_model_new(twice ? "twice" : "both", &m));
+  int a;
+  if (twice) {
+    int s2 = ct_g_conv2d(m, "s2", -1, 3, 4, 3, 1, 1, 1, 1, 1);
+    int s = ct_g_conv2d(m, "s", -1, 3, 4, 3, 1, 1, 1, 1, 1);
+    a = ct_g_add(m, "b", ct_g_add(m, "a", s, s), s2);
+  } else {
+    int c0 = ct_g_conv2d(m, "c0", -1, 3, 4, 3, 1, 1, 1, 1, 1);
+    int cb = ct_g_conv2d(m, "cb", c0, 4, 4, 3, 1, 1, 1, 1, 1);
+    int c2 = ct_g_conv2d(m, "c2", cb, 4, 4, 3, 1, 1, 1, 1, 1);
+    int d = ct_g_conv2d(m, "d", c2, 4, 4, 3, 1, 1, 1, 1, 1);
+    a = ct_g_add(m, "a2", ct_g_add(m, "a1", c2, c0), d);
+  }
+  ct_g_linear(m, "fc", ct_g_flatten(m, "flat", a), 4 * 8 * 8, 10, 1);
+  ct_status s = ct_model_finish(m, 3, (const int64_t[]){3, 8, 8}, 5);
+  if (s != CT_OK) ct_model_destroy(m), m = NULL;
+  *out = m;
+  return s;
+}
+
 static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N, int fuse, run_out *r) {
   memset(r, 0, sizeof *r);
   ct_fuse_set_enabled(fuse);
   ct_model_options opt = {c, h, w, 10, 5};
   ct_model *m = NULL;
   int rc = -1;
-  ct_status s = !strncmp(name, "trunk", 5) ? build_trunk(!strcmp(name, "trunk_relu"), &m)
-                                            : ct_model_create(name, &opt, &m);
+  ct_status s = !strncmp(name, "trunk", 5)                       ? build_trunk(!strcmp(name, "trunk_relu"), &m)
+                : !strcmp(name, "both") || !strcmp(name, "twice") ? build_changed(!strcmp(name, "twice"), &m)
+                                                                  : ct_model_create(name, &opt, &m);
   if (s != CT_OK) goto done;
   if (ct_model_prepare(m, dev, N, 1) != CT_OK) goto done;
   for (int i = 0; i < m->n_layers; i++) r->fused += ct_layer_is_fused(&m->layers[i]);
@@ -153,12 +184,15 @@ int main(void) {
   compare(dev, "resnet18", 3, 64, 64, 2, 17, 13, 0);
   compare(dev, "trunk", 3, 8, 8, 6, 0, 2, 0);
   compare(dev, "trunk_relu", 3, 8, 8, 6, 1, 1, 0);
+  compare(dev, "both", 3, 8, 8, 6, 0, 2, 0);  /* c2 into a1, a1 into a2 */
+  compare(dev, "twice", 3, 8, 8, 6, 0, 3, 0); /* both edges of a, a into b */
   /* The reference accumulates: every block's first convolution adds into
    * the gradient the add (identity) or the shortcut convolution wrote;
    * in the trunk graph cb adds into c0's. */
   compare(ref, "resnet18", 3, 32, 32, 6, 17, 13, 8);
   compare(ref, "trunk", 3, 8, 8, 6, 0, 2, 1);
   compare(ref, "trunk_relu", 3, 8, 8, 6, 1, 1, 1);
+  compare(ref, "both", 3, 8, 8, 6, 0, 2, 2);  /* cb into c0's, d into c2's */
   ct_device_close(ref);
   ct_device_close(dev);
   return test_summary("fuse");
