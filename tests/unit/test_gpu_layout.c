@@ -89,20 +89,18 @@ static void conv_case(ct_device *gpu, ct_device *ref, int xn, int yn, int groups
   CHECK_MSG(nerr(r, y.hv, (size_t)ct_tensor_numel(&y.h)) <= 1e-5, "conv fwd x %s y %s groups %d: err %g",
             xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW", groups, nerr(r, y.hv, (size_t)ct_tensor_numel(&y.h)));
   free(r);
-  CHECK_OK(G->conv2d_bwd_data(gpu, &p, &dy.g, &w.g, &dx.g));
-  CHECK_OK(R->conv2d_bwd_data(ref, &p, &dy.h, &w.h, &dx.h));
-  r = down(gpu, &dx);
-  CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-5, "conv bwd data x %s y %s: err %g",
-            xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW", nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)));
-  free(r);
-  /* Accumulating backward-data (dx, now the gradient, gets it once more):
-   * a dx staged in the pass's layout must be added on the way back. */
-  CHECK_OK(G->conv2d_bwd_data_acc(gpu, &p, &dy.g, &w.g, &dx.g));
-  CHECK_OK(R->conv2d_bwd_data_acc(ref, &p, &dy.h, &w.h, &dx.h));
-  r = down(gpu, &dx);
-  CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-5, "conv bwd data acc x %s y %s: err %g",
-            xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW", nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)));
-  free(r);
+  /* Backward-data overwriting, then accumulating (dx, now the gradient,
+   * gets it once more): a dx staged in the pass's layout must be added on
+   * the way back. */
+  for (int acc = 0; acc <= 1; acc++) {
+    CHECK_OK((acc ? G->conv2d_bwd_data_acc : G->conv2d_bwd_data)(gpu, &p, &dy.g, &w.g, &dx.g));
+    CHECK_OK((acc ? R->conv2d_bwd_data_acc : R->conv2d_bwd_data)(ref, &p, &dy.h, &w.h, &dx.h));
+    r = down(gpu, &dx);
+    CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-5, "conv bwd data%s x %s y %s: err %g",
+              acc ? " acc" : "", xn ? "NHWC" : "NCHW", yn ? "NHWC" : "NCHW",
+              nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)));
+    free(r);
+  }
   /* beta 1: the staged NHWC weight gradient must be added, not stored. */
   CHECK_OK(G->conv2d_bwd_weights(gpu, &p, &x.g, &dy.g, &dw.g, &db1g, 1.f));
   CHECK_OK(R->conv2d_bwd_weights(ref, &p, &x.h, &dy.h, &dw.h, &db1, 1.f));
