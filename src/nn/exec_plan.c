@@ -89,9 +89,11 @@ static int shareable(const ct_model *m, const ct_exec_bufs *b, int i, int j) {
  *  - s's backward and its other readers' backwards all come after the last
  *    backward already served (span[]), which always holds for an input the
  *    add alone reads.
- * Inputs the add alone reads are tried first (they fit at once), in input
- * order. With both inputs shared, a ResNet identity block copies nothing
- * and the blocks of one stage share one gradient buffer along the trunk.
+ * Inputs the add alone reads are tried first (they fit at once), each
+ * kind in backward order, so that two read-only inputs both fit (a
+ * downsampling block's two batch norms: the shortcut's runs first). With
+ * both inputs shared, a ResNet block copies nothing, and the blocks of
+ * one stage share one gradient buffer along the trunk.
  * Adds are visited in layer order, so the spans and dirt of their inputs
  * (earlier layers) are final. Off with the fusion pass. Returns 0 when
  * out of host memory. */
@@ -112,9 +114,12 @@ static int grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
     if (l->cls != &ct_layer_add) continue;
     if (i != m->output && !ct_model_readers(m, i)) continue; /* no gradient reaches it */
     int served_dirty = 0; /* by the inputs that took the buffer so far */
+    /* Input edges by backward time (the later layer's comes first). */
+    int order[2] = {0, 1};
+    if (l->inputs[0] >= 0 && l->inputs[1] >= 0 && bwd[l->inputs[1]] < bwd[l->inputs[0]]) order[0] = 1, order[1] = 0;
     for (int sole = 1; sole >= 0; sole--)
-      for (int j = 0; j < l->n_inputs; j++) {
-        int s = l->inputs[j];
+      for (int k = 0; k < l->n_inputs; k++) {
+        int j = order[k], s = l->inputs[j];
         if (!shareable(m, b, i, j) || alias[s] >= 0 || (ct_model_readers(m, s) == 1) != sole) continue;
         int others = first_other_reader_bwd(m, bwd, s, i, T), after = bwd[s] < others ? bwd[s] : others;
         if (served_dirty || after <= span[i]) continue;
