@@ -95,17 +95,12 @@ static int shareable(const ct_model *m, const ct_exec_bufs *b, int i, int j) {
  * both inputs shared, a ResNet block copies nothing, and the blocks of
  * one stage share one gradient buffer along the trunk.
  * Adds are visited in layer order, so the spans and dirt of their inputs
- * (earlier layers) are final. Off with the fusion pass. Returns 0 when
- * out of host memory. */
-static int grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
+ * (earlier layers) are final. Off with the fusion pass. span and dirty:
+ * [L] scratch. */
+static void grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias, int *span, int *dirty) {
   const int L = m->n_layers, T = b->tl.T, *bwd = b->tl.bwd;
   for (int i = 0; i < L; i++) alias[i] = -1;
-  if (!ct_fuse_enabled()) return 1;
-  int *span = malloc(sizeof(int) * (size_t)(L ? L : 1)), *dirty = malloc(sizeof(int) * (size_t)(L ? L : 1));
-  if (!span || !dirty) {
-    free(span), free(dirty);
-    return 0;
-  }
+  if (!ct_fuse_enabled()) return;
   /* An activation layer's act is its op, applied out of place. */
   for (int i = 0; i < L; i++)
     span[i] = bwd[i], dirty[i] = m->layers[i].act != CT_ACT_NONE && m->layers[i].cls != &ct_layer_activation;
@@ -120,18 +115,18 @@ static int grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias) {
     for (int sole = 1; sole >= 0; sole--)
       for (int k = 0; k < l->n_inputs; k++) {
         int j = order[k], s = l->inputs[j];
-        if (!shareable(m, b, i, j) || alias[s] >= 0 || (ct_model_readers(m, s) == 1) != sole) continue;
+        if (!shareable(m, b, i, j) || alias[s] >= 0) continue;
+        int readers = ct_model_readers(m, s);
+        if ((readers == 1) != sole) continue;
         int others = first_other_reader_bwd(m, bwd, s, i, T), after = bwd[s] < others ? bwd[s] : others;
         if (served_dirty || after <= span[i]) continue;
         alias[s] = i;
         span[i] = max_i(span[i], span[s]);
-        int changes = dirty[s] || ct_model_readers(m, s) > 1;
+        int changes = dirty[s] || readers > 1;
         dirty[i] |= changes;
         served_dirty |= changes;
       }
   }
-  free(span), free(dirty);
-  return 1;
 }
 
 /* A second (or later) gradient writer of input edge j of layer i can add
@@ -155,20 +150,15 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
   const int T = tl->T; /* end of the step */
   const int *bwd = tl->bwd, *rc = tl->rc, *rerun = tl->rerun;
   if (!alloc_plan_tables(b, L)) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
-  int *last = malloc(sizeof(int) * (size_t)(L ? L : 1)), *last_rc = malloc(sizeof(int) * (size_t)(L ? L : 1));
-  int *gfirst = malloc(sizeof(int) * (size_t)(L ? L : 1));
-  int *alias = malloc(sizeof(int) * (size_t)(L ? L : 1)), *gend = malloc(sizeof(int) * (size_t)(L ? L : 1));
-  if (!last || !last_rc || !gfirst || !alias || !gend) {
-    free(last), free(last_rc), free(gfirst), free(alias), free(gend);
-    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
-  }
+  /* Seven [L] tables in one block: last, last_rc, gfirst, alias, gend,
+   * and grad_alias's span and dirty. */
+  int *tables = malloc(sizeof(int) * 7 * (size_t)(L ? L : 1));
+  if (!tables) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  int *last = tables, *last_rc = last + L, *gfirst = last_rc + L, *alias = gfirst + L, *gend = alias + L;
   for (int i = 0; i < L; i++) last[i] = i, last_rc[i] = rc[i], gfirst[i] = T;
   /* A shared gradient buffer lives to the last backward among the layers
    * sharing it (an alias always points at a later layer). */
-  if (!grad_alias(m, b, alias)) {
-    free(last), free(last_rc), free(gfirst), free(alias), free(gend);
-    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
-  }
+  grad_alias(m, b, alias, gend + L, gend + 2 * L);
   for (int i = 0; i < L; i++) gend[i] = bwd[i];
   for (int i = 0; i < L; i++) {
     int r = i;
@@ -260,7 +250,7 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
       }
     }
   }
-  free(last), free(last_rc), free(gfirst), free(alias), free(gend);
+  free(tables);
   return ct_plan_solve(plan);
 }
 

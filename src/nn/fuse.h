@@ -19,7 +19,8 @@ void ct_model_fuse(ct_model *m);
 /* Turns the pass on (default) or off for models prepared afterwards, so
  * tests and benchmarks can compare fused and unfused steps. Process-wide.
  * The same switch governs the planner's residual-gradient sharing
- * (exec_plan.c: an add's input gradients that are its output gradient). */
+ * (exec_plan.c: an add's input gradients that are its output gradient)
+ * and its accumulating convolution backward-data. */
 void ct_fuse_set_enabled(int on);
 int ct_fuse_enabled(void);
 
