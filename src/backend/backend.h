@@ -195,6 +195,36 @@ struct ct_backend {
   ct_status (*conv2d_bwd_data_acc)(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
                                    ct_tensor *dx);
 
+  /* ---- training batch norm with its activation fused, NULL where the
+   * backend has none: the batch-norm layer then applies act_fwd / act_bwd
+   * in place around batchnorm_fwd / batchnorm_bwd (src/nn/layers/
+   * batchnorm.c). All three or none. act is one whose gradient needs only
+   * y (not CT_ACT_BWD_NEEDS_X), with the layer's alpha 0; parameters and
+   * statistics are f32. ---- */
+  /* Bytes of reserve batchnorm_act_fwd may keep for batchnorm_act_bwd
+   * when x (dtype, layout, shape at the largest batch) is normalised and
+   * act applied; 0 when it keeps none. Never fails (0 on any doubt: the
+   * ops then take the unfused path). */
+  size_t (*batchnorm_act_reserve)(ct_device *d, ct_act act, const ct_tensor *x);
+  /* y = act(batchnorm_fwd(training = 1, ...)), act with the fused
+   * activations' parameters; arguments otherwise as batchnorm_fwd.
+   * reserve: device memory of reserve_bytes (at least what
+   * batchnorm_act_reserve answered for this x's dtype, layout and a batch
+   * at least as large; NULL with 0 when it answered 0) that the backward of
+   * this forward reads back: nothing may write it in between. */
+  ct_status (*batchnorm_act_fwd)(ct_device *d, ct_act act, const ct_tensor *x, const ct_tensor *gamma,
+                                 const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var,
+                                 float momentum, float eps, ct_tensor *y, ct_tensor *save_mean,
+                                 ct_tensor *save_invstd, void *reserve, size_t reserve_bytes);
+  /* The backward of batchnorm_act_fwd: batchnorm_bwd of act's gradient
+   * (from y, the forward's output) times dy. beta, eps and reserve are the
+   * forward's (so both passes reach the same decisions). dy may be
+   * overwritten. */
+  ct_status (*batchnorm_act_bwd)(ct_device *d, ct_act act, const ct_tensor *x, const ct_tensor *y, ct_tensor *dy,
+                                 const ct_tensor *gamma, const ct_tensor *beta, float eps, const ct_tensor *save_mean,
+                                 const ct_tensor *save_invstd, const void *reserve, size_t reserve_bytes,
+                                 ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
+
   /* ---- dense linear algebra ---- */
   /* c[M,N] = alpha * op(a) @ op(b) + beta * c; op transposes when trans_*.
    * a is [M,K] (or [K,M] transposed), b is [K,N] (or [N,K]). */

@@ -109,6 +109,9 @@ struct ct_layer {
   ct_tensor g[CT_LAYER_MAX_STATE]; /* gradient views (params only) */
   int64_t *counter;              /* num_batches_tracked for batch norm */
   void *ws;                      /* workspace from forward to backward */
+  size_t ws_reserve;             /* bytes of ws the backend keeps for itself
+                                    (batch norm's fused activation), set by
+                                    workspace_bytes */
   float grad_beta;               /* 0 overwrite / 1 accumulate parameter grads */
   /* 1: dx[j] already holds another reader's gradient, add into it (the
    * backend's accumulating op; only where exec_plan.c's dx_accumulates

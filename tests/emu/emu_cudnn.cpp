@@ -31,7 +31,7 @@
  *   an algorithm not offered is NOT_SUPPORTED; with a workspace smaller than
  *   the query reported it is BAD_PARAM.
  * - Batch norm (SPATIAL, and SPATIAL_PERSISTENT for training and backward;
- *   bnOps CUDNN_BATCHNORM_OPS_BN, no activation, no z): batch mean, biased
+ *   no z): batch mean, biased
  *   variance for normalising, resultSaveInvVariance = 1/sqrt(var + eps),
  *   running = (1 - factor) * running + factor * batch statistic with the
  *   unbiased variance (M/(M-1), M = N*H*W) for the running variance;
@@ -40,6 +40,15 @@
  *   cuda_bnorm.c has); workspace NULL with size 0 runs as the non-Ex
  *   function, as documented, unless CT_EMU_BN_RESERVE_REQUIRED=1 makes a
  *   needed reserve mandatory (BAD_PARAM without it).
+ * - Batch norm with ReLU fused (bnOps CUDNN_BATCHNORM_OPS_BN_ACTIVATION, a
+ *   RELU activation descriptor): taken only where the fused kernels are
+ *   known to exist: SPATIAL_PERSISTENT, fully packed NHWC, HALF or
+ *   BFLOAT16, C a multiple of 4 (NOT_SUPPORTED otherwise, and always under
+ *   CT_EMU_BN_NO_FUSED=1). The reserve is then mandatory and holds, after
+ *   the persistent part, one bit per element: the forward's y > 0 before
+ *   rounding. The backward needs y and the bias (NULL is BAD_PARAM) and
+ *   gates dy with the reserve's bits, not with y, so a reserve the caller
+ *   lost between the passes gives wrong gradients.
  * - CT_EMU_DNN_NO_NHWC=1 stands in for a cuDNN build with no channels-last
  *   kernel for a shape: a convolution with an NHWC tensor gets no usable
  *   algorithm (the _v7 heuristics list every entry NOT_SUPPORTED_LAYOUT,
@@ -96,6 +105,12 @@ struct fdesc {
   int k, c, r, s;
 };
 
+struct adesc {
+  bool set;
+  cudnnActivationMode_t mode;
+  double coef;
+};
+
 struct cdesc {
   bool set;
   int ph, pw, u, v, dh, dw;
@@ -115,6 +130,9 @@ struct cudnnFilterStruct {
 };
 struct cudnnConvolutionStruct {
   cdesc d;
+};
+struct cudnnActivationStruct {
+  adesc d;
 };
 
 namespace {
@@ -490,11 +508,35 @@ cudnnStatus_t bn_check_mode(cudnnBatchNormMode_t mode, bool persistent_ok, const
                 persistent_ok ? ", SPATIAL_PERSISTENT" : "");
 }
 
-cudnnStatus_t bn_check_ops(cudnnBatchNormOps_t ops, cudnnActivationDescriptor_t act, const char *who) {
-  if (ops != CUDNN_BATCHNORM_OPS_BN || act)
-    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: bnOps %d / activation descriptor %p (emulated: OPS_BN, no "
-                  "activation)", who, (int)ops, (void *)act);
-  return CUDNN_STATUS_SUCCESS;
+/* CT_EMU_BN_NO_FUSED=1 stands in for a cuDNN with no fused batch-norm
+ * kernel at all. */
+bool no_fused() {
+  static const bool on = ct_emu::env_flag("CT_EMU_BN_NO_FUSED");
+  return on;
+}
+
+/* OPS_BN without an activation descriptor, or OPS_BN_ACTIVATION with a
+ * RELU one in SPATIAL_PERSISTENT mode (*fused = true). */
+cudnnStatus_t bn_check_ops(cudnnBatchNormOps_t ops, cudnnActivationDescriptor_t act, cudnnBatchNormMode_t mode,
+                           bool *fused, const char *who) {
+  *fused = ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  if (ops == CUDNN_BATCHNORM_OPS_BN && !act) return CUDNN_STATUS_SUCCESS;
+  if (*fused && act && act->d.set && act->d.mode == CUDNN_ACTIVATION_RELU &&
+      mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT && !no_fused())
+    return CUDNN_STATUS_SUCCESS;
+  return refuse(CUDNN_STATUS_NOT_SUPPORTED,
+                "%s: bnOps %d / activation descriptor %p in mode %d (emulated: OPS_BN without an activation, "
+                "OPS_BN_ACTIVATION with RELU in SPATIAL_PERSISTENT%s)",
+                who, (int)ops, (void *)act, (int)mode, no_fused() ? ", not under CT_EMU_BN_NO_FUSED" : "");
+}
+
+/* The data the fused kernels take: fully packed NHWC HALF/BFLOAT16, C a
+ * multiple of 4. */
+cudnnStatus_t bn_check_fused(const tdesc &x, const char *who) {
+  const bool nhwc = x.cs == 1 && x.ws == x.c && x.hs == (int64_t)x.w * x.c && x.ns == (int64_t)x.h * x.w * x.c;
+  if (nhwc && (x.dt == CUDNN_DATA_HALF || x.dt == CUDNN_DATA_BFLOAT16) && x.c % 4 == 0) return CUDNN_STATUS_SUCCESS;
+  return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: fused batch norm on [%d,%d,%d,%d] type %d %s (emulated: packed NHWC "
+                "HALF/BFLOAT16, C a multiple of 4)", who, x.n, x.c, x.h, x.w, (int)x.dt, nhwc ? "NHWC" : "not NHWC");
 }
 
 /* x-like descriptors alike, the parameter descriptor 1xCx1x1 FLOAT. */
@@ -539,8 +581,19 @@ int64_t bn_workspace(cudnnBatchNormMode_t mode, const tdesc &x) {
   return 256 + (int64_t)x.c * 2 * (int64_t)sizeof(double);
 }
 
-int64_t bn_reserve(cudnnBatchNormMode_t mode, const tdesc &x) {
+/* The persistent part of the reserve. */
+int64_t bn_reserve_base(cudnnBatchNormMode_t mode, const tdesc &x) {
   return mode == CUDNN_BATCHNORM_SPATIAL_PERSISTENT ? 256 + (int64_t)x.c * 2 * (int64_t)sizeof(float) : 0;
+}
+
+/* Fused: the base, then one mask bit per element. */
+int64_t bn_reserve(cudnnBatchNormMode_t mode, const tdesc &x, bool fused) {
+  const int64_t elems = (int64_t)x.n * x.c * x.h * x.w;
+  return bn_reserve_base(mode, x) + (fused ? (elems + 7) / 8 : 0);
+}
+
+uint8_t *bn_mask(void *reserve, cudnnBatchNormMode_t mode, const tdesc &x) {
+  return (uint8_t *)reserve + bn_reserve_base(mode, x);
 }
 
 /* CT_EMU_BN_RESERVE_REQUIRED=1: the stricter reading of cuDNN's
@@ -554,9 +607,10 @@ bool reserve_required() {
 /* Workspace and reserve: NULL with 0 bytes is the non-Ex behaviour (not
  * for a needed reserve under reserve_required()); otherwise at least the
  * queried size, in device memory. */
-cudnnStatus_t bn_check_space(const char *who, const char *what, void *p, size_t bytes, int64_t need, bool *ok) {
+cudnnStatus_t bn_check_space(const char *who, const char *what, void *p, size_t bytes, int64_t need, bool *ok,
+                             bool mandatory = false) {
   *ok = true;
-  if (!p && need > 0 && reserve_required() && !strcmp(what, "reserveSpace"))
+  if (!p && need > 0 && (mandatory || (reserve_required() && !strcmp(what, "reserveSpace"))))
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: %s NULL, %lld bytes needed (CT_EMU_BN_RESERVE_REQUIRED)", who, what,
                   (long long)need);
   if (!p && bytes == 0) return CUDNN_STATUS_SUCCESS;
@@ -567,8 +621,9 @@ cudnnStatus_t bn_check_space(const char *who, const char *what, void *p, size_t 
 }
 
 /* The trace line of a batch-norm call (emu.h: CT_EMU_TRACE). */
-void trace_bn(cudnnHandle_t h, const char *who, const tdesc &x) {
-  ct_emu::trace(h->stream, "cudnn %s x %d,%d,%d,%d dtype %d", who, x.n, x.c, x.h, x.w, (int)x.dt);
+void trace_bn(cudnnHandle_t h, const char *who, const tdesc &x, bool fused = false) {
+  ct_emu::trace(h->stream, "cudnn %s x %d,%d,%d,%d%s dtype %d", who, x.n, x.c, x.h, x.w, fused ? " relu" : "",
+                (int)x.dt);
 }
 
 /* What the three compute calls share after their geometry: the call
@@ -748,6 +803,26 @@ cudnnStatus_t CUDNNWINAPI cudnnCreateConvolutionDescriptor(cudnnConvolutionDescr
 
 cudnnStatus_t CUDNNWINAPI cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t convDesc) {
   delete convDesc;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t *activationDesc) {
+  if (!activationDesc) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnCreateActivationDescriptor: NULL pointer");
+  *activationDesc = new cudnnActivationStruct();
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnSetActivationDescriptor(cudnnActivationDescriptor_t activationDesc,
+                                                       cudnnActivationMode_t mode, cudnnNanPropagation_t reluNanOpt,
+                                                       double coef) {
+  (void)reluNanOpt;
+  if (!activationDesc) return refuse(CUDNN_STATUS_BAD_PARAM, "cudnnSetActivationDescriptor: NULL descriptor");
+  activationDesc->d = adesc{true, mode, coef};
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t CUDNNWINAPI cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t activationDesc) {
+  delete activationDesc;
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -992,13 +1067,15 @@ cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationForwardTrainingExWorkspaceSi
     size_t *sizeInBytes) {
   static const char *who = "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize";
   if (!handle || !sizeInBytes) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL argument", who);
+  bool fused = false;
   cudnnStatus_t s = bn_check_mode(mode, true, who);
-  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, mode, &fused, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (zDesc) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: zDesc with OPS_BN", who);
+  if (zDesc) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: zDesc (emulated: no add)", who);
   const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
   bn_geo g{};
   s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(g.x, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   *sizeInBytes = (size_t)bn_workspace(mode, g.x);
   return CUDNN_STATUS_SUCCESS;
@@ -1011,16 +1088,17 @@ cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationBackwardExWorkspaceSize(
     const cudnnActivationDescriptor_t activationDesc, size_t *sizeInBytes) {
   static const char *who = "cudnnGetBatchNormalizationBackwardExWorkspaceSize";
   if (!handle || !sizeInBytes) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL argument", who);
+  bool fused = false;
   cudnnStatus_t s = bn_check_mode(mode, true, who);
-  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, mode, &fused, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (dzDesc) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: dzDesc with OPS_BN", who);
-  /* yDesc is only used with an activation; the backend passes x's */
-  const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc};
+  if (dzDesc) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: dzDesc (emulated: no add)", who);
+  /* yDesc is only read with an activation */
+  const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc, yDesc};
   bn_geo g{};
-  s = bn_check_descs(acts, 3, dBnScaleBiasDesc, &g, who);
+  s = bn_check_descs(acts, fused ? 4 : 3, dBnScaleBiasDesc, &g, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(g.x, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  (void)yDesc;
   *sizeInBytes = (size_t)bn_workspace(mode, g.x);
   return CUDNN_STATUS_SUCCESS;
 }
@@ -1031,10 +1109,12 @@ cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
   static const char *who = "cudnnGetBatchNormalizationTrainingExReserveSpaceSize";
   if (!handle || !sizeInBytes || !xDesc || !xDesc->d.set)
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL argument or unset descriptor", who);
+  bool fused = false;
   cudnnStatus_t s = bn_check_mode(mode, true, who);
-  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, mode, &fused, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(xDesc->d, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  *sizeInBytes = (size_t)bn_reserve(mode, xDesc->d);
+  *sizeInBytes = (size_t)bn_reserve(mode, xDesc->d, fused);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -1048,13 +1128,15 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
     size_t reserveSpaceSizeInBytes) {
   static const char *who = "cudnnBatchNormalizationForwardTrainingEx";
   if (!handle || !alpha || !beta) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle, alpha or beta", who);
+  bool fused = false;
   cudnnStatus_t s = bn_check_mode(mode, true, who);
-  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, mode, &fused, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (zDesc || zData) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: z with OPS_BN", who);
+  if (zDesc || zData) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: z (emulated: no add)", who);
   const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
   bn_geo g{};
   s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(g.x, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: epsilon %g below CUDNN_BN_MIN_EPSILON %g", who, epsilon,
@@ -1074,7 +1156,8 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
   bool ok = true, ok2 = true;
   s = bn_check_space(who, "workspace", workspace, workSpaceSizeInBytes, bn_workspace(mode, xd), &ok);
   if (s == CUDNN_STATUS_SUCCESS)
-    s = bn_check_space(who, "reserveSpace", reserveSpace, reserveSpaceSizeInBytes, bn_reserve(mode, xd), &ok2);
+    s = bn_check_space(who, "reserveSpace", reserveSpace, reserveSpaceSizeInBytes, bn_reserve(mode, xd, fused), &ok2,
+                       fused);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!ok || !ok2 || !dev(xData, tensor_bytes(xd), who, "x") || !dev(yData, tensor_bytes(yd), who, "y") ||
       !dev(bnScale, pb, who, "bnScale") || !dev(bnBias, pb, who, "bnBias") ||
@@ -1086,7 +1169,8 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
   const double a = scalar(alpha), b = scalar(beta), f = exponentialAverageFactor, eps = epsilon;
   const size_t wsb = workspace ? workSpaceSizeInBytes : 0;
   const int M = g.M;
-  trace_bn(handle, who, xd);
+  uint8_t *mask = fused ? bn_mask(reserveSpace, mode, xd) : nullptr;
+  trace_bn(handle, who, xd, fused);
   ct_emu::enqueue(handle->stream, [=] {
     if (wsb) memset(workspace, 0xff, wsb);
     std::vector<int64_t> xi, yi;
@@ -1104,7 +1188,15 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
       const double var = sq / M, inv = 1.0 / std::sqrt(var + eps);
       const double gm = ((const float *)bnScale)[c], bt = ((const float *)bnBias)[c];
       for (size_t j = 0; j < xi.size(); j++) {
-        double r = a * (gm * (load(xData, xd.dt, xi[j]) - mean) * inv + bt);
+        double v = gm * (load(xData, xd.dt, xi[j]) - mean) * inv + bt;
+        if (fused) {
+          /* y's element index (packed NHWC) numbers the mask bits */
+          const int64_t e = yi[j];
+          if (v > 0) mask[e / 8] |= (uint8_t)(1u << (e % 8));
+          else mask[e / 8] &= (uint8_t)~(1u << (e % 8));
+          if (!(v > 0)) v = std::isnan(v) ? v : 0.0;
+        }
+        double r = a * v;
         if (b != 0.0) r += b * load(yData, yd.dt, yi[j]);
         store(yData, yd.dt, yi[j], r);
       }
@@ -1178,16 +1270,18 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
   static const char *who = "cudnnBatchNormalizationBackwardEx";
   if (!handle || !alphaDataDiff || !betaDataDiff || !alphaParamDiff || !betaParamDiff)
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle or scaling factor", who);
+  bool fused = false;
   cudnnStatus_t s = bn_check_mode(mode, true, who);
-  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = bn_check_ops(bnOps, activationDesc, mode, &fused, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (dzDesc || dzData || yData)
-    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: y / dz data with OPS_BN (emulated: NULL)", who);
-  (void)yDesc;
-  (void)bnBiasData; /* only used with an activation */
-  const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc};
+  if (dzDesc || dzData) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: dz (emulated: no add)", who);
+  if (!fused && yData) return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: y data with OPS_BN (emulated: NULL)", who);
+  if (fused && (!yData || !bnBiasData))
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: the fused backward needs y and the bias", who);
+  const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc, yDesc};
   bn_geo g{};
-  s = bn_check_descs(acts, 3, dBnScaleBiasDesc, &g, who);
+  s = bn_check_descs(acts, fused ? 4 : 3, dBnScaleBiasDesc, &g, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(g.x, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: epsilon %g below CUDNN_BN_MIN_EPSILON %g", who, epsilon,
@@ -1202,10 +1296,12 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
   bool ok = true, ok2 = true;
   s = bn_check_space(who, "workSpace", workSpace, workSpaceSizeInBytes, bn_workspace(mode, xd), &ok);
   if (s == CUDNN_STATUS_SUCCESS)
-    s = bn_check_space(who, "reserveSpace", reserveSpace, reserveSpaceSizeInBytes, bn_reserve(mode, xd), &ok2);
+    s = bn_check_space(who, "reserveSpace", reserveSpace, reserveSpaceSizeInBytes, bn_reserve(mode, xd, fused), &ok2,
+                       fused);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!ok || !ok2 || !dev(xData, tensor_bytes(xd), who, "x") || !dev(dyData, tensor_bytes(dyd), who, "dy") ||
       !dev(dxData, tensor_bytes(dxd), who, "dx") || !dev(bnScaleData, pb, who, "bnScale") ||
+      (fused && (!dev(yData, tensor_bytes(yDesc->d), who, "y") || !dev(bnBiasData, pb, who, "bnBias"))) ||
       !dev(dBnScaleData, pb, who, "dBnScale") || !dev(dBnBiasData, pb, who, "dBnBias") ||
       (saved && (!dev(savedMean, pb, who, "savedMean") || !dev(savedInvVariance, pb, who, "savedInvVariance"))))
     return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
@@ -1213,14 +1309,22 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
                bp = scalar(betaParamDiff), eps = epsilon;
   const size_t wsb = workSpace ? workSpaceSizeInBytes : 0;
   const int M = g.M;
-  trace_bn(handle, who, xd);
+  const uint8_t *mask = fused ? bn_mask(reserveSpace, mode, xd) : nullptr;
+  const tdesc yd = fused ? yDesc->d : xd;
+  trace_bn(handle, who, xd, fused);
   ct_emu::enqueue(handle->stream, [=] {
     if (wsb) memset(workSpace, 0xff, wsb);
-    std::vector<int64_t> xi, dyi, dxi;
+    std::vector<int64_t> xi, dyi, dxi, yi;
     for (int c = 0; c < xd.c; c++) {
       bn_channel(xd, c, xi);
       bn_channel(dyd, c, dyi);
       bn_channel(dxd, c, dxi);
+      bn_channel(yd, c, yi);
+      /* dy through the ReLU: the forward's mask bits (numbered by y's index) */
+      auto grad = [&](size_t j) {
+        const double d = load(dyData, dyd.dt, dyi[j]);
+        return !mask || (mask[yi[j] / 8] >> (yi[j] % 8) & 1) ? d : 0.0;
+      };
       double mean, inv;
       if (saved) {
         mean = ((const float *)savedMean)[c];
@@ -1237,14 +1341,14 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
       }
       double sdy = 0, sdyx = 0;
       for (size_t j = 0; j < xi.size(); j++) {
-        const double d = load(dyData, dyd.dt, dyi[j]);
+        const double d = grad(j);
         sdy += d;
         sdyx += d * (load(xData, xd.dt, xi[j]) - mean) * inv;
       }
       const double gm = ((const float *)bnScaleData)[c];
       for (size_t j = 0; j < xi.size(); j++) {
         const double xh = (load(xData, xd.dt, xi[j]) - mean) * inv;
-        const double d = load(dyData, dyd.dt, dyi[j]);
+        const double d = grad(j);
         double r = ad * (gm * inv / M * (M * d - sdy - xh * sdyx));
         if (bd != 0.0) r += bd * load(dxData, dxd.dt, dxi[j]);
         store(dxData, dxd.dt, dxi[j], r);

@@ -8,7 +8,13 @@
  * counts that are not multiples of 8, a 64x64x56x56 case, and bf16
  * parameters (which cuDNN does not take: the own kernels, NCHW and NHWC).
  * Plus the refusals: mixed layouts, NHWC that is not 4-D, the cpu's C16,
- * one value per channel in training.
+ * one value per channel in training. And batch norm with ReLU fused
+ * (batchnorm_act_reserve/fwd/bwd: cuDNN's BN_ACTIVATION on NHWC 16-bit
+ * data with C a multiple of 4, the unfused path elsewhere) against the
+ * reference's batch norm and ReLU: y, statistics, dx, dgamma, dbeta; on
+ * the emulator also which cases get a reserve (none under
+ * CT_EMU_BN_NO_FUSED, emu_test_gpu_bnorm_no_fused) and that a reserve
+ * cleared between the passes is noticed.
  *
  * Metric: max |gpu - ref| / max |ref| per tensor. Tolerances: f32 1e-5;
  * bf16 1e-2 and f16 5e-3 for tensors stored in those dtypes; statistics
@@ -259,6 +265,98 @@ static void bn_run(const bn_case *k) {
   tb_free(&sm), tb_free(&si), tb_free(&dg), tb_free(&db);
 }
 
+/* Whether the emulator offers the fused kernels for this case
+ * (emu_cudnn.cpp); -1 on a GPU, where cuDNN decides. */
+static int emu_fuses(const bn_case *k) {
+  if (!getenv("CTRAIN_TEST_EMU")) return -1;
+  const char *no = getenv("CT_EMU_BN_NO_FUSED");
+  if (no && *no && strcmp(no, "0") != 0) return 0;
+  return k->nhwc && k->dt != CT_F32 && k->shape[1] % 4 == 0;
+}
+
+/* batchnorm_act_fwd/bwd with ReLU against ref batchnorm + act. */
+static void bn_act_run(const bn_case *k) {
+  const int64_t C = k->shape[1];
+  const double ta = tol_of(k->dt), tp = k->dt == CT_F32 ? TOL32 : 1e-3;
+  const int aff = k->affine;
+  char sh[64];
+  snprintf(g_case, sizeof g_case, "batchnorm+relu %s %s %s affine%d", ct_shape_str(k->ndim, k->shape, sh, sizeof sh),
+           ct_dtype_name(k->dt), k->nhwc ? "NHWC" : "NCHW", aff);
+  tb x = tb_make(k->ndim, k->shape, k->nhwc), y = tb_make(k->ndim, k->shape, k->nhwc);
+  tb dy = tb_make(k->ndim, k->shape, k->nhwc), dx = tb_make(k->ndim, k->shape, k->nhwc);
+  tb g = tb_vec(C), b = tb_vec(C), rm = tb_vec(C), rv = tb_vec(C), sm = tb_vec(C), si = tb_vec(C);
+  tb dg = tb_vec(C), db = tb_vec(C);
+  tb_rand(&x, 1.5, k->dt), tb_rand(&dy, 1.0, k->dt);
+  tb_rand(&g, 1.0, CT_F32), tb_rand(&b, 0.5, CT_F32), tb_rand(&rm, 1.0, CT_F32);
+  for (int64_t c = 0; c < C; c++) rv.h[c] = 0.5f + 0.25f * (float)(c % 7);
+  tb_put(&rv, CT_F32);
+  ct_tensor xg = tb_gpu(&x), yg = tb_out(&y, k->dt), gg = tb_gpu(&g), bg = tb_gpu(&b), rmg = tb_gpu(&rm);
+  ct_tensor rvg = tb_gpu(&rv), smg = tb_out(&sm, CT_F32), sig = tb_out(&si, CT_F32);
+  ct_tensor xr = tb_ref(&x), yr = tb_ref(&y), gr = tb_ref(&g), br = tb_ref(&b), rmr = tb_ref(&rm), rvr = tb_ref(&rv);
+  ct_tensor smr = tb_ref(&sm), sir = tb_ref(&si);
+
+  const size_t rb = G_->batchnorm_act_reserve(g_gpu, CT_ACT_RELU, &xg);
+  const int want = emu_fuses(k);
+  if (want >= 0)
+    CHECK_MSG((rb > 0) == want, "%s: reserve %zu bytes, emulator %s", g_case, rb, want ? "fuses" : "does not");
+  void *res = rb ? ct_device_alloc(g_gpu, rb) : NULL;
+  CHECK(!rb || res);
+
+  CHECK_OK(G_->batchnorm_act_fwd(g_gpu, CT_ACT_RELU, &xg, aff ? &gg : NULL, aff ? &bg : NULL, &rmg, &rvg, 0.1f, 1e-5f,
+                                 &yg, &smg, &sig, res, rb));
+  CHECK_OK(R_->batchnorm_fwd(g_ref, 1, &xr, aff ? &gr : NULL, aff ? &br : NULL, &rmr, &rvr, 0.1f, 1e-5f, &yr, &smr,
+                             &sir));
+  CHECK_OK(R_->act_fwd(g_ref, CT_ACT_RELU, 0.f, &yr, &yr));
+  CHECK_E(&y, ta, "train y");
+  CHECK_E(&sm, tp, "save_mean");
+  CHECK_E(&si, tp, "save_invstd");
+  CHECK_E(&rm, tp, "running_mean");
+  CHECK_E(&rv, tp, "running_var");
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < y.n; i++) zeros += y.h[i] == 0.f;
+  CHECK_MSG(zeros > y.n / 5 && zeros < y.n - y.n / 5, "%s: %lld of %lld outputs zero; the ReLU check is blind", g_case,
+            (long long)zeros, (long long)y.n);
+
+  /* backward from what the GPU saved; dy may be overwritten: fresh each time */
+  tb_adopt(&sm), tb_adopt(&si);
+  ct_tensor dyr = tb_ref(&dy), dxr = tb_ref(&dx);
+  for (int acc = 0; acc <= 1; acc++) {
+    tb_put(&dy, k->dt);
+    tb_rand(&dg, 1.0, CT_F32), tb_rand(&db, 1.0, CT_F32);
+    ct_tensor dyg = tb_gpu(&dy), dxg = tb_out(&dx, k->dt), dgg = tb_gpu(&dg), dbg = tb_gpu(&db);
+    ct_tensor dgr = tb_ref(&dg), dbr = tb_ref(&db);
+    CHECK_OK(G_->batchnorm_act_bwd(g_gpu, CT_ACT_RELU, &xg, &yg, &dyg, aff ? &gg : NULL, aff ? &bg : NULL, 1e-5f, &smg,
+                                   &sig, res, rb, &dxg, aff ? &dgg : NULL, aff ? &dbg : NULL, (float)acc));
+    CHECK_OK(R_->act_bwd(g_ref, CT_ACT_RELU, 0.f, NULL, &yr, &dyr, &dyr));
+    CHECK_OK(R_->batchnorm_bwd(g_ref, &xr, &dyr, aff ? &gr : NULL, &smr, &sir, &dxr, aff ? &dgr : NULL,
+                               aff ? &dbr : NULL, (float)acc));
+    CHECK_E(&dx, ta, acc ? "bwd dx (acc 1)" : "bwd dx (acc 0)");
+    if (aff) {
+      CHECK_E(&dg, tp, acc ? "bwd dgamma acc 1" : "bwd dgamma acc 0");
+      CHECK_E(&db, tp, acc ? "bwd dbeta acc 1" : "bwd dbeta acc 0");
+    }
+  }
+  /* The emulator gates dy with the reserve's bits: cleared, dx must come
+   * out wrong, or the checks above would not see a lost reserve. */
+  if (rb && want == 1) {
+    void *z = calloc(1, rb);
+    CHECK(z != NULL);
+    CHECK_OK(ct_device_copy(g_gpu, res, NULL, z, rb));
+    free(z);
+    tb_put(&dy, k->dt);
+    for (int64_t i = 0; i < dy.n; i++) dy.ref[i] = y.ref[i] > 0 ? dy.ref[i] : 0;
+    ct_tensor dyg = tb_gpu(&dy), dxg = tb_out(&dx, k->dt);
+    CHECK_OK(G_->batchnorm_act_bwd(g_gpu, CT_ACT_RELU, &xg, &yg, &dyg, aff ? &gg : NULL, aff ? &bg : NULL, 1e-5f, &smg,
+                                   &sig, res, rb, &dxg, NULL, NULL, 0.f));
+    CHECK_OK(R_->batchnorm_bwd(g_ref, &xr, &dyr, aff ? &gr : NULL, &smr, &sir, &dxr, NULL, NULL, 0.f));
+    double e = tb_err(&dx);
+    CHECK_MSG(e > 10 * ta, "%s: a cleared reserve went unnoticed (dx err %.3g)", g_case, e);
+  }
+  if (res) ct_device_free(g_gpu, res);
+  tb_free(&x), tb_free(&y), tb_free(&dy), tb_free(&dx), tb_free(&g), tb_free(&b), tb_free(&rm), tb_free(&rv);
+  tb_free(&sm), tb_free(&si), tb_free(&dg), tb_free(&db);
+}
+
 /* Layouts and shapes cuda batch norm must refuse, each with a message. */
 static void refusals(void) {
   tb x = tb_make(4, (int64_t[]){2, 3, 4, 5}, 1), yp = tb_make(4, (int64_t[]){2, 3, 4, 5}, 0);
@@ -319,6 +417,17 @@ int main(void) {
       {4, {64, 64, 56, 56}, B, F, 1, 1, 1e-5f},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bn_run(&cases[i]);
+  const bn_case fused[] = {
+      /* cuDNN's fused kernels */
+      {4, {8, 24, 14, 14}, B, F, 1, 1, 1e-5f},
+      {4, {8, 24, 14, 14}, H, F, 1, 0, 1e-5f},
+      {4, {16, 64, 7, 7}, B, F, 1, 1, 1e-5f},
+      /* the unfused path: C not a multiple of 4, NCHW, f32 */
+      {4, {4, 13, 6, 6}, H, F, 1, 1, 1e-5f},
+      {4, {8, 24, 14, 14}, B, F, 0, 1, 1e-5f},
+      {4, {4, 8, 7, 9}, F, F, 1, 1, 1e-5f},
+  };
+  for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) bn_act_run(&fused[i]);
   refusals();
   gpu_test_teardown();
   return test_summary("test_gpu_bnorm");

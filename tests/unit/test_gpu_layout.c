@@ -3,7 +3,8 @@
  * and accumulating) and backward-weights (every plain/NHWC mix of input
  * and output, bias, fused ReLU, accumulating weight gradient) and max/average pooling forward and
  * backward with NHWC tensors against the ref device on plain tensors; and
- * one SGD training step of cnn, alexnet and resnet18 with the layout
+ * one SGD training step of cnn, alexnet and resnet18 (fp32, and bf16,
+ * whose NHWC batch norms take their ReLU fused) with the layout
  * choice on vs off (the weight updates compared normwise: fp32 at 1e-3,
  * bf16 and fp16 at 5e-2: cuDNN may pick other algorithms for NHWC, so not
  * bitwise). The convolutions run under both the heuristic and the
@@ -155,7 +156,7 @@ static void check_pool(ct_device *gpu, ct_device *ref, int is_max) {
  * two sets of weights would agree even if one layer's gradient were
  * garbage. */
 static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec, int nhwc,
-                         int *n_nhwc, size_t *np) {
+                         int *n_nhwc, int *n_fused, size_t *np) {
   ct_model_options mo = {c, h, w, 10, 7};
   ct_model *m = NULL;
   float *pg = NULL;
@@ -171,8 +172,12 @@ static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, 
   *np = (size_t)ct_model_param_count(m);
   float *p0 = malloc(*np * 4);
   CHECK_OK(ct_device_copy(NULL, p0, gpu, ct_model_params(m, NULL), *np * 4));
-  *n_nhwc = 0;
-  for (int i = 0; i < m->n_layers; i++) *n_nhwc += m->layers[i].y.layout == CT_LAYOUT_NHWC;
+  *n_nhwc = *n_fused = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    *n_nhwc += m->layers[i].y.layout == CT_LAYOUT_NHWC;
+    /* a batch norm whose ReLU the backend fuses keeps a reserve */
+    *n_fused += m->layers[i].ws_reserve > 0;
+  }
   int64_t per = (int64_t)c * h * w;
   float *x = malloc(sizeof(float) * (size_t)(B * per));
   rs = 99;
@@ -206,11 +211,20 @@ static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, 
   return pg;
 }
 
-static void compare_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec, int min_nhwc) {
-  int na = 0, nb = 0;
+/* fused: the batch norms expected to run with ReLU fused in the NHWC
+ * step on the emulator (emu_cudnn.cpp fuses NHWC 16-bit data); on a GPU
+ * cuDNN decides, so the count is printed, not checked. */
+static void compare_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec, int min_nhwc,
+                         int fused) {
+  int na = 0, nb = 0, fa = 0, fb = 0;
   size_t npa = 0, npb = 0;
-  float *a = train_step(gpu, name, c, h, w, prec, 1, &na, &npa);
-  float *b = train_step(gpu, name, c, h, w, prec, 0, &nb, &npb);
+  float *a = train_step(gpu, name, c, h, w, prec, 1, &na, &fa, &npa);
+  float *b = train_step(gpu, name, c, h, w, prec, 0, &nb, &fb, &npb);
+  const char *no = getenv("CT_EMU_BN_NO_FUSED");
+  if (getenv("CTRAIN_TEST_EMU"))
+    CHECK_MSG(fa == (no && *no && strcmp(no, "0") ? 0 : fused),
+              "%s prec %d: %d batch norms with ReLU fused, expected %d", name, (int)prec, fa, fused);
+  CHECK_MSG(fb == 0, "%s prec %d: plain layout, still %d fused batch norms", name, (int)prec, fb);
   /* Normwise on the updates: f32 1e-3 (cuDNN's NHWC and NCHW algorithms
    * round differently), 16-bit 5e-2 (an activation may round to another
    * 16-bit neighbour); a wrong gradient is off by O(1). */
@@ -223,7 +237,7 @@ static void compare_step(ct_device *gpu, const char *name, int c, int h, int w, 
     CHECK_MSG(mx > 0, "%s prec %d: the plain step changed no weight; the comparison is blind", name, (int)prec);
     double e = nerr(a, b, npa);
     CHECK_MSG(e <= tol, "%s prec %d: updates of one step differ NHWC vs plain (%g)", name, (int)prec, e);
-    printf("%-9s prec %d: %d NHWC activations, update err %.3g\n", name, (int)prec, na, e);
+    printf("%-9s prec %d: %d NHWC activations, %d fused batch norms, update err %.3g\n", name, (int)prec, na, fa, e);
   }
   free(a), free(b);
 }
@@ -249,12 +263,15 @@ int main(void) {
   CHECK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmarks", 1) == CT_ERR_NOT_FOUND);
   check_pool(gpu, ref, 1);
   check_pool(gpu, ref, 0);
-  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP32, 2);
-  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_BF16, 2);
-  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP16, 2);
-  compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_FP32, 6);
-  compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_BF16, 6);
-  compare_step(gpu, "resnet18", 3, 32, 32, CT_PRECISION_FP32, 0);
+  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP32, 2, 0);
+  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_BF16, 2, 0);
+  compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP16, 2, 0);
+  compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_FP32, 6, 0);
+  compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_BF16, 6, 0);
+  compare_step(gpu, "resnet18", 3, 32, 32, CT_PRECISION_FP32, 0, 0);
+  /* bf16 NHWC: the stem's and each block's first batch norm take their
+   * ReLU fused (9), against the plain step's unfused ones */
+  compare_step(gpu, "resnet18", 3, 32, 32, CT_PRECISION_BF16, 1, 9);
   ct_device_close(ref);
   ct_device_close(gpu);
   return test_summary("gpu_layout");

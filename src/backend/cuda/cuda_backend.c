@@ -40,6 +40,9 @@ static ct_backend cuda_table = {
 
     .batchnorm_fwd = cuda_batchnorm_fwd,
     .batchnorm_bwd = cuda_batchnorm_bwd,
+    .batchnorm_act_reserve = cuda_batchnorm_act_reserve,
+    .batchnorm_act_fwd = cuda_batchnorm_act_fwd,
+    .batchnorm_act_bwd = cuda_batchnorm_act_bwd,
 
     .act_fwd = cuda_act_fwd,
     .act_bwd = cuda_act_bwd,

@@ -1,6 +1,8 @@
 /* Batch norm on cuDNN (the legacy batch-norm API, which cuDNN 9 still
  * ships): cudnnBatchNormalizationForwardTrainingEx, ForwardInference and
- * BackwardEx with bnOps = CUDNN_BATCHNORM_OPS_BN (no fused activation).
+ * BackwardEx with bnOps = CUDNN_BATCHNORM_OPS_BN, and for the backend's
+ * batchnorm_act_* (the end of this file) CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+ * with ReLU.
  *
  * Layouts: x and y (forward), x, dy and dx (backward) share one layout,
  * CT_LAYOUT_PLAIN or, for 4-D tensors, CT_LAYOUT_NHWC (the executor keeps
@@ -25,8 +27,9 @@
  * epsilon it takes (the contract has none) is not used to recompute them;
  * it gets a valid placeholder.
  *
- * Reserve space: none. It would have to live from forward to backward,
- * which the backend contract has no buffer for. When cuDNN asks for a
+ * Reserve space for OPS_BN: none. It would have to live from forward to
+ * backward, which batchnorm_fwd/bwd have no buffer for (the fused pair
+ * takes one from the caller). When cuDNN asks for a
  * reserve (cudnnGetBatchNormalizationTrainingExReserveSpaceSize > 0) both
  * directions pass no workspace and no reserve, which cuDNN documents as
  * behaving exactly like the non-Ex functions; otherwise the workspace comes
@@ -183,8 +186,10 @@ static cudnnBatchNormMode_t bn_mode(ct_device *d, int training, int nhwc, ct_dty
                                                                               : CUDNN_BATCHNORM_SPATIAL;
 }
 
-/* *fallback values: the own kernels, or the same call again in SPATIAL. */
-enum { BN_OWN_KERNELS = 1, BN_RETRY_SPATIAL = 2 };
+/* *fallback values: the own kernels (a fused call: the unfused path), the
+ * same call again in SPATIAL, or (fused) unfused because the reserve cuDNN
+ * asks for is larger than the caller's. */
+enum { BN_OWN_KERNELS = 1, BN_RETRY_SPATIAL = 2, BN_RESERVE_SHORT = 3 };
 
 /* A BAD_PARAM from SPATIAL_PERSISTENT run without the reserve it asked for
  * (rsb > 0): that mode needs the reserve on this cuDNN (see the header). */
@@ -194,19 +199,21 @@ static int persistent_refused(ct_device *d, cudnnStatus_t e, cudnnBatchNormMode_
   return 1;
 }
 
-/* Inside the cuDNN paths (it reads the caller's d, mode and rsb): a cuDNN
- * call that returns NOT_SUPPORTED sends the op to the own kernels, one that
- * refuses SPATIAL_PERSISTENT for want of a reserve (persistent_refused)
- * asks the caller to repeat it in SPATIAL; any other failure is the op's
- * error. */
+/* Inside the cuDNN paths (it reads the caller's d, mode, rsb and f): a
+ * cuDNN call that returns NOT_SUPPORTED sends the op to the own kernels
+ * (a fused call, also on BAD_PARAM: to the unfused path, since which data
+ * types and shapes cuDNN fuses is not pinned down by its documentation),
+ * one that refuses SPATIAL_PERSISTENT for want of a reserve
+ * (persistent_refused) asks the caller to repeat it in SPATIAL; any other
+ * failure is the op's error. */
 #define DNN_OR_FALLBACK(call)                                   \
   do {                                                          \
     cudnnStatus_t e_ = (call);                                  \
-    if (cuda_dnn_unsupported(e_)) {                             \
+    if (cuda_dnn_unsupported(e_) || (f && e_ == CUDNN_STATUS_BAD_PARAM)) { \
       *fallback = BN_OWN_KERNELS;                               \
       goto done;                                                \
     }                                                           \
-    if (persistent_refused(d, e_, mode, rsb)) {                 \
+    if (!f && persistent_refused(d, e_, mode, rsb)) {           \
       *fallback = BN_RETRY_SPATIAL;                             \
       goto done;                                                \
     }                                                           \
@@ -236,13 +243,15 @@ static ct_status fill_f32(ct_device *d, void *p, int64_t C, float value) {
   return cuda_fill(d, &t, value);
 }
 
-/* The handle, mode and descriptors of one cuDNN batch-norm call; *fallback
- * = 1 (nothing left to free) when cuDNN cannot describe it. */
-static ct_status dnn_begin(ct_device *d, int training, int nhwc, const ct_tensor *x, int64_t N, int64_t C, int64_t S,
-                           cudnnHandle_t *h, cudnnBatchNormMode_t *mode, bn_desc *b, int *fallback) {
+/* The handle, mode and descriptors of one cuDNN batch-norm call (fused:
+ * SPATIAL_PERSISTENT, the only mode with fused kernels, which has its
+ * reserve then); *fallback = 1 (nothing left to free) when cuDNN cannot
+ * describe it. */
+static ct_status dnn_begin(ct_device *d, int training, int nhwc, int fused, const ct_tensor *x, int64_t N, int64_t C,
+                           int64_t S, cudnnHandle_t *h, cudnnBatchNormMode_t *mode, bn_desc *b, int *fallback) {
   *fallback = 0;
   CT_TRY(cuda_dnn_handle(d, h));
-  *mode = bn_mode(d, training, nhwc, x->dtype);
+  *mode = fused ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : bn_mode(d, training, nhwc, x->dtype);
   int ok = 0;
   CT_TRY(bn_desc_make(b, x, nhwc, N, C, S, *mode, &ok));
   if (!ok) {
@@ -252,23 +261,38 @@ static ct_status dnn_begin(ct_device *d, int training, int nhwc, const ct_tensor
   return CT_OK;
 }
 
+/* A fused activation for dnn_fwd / dnn_bwd (NULL: OPS_BN): the activation
+ * descriptor, the caller's reserve, and for the backward the forward's
+ * output y. */
+typedef struct bn_fuse {
+  cudnnActivationDescriptor_t ad;
+  void *reserve;
+  size_t reserve_bytes;
+  const void *y;
+} bn_fuse;
+
 static ct_status dnn_fwd(ct_device *d, int training, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
                          const ct_tensor *gamma, const ct_tensor *beta, ct_tensor *running_mean,
                          ct_tensor *running_var, float momentum, float eps, ct_tensor *y, ct_tensor *save_mean,
-                         ct_tensor *save_invstd, int *fallback) {
+                         ct_tensor *save_invstd, const bn_fuse *f, int *fallback) {
   cudnnHandle_t h;
   cudnnBatchNormMode_t mode;
   bn_desc b;
-  CT_TRY(dnn_begin(d, training, nhwc, x, N, C, S, &h, &mode, &b, fallback));
+  CT_TRY(dnn_begin(d, training, nhwc, f != NULL, x, N, C, S, &h, &mode, &b, fallback));
   if (*fallback) return CT_OK;
   ct_status s = CT_OK;
   size_t wsb = 0, rsb = 0;
+  const cudnnBatchNormOps_t ops = f ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  const cudnnActivationDescriptor_t ad = f ? f->ad : NULL;
   if (training) {
-    DNN_OR_FALLBACK(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, mode, CUDNN_BATCHNORM_OPS_BN, b.xd, NULL,
-                                                                             b.xd, b.pd, NULL, &wsb));
     DNN_OR_FALLBACK(
-        cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, mode, CUDNN_BATCHNORM_OPS_BN, NULL, b.xd, &rsb));
-    if (rsb) wsb = 0; /* no reserve to keep: run as the non-Ex function */
+        cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, mode, ops, b.xd, NULL, b.xd, b.pd, ad, &wsb));
+    DNN_OR_FALLBACK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, mode, ops, ad, b.xd, &rsb));
+    if (f && rsb > f->reserve_bytes) {
+      *fallback = BN_RESERVE_SHORT;
+      goto done;
+    }
+    if (rsb && !f) wsb = 0; /* no reserve to keep: run as the non-Ex function */
   }
   /* scratch: [workspace | ones | zeros | save pair | running pair], C f32 each after the workspace */
   const size_t vec = round256((size_t)C * sizeof(float)), off = round256(wsb);
@@ -296,8 +320,8 @@ static ct_status dnn_fwd(ct_device *d, int training, int nhwc, int64_t N, int64_
       RT(cudaMemsetAsync(drun0, 0, 2 * vec, cuda_stream(d)));
     }
     DNN_OR_FALLBACK(cudnnBatchNormalizationForwardTrainingEx(
-        h, mode, CUDNN_BATCHNORM_OPS_BN, &one, &zero, b.xd, x->data, NULL, NULL, b.xd, y->data, b.pd, g, bb,
-        (double)momentum, rm, rv, (double)eps, sm, si, NULL, wsb ? scr : NULL, wsb, NULL, 0));
+        h, mode, ops, &one, &zero, b.xd, x->data, NULL, NULL, b.xd, y->data, b.pd, g, bb, (double)momentum, rm, rv,
+        (double)eps, sm, si, ad, wsb ? scr : NULL, wsb, f && rsb ? f->reserve : NULL, f ? rsb : 0));
   } else {
     DNN_OR_FALLBACK(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, b.xd, x->data,
                                                             b.xd, y->data, b.pd, g, bb, running_mean->data,
@@ -308,76 +332,111 @@ done:
   return s;
 }
 
+/* beta: the forward's bias, read by the fused backward only. */
 static ct_status dnn_bwd(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
-                         const ct_tensor *dy, const ct_tensor *gamma, const ct_tensor *save_mean,
-                         const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta,
-                         float beta_acc, int *fallback) {
+                         const ct_tensor *dy, const ct_tensor *gamma, const ct_tensor *beta,
+                         const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma,
+                         ct_tensor *dbeta, float beta_acc, const bn_fuse *f, int *fallback) {
   cudnnHandle_t h;
   cudnnBatchNormMode_t mode;
   bn_desc b;
-  CT_TRY(dnn_begin(d, 1, nhwc, x, N, C, S, &h, &mode, &b, fallback));
+  CT_TRY(dnn_begin(d, 1, nhwc, f != NULL, x, N, C, S, &h, &mode, &b, fallback));
   if (*fallback) return CT_OK;
   ct_status s = CT_OK;
   size_t wsb = 0, rsb = 0;
+  const cudnnBatchNormOps_t ops = f ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+  const cudnnActivationDescriptor_t ad = f ? f->ad : NULL;
   /* the same descriptors and argument pattern as PyTorch's cudnn_batch_norm_backward */
-  DNN_OR_FALLBACK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, mode, CUDNN_BATCHNORM_OPS_BN, b.xd, b.xd, b.xd,
-                                                                    NULL, b.xd, b.pd, NULL, &wsb));
   DNN_OR_FALLBACK(
-      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, mode, CUDNN_BATCHNORM_OPS_BN, NULL, b.xd, &rsb));
-  if (rsb) wsb = 0; /* the forward ran as the non-Ex function too */
-  /* scratch: [workspace | ones | dgamma stand-in | dbeta stand-in | dx stand-in] */
+      cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, mode, ops, b.xd, b.xd, b.xd, NULL, b.xd, b.pd, ad, &wsb));
+  DNN_OR_FALLBACK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, mode, ops, ad, b.xd, &rsb));
+  if (f && rsb > f->reserve_bytes) {
+    *fallback = BN_RESERVE_SHORT; /* as the forward found: unfused */
+    goto done;
+  }
+  if (rsb && !f) wsb = 0; /* the forward ran as the non-Ex function too */
+  /* scratch: [workspace | ones | dgamma stand-in | dbeta stand-in | zeros | dx stand-in] */
   const size_t vec = round256((size_t)C * sizeof(float)), off = round256(wsb);
   const size_t dxb = dx ? 0 : round256((size_t)(N * C * S) * ct_dtype_size(x->dtype));
   void *scr = NULL;
-  TRY_DONE(cuda_scratch(d, off + 3 * vec + dxb, &scr));
+  TRY_DONE(cuda_scratch(d, off + 4 * vec + dxb, &scr));
   char *base = (char *)scr + off;
-  void *ones = base, *ddg = base + vec, *ddb = base + 2 * vec, *ddx = base + 3 * vec;
-  const void *g = gamma ? gamma->data : ones;
+  void *ones = base, *ddg = base + vec, *ddb = base + 2 * vec, *zeros = base + 3 * vec, *ddx = base + 4 * vec;
+  const void *g = gamma ? gamma->data : ones, *bb = beta ? beta->data : zeros;
   if (!gamma) TRY_DONE(fill_f32(d, ones, C, 1.f));
+  if (f && !beta) RT(cudaMemsetAsync(zeros, 0, (size_t)C * sizeof(float), cuda_stream(d)));
   /* Both parameter gradients share betaParamDiff: a stand-in must hold a
    * finite value for beta_acc 1 (its result is thrown away). */
   if (!dgamma || !dbeta) RT(cudaMemsetAsync(ddg, 0, 2 * vec, cuda_stream(d)));
   const float one = 1.f, zero = 0.f, pbeta = beta_acc;
+  /* y and the bias only with the activation (PyTorch passes NULL for OPS_BN) */
   DNN_OR_FALLBACK(cudnnBatchNormalizationBackwardEx(
-      h, mode, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, &pbeta, b.xd, x->data, NULL, NULL, b.xd, dy->data, NULL, NULL,
-      b.xd, dx ? dx->data : (void *)ddx, b.pd, g, NULL, dgamma ? dgamma->data : ddg, dbeta ? dbeta->data : ddb,
-      BN_BWD_EPS, save_mean->data, save_invstd->data, NULL, wsb ? scr : NULL, wsb, NULL, 0));
+      h, mode, ops, &one, &zero, &one, &pbeta, b.xd, x->data, f ? b.xd : NULL, f ? f->y : NULL, b.xd, dy->data, NULL,
+      NULL, b.xd, dx ? dx->data : (void *)ddx, b.pd, g, f ? bb : NULL, dgamma ? dgamma->data : ddg,
+      dbeta ? dbeta->data : ddb, BN_BWD_EPS, save_mean->data, save_invstd->data, ad, wsb ? scr : NULL, wsb,
+      f && rsb ? f->reserve : NULL, f ? rsb : 0));
 done:
   bn_desc_destroy(&b);
   return s;
 }
 
-ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
-                             const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
-                             float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd) {
-  static const char *op = "batchnorm_fwd";
-  if (!x || !y) return ct_error(CT_ERR_INVALID_ARG, "cuda batchnorm_fwd: x and y are required");
+/* The forward's checks; *N, *C, *S and *nhwc describe x. */
+static ct_status fwd_args(const char *op, int training, const ct_tensor *x, const ct_tensor *gamma,
+                          const ct_tensor *beta, const ct_tensor *running_mean, const ct_tensor *running_var,
+                          const ct_tensor *y, const ct_tensor *save_mean, const ct_tensor *save_invstd, int64_t *N,
+                          int64_t *C, int64_t *S, int *nhwc) {
+  if (!x || !y) return ct_error(CT_ERR_INVALID_ARG, "cuda %s: x and y are required", op);
   const ct_tensor *all[] = {x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd};
   for (int i = 0; i < 8; i++) CT_TRY(cuda_check_float(op, all[i], i + 1));
-  int64_t N = 0, C = 0, S = 0;
-  CT_TRY(bn_dims(op, x, &N, &C, &S));
+  CT_TRY(bn_dims(op, x, N, C, S));
   const ct_tensor *acts[] = {x, y};
   static const char *const anames[] = {"x", "y"};
-  int nhwc = 0;
-  CT_TRY(bn_layout(op, acts, anames, 2, &nhwc));
-  if (!training) save_mean = save_invstd = NULL; /* unused in eval, per the contract */
+  CT_TRY(bn_layout(op, acts, anames, 2, nhwc));
   const ct_tensor *params[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
   static const char *const pnames[] = {"gamma", "beta", "running_mean", "running_var", "save_mean", "save_invstd"};
-  CT_TRY(bn_sizes(op, N * C * S, C, acts, anames, 2, params, pnames, 6));
+  CT_TRY(bn_sizes(op, *N * *C * *S, *C, acts, anames, 2, params, pnames, 6));
   if (!training && (!running_mean || !running_var))
-    return ct_error(CT_ERR_INVALID_ARG, "cuda batchnorm_fwd: eval mode needs running_mean and running_var");
-  if (training && N * S < 2 && N * C * S > 0)
+    return ct_error(CT_ERR_INVALID_ARG, "cuda %s: eval mode needs running_mean and running_var", op);
+  if (training && *N * *S < 2 && *N * *C * *S > 0)
     return ct_error(CT_ERR_INVALID_ARG,
-                    "cuda batchnorm_fwd: expected more than 1 value per channel when training (input has %lld); use "
-                    "a larger batch or eval mode",
-                    (long long)(N * S));
-  CT_TRY(cuda_enter(d));
+                    "cuda %s: expected more than 1 value per channel when training (input has %lld); use a larger "
+                    "batch or eval mode",
+                    op, (long long)(*N * *S));
+  return CT_OK;
+}
+
+/* The backward's checks (y and beta: the fused backward's, may be NULL). */
+static ct_status bwd_args(const char *op, const ct_tensor *x, const ct_tensor *y, const ct_tensor *dy,
+                          const ct_tensor *gamma, const ct_tensor *beta, const ct_tensor *save_mean,
+                          const ct_tensor *save_invstd, const ct_tensor *dx, const ct_tensor *dgamma,
+                          const ct_tensor *dbeta, int64_t *N, int64_t *C, int64_t *S, int *nhwc) {
+  if (!x || !dy) return ct_error(CT_ERR_INVALID_ARG, "cuda %s: x and dy are required", op);
+  const ct_tensor *all[] = {x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, y, beta};
+  for (int i = 0; i < 10; i++) CT_TRY(cuda_check_float(op, all[i], i + 1));
+  if (!save_mean || !save_invstd)
+    return ct_error(CT_ERR_INVALID_ARG, "cuda %s: save_mean and save_invstd from the training forward are required",
+                    op);
+  CT_TRY(bn_dims(op, x, N, C, S));
+  const ct_tensor *acts[] = {x, dy, dx, y};
+  static const char *const anames[] = {"x", "dy", "dx", "y"};
+  CT_TRY(bn_layout(op, acts, anames, 4, nhwc));
+  const ct_tensor *params[] = {gamma, save_mean, save_invstd, dgamma, dbeta, beta};
+  static const char *const pnames[] = {"gamma", "save_mean", "save_invstd", "dgamma", "dbeta", "beta"};
+  CT_TRY(bn_sizes(op, *N * *C * *S, *C, acts, anames, 4, params, pnames, 6));
+  return CT_OK;
+}
+
+static ct_status bn_fwd(ct_device *d, int training, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
+                        const ct_tensor *gamma, const ct_tensor *beta, ct_tensor *running_mean,
+                        ct_tensor *running_var, float momentum, float eps, ct_tensor *y, ct_tensor *save_mean,
+                        ct_tensor *save_invstd) {
   if (C == 0 || N == 0 || S == 0) return CT_OK;
+  const ct_tensor *acts[] = {x, y}, *params[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
   if (bn_dnn_eligible(x, acts, 2, params, 6, (double)eps, N, C, S)) {
     int fallback = 0;
     do {
       CT_TRY(dnn_fwd(d, training, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y,
-                     save_mean, save_invstd, &fallback));
+                     save_mean, save_invstd, NULL, &fallback));
     } while (fallback == BN_RETRY_SPATIAL);
     if (!fallback) return CT_OK;
   }
@@ -385,35 +444,176 @@ ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, con
                              save_mean, save_invstd);
 }
 
-ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
-                             const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
-                             ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc) {
-  static const char *op = "batchnorm_bwd";
-  if (!x || !dy) return ct_error(CT_ERR_INVALID_ARG, "cuda batchnorm_bwd: x and dy are required");
-  const ct_tensor *all[] = {x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta};
-  for (int i = 0; i < 8; i++) CT_TRY(cuda_check_float(op, all[i], i + 1));
-  if (!save_mean || !save_invstd)
-    return ct_error(CT_ERR_INVALID_ARG,
-                    "cuda batchnorm_bwd: save_mean and save_invstd from the training forward are required");
-  int64_t N = 0, C = 0, S = 0;
-  CT_TRY(bn_dims(op, x, &N, &C, &S));
-  const ct_tensor *acts[] = {x, dy, dx};
-  static const char *const anames[] = {"x", "dy", "dx"};
-  int nhwc = 0;
-  CT_TRY(bn_layout(op, acts, anames, 3, &nhwc));
-  const ct_tensor *params[] = {gamma, save_mean, save_invstd, dgamma, dbeta};
-  static const char *const pnames[] = {"gamma", "save_mean", "save_invstd", "dgamma", "dbeta"};
-  CT_TRY(bn_sizes(op, N * C * S, C, acts, anames, 3, params, pnames, 5));
-  CT_TRY(cuda_enter(d));
+static ct_status bn_bwd(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
+                        const ct_tensor *dy, const ct_tensor *gamma, const ct_tensor *save_mean,
+                        const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta,
+                        float beta_acc) {
   if (C == 0 || N == 0 || S == 0) return CT_OK;
   /* nothing to compute: cuDNN would still need every output */
   if (!dx && !dgamma && !dbeta) return CT_OK;
+  const ct_tensor *acts[] = {x, dy, dx}, *params[] = {gamma, save_mean, save_invstd, dgamma, dbeta};
   if (bn_dnn_eligible(x, acts, 3, params, 5, BN_BWD_EPS, N, C, S)) {
     int fallback = 0;
     do {
-      CT_TRY(dnn_bwd(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc, &fallback));
+      CT_TRY(dnn_bwd(d, nhwc, N, C, S, x, dy, gamma, NULL, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc, NULL,
+                     &fallback));
     } while (fallback == BN_RETRY_SPATIAL);
     if (!fallback) return CT_OK;
   }
   return cuda_bn_bwd_kernels(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc);
+}
+
+ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
+                             const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
+                             float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd) {
+  if (!training) save_mean = save_invstd = NULL; /* unused in eval, per the contract */
+  int64_t N = 0, C = 0, S = 0;
+  int nhwc = 0;
+  CT_TRY(cuda_enter(d));
+  CT_TRY(fwd_args("batchnorm_fwd", training, x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd,
+                  &N, &C, &S, &nhwc));
+  return bn_fwd(d, training, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y, save_mean,
+                save_invstd);
+}
+
+ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
+                             const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
+                             ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc) {
+  int64_t N = 0, C = 0, S = 0;
+  int nhwc = 0;
+  CT_TRY(bwd_args("batchnorm_bwd", x, NULL, dy, gamma, NULL, save_mean, save_invstd, dx, dgamma, dbeta, &N, &C, &S,
+                  &nhwc));
+  CT_TRY(cuda_enter(d));
+  return bn_bwd(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc);
+}
+
+/* ---- batch norm with its activation fused ----
+ *
+ * cuDNN fuses ReLU into batch norm (bnOps CUDNN_BATCHNORM_OPS_BN_ACTIVATION)
+ * in SPATIAL_PERSISTENT mode on NHWC data, keeping a reserve (a mask, in
+ * effect) from the forward for the backward; its backward takes the
+ * forward's y and bias. The output is read once less and written once
+ * less in the forward, and the backward's dy is not rewritten. That path
+ * is taken for ReLU on NHWC 16-bit training data whose channel count is a
+ * multiple of 4 (the shapes the fused kernels are known to be built for),
+ * always in SPATIAL_PERSISTENT mode (with its reserve, so bn_spatial_only
+ * does not apply), when the reserve cuDNN asks for fits in the caller's.
+ * Anything else, and any refusal of the fused calls (NOT_SUPPORTED or
+ * BAD_PARAM), takes the unfused path: batch norm, then the own activation
+ * kernel in place (dy too in the backward). A refusal turns fusion off on
+ * the device for good (bn_act_refused), so a backward can never expect a
+ * reserve its forward did not write: the forward of the same tensor ran
+ * before it, under the same tests (a reserve too small for cuDNN's ask is
+ * the same test in both passes), and the unfused backward needs only y,
+ * which both forwards write alike. */
+
+/* The fused pair decides in both passes from what both see; parameters
+ * and statistics of another dtype (which would send only the forward to
+ * the own kernels) are refused outright, as the contract allows. */
+static ct_status params_f32(const char *op, const ct_tensor *const *p, int n) {
+  for (int i = 0; i < n; i++)
+    if (p[i] && p[i]->dtype != CT_F32)
+      return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: parameters and statistics must be f32, got %s", op,
+                      ct_dtype_name(p[i]->dtype));
+  return CT_OK;
+}
+
+static int act_fusable(ct_device *d, ct_act act, int nhwc, const ct_tensor *x, int64_t C) {
+  return act == CT_ACT_RELU && nhwc && x->dtype != CT_F32 && C % 4 == 0 && !cuda_dev_of(d)->bn_act_refused;
+}
+
+static ct_status act_desc(cudnnActivationDescriptor_t *ad) {
+  *ad = NULL;
+  CUDNN_TRY(cudnnCreateActivationDescriptor(ad));
+  /* ReLU passes NaN through, as the own kernel and PyTorch's do */
+  cudnnStatus_t e = cudnnSetActivationDescriptor(*ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
+  if (e == CUDNN_STATUS_SUCCESS) return CT_OK;
+  cudnnDestroyActivationDescriptor(*ad);
+  *ad = NULL;
+  return cuda_dnn_fail(e, __FILE__, __LINE__, "cudnnSetActivationDescriptor");
+}
+
+size_t cuda_batchnorm_act_reserve(ct_device *d, ct_act act, const ct_tensor *x) {
+  if (!x || x->ndim != 4 || x->layout != CT_LAYOUT_NHWC || x->dtype == CT_F32) return 0;
+  const int64_t N = x->shape[0], C = x->shape[1], S = x->shape[2] * x->shape[3];
+  const ct_tensor *acts[] = {x};
+  if (!act_fusable(d, act, 1, x, C) || N * S < 2 || !bn_dnn_eligible(x, acts, 1, NULL, 0, 1e-5, N, C, S)) return 0;
+  cudnnHandle_t h;
+  if (cuda_enter(d) != CT_OK || cuda_dnn_handle(d, &h) != CT_OK) return 0;
+  bn_desc b;
+  int ok = 0;
+  if (bn_desc_make(&b, x, 1, N, C, S, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, &ok) != CT_OK || !ok) {
+    bn_desc_destroy(&b);
+    return 0;
+  }
+  cudnnActivationDescriptor_t ad;
+  size_t rsb = 0;
+  if (act_desc(&ad) == CT_OK) {
+    if (cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                                                             CUDNN_BATCHNORM_OPS_BN_ACTIVATION, ad, b.xd,
+                                                             &rsb) != CUDNN_STATUS_SUCCESS)
+      rsb = 0;
+    cudnnDestroyActivationDescriptor(ad);
+  }
+  bn_desc_destroy(&b);
+  return rsb;
+}
+
+ct_status cuda_batchnorm_act_fwd(ct_device *d, ct_act act, const ct_tensor *x, const ct_tensor *gamma,
+                                 const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var,
+                                 float momentum, float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd,
+                                 void *reserve, size_t reserve_bytes) {
+  int64_t N = 0, C = 0, S = 0;
+  int nhwc = 0;
+  CT_TRY(cuda_enter(d));
+  CT_TRY(fwd_args("batchnorm_act_fwd", 1, x, gamma, beta, running_mean, running_var, y, save_mean, save_invstd, &N,
+                  &C, &S, &nhwc));
+  const ct_tensor *f32s[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
+  CT_TRY(params_f32("batchnorm_act_fwd", f32s, 6));
+  if (C == 0 || N == 0 || S == 0) return CT_OK;
+  const ct_tensor *acts[] = {x, y}, *params[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
+  if (act_fusable(d, act, nhwc, x, C) && bn_dnn_eligible(x, acts, 2, params, 6, (double)eps, N, C, S)) {
+    bn_fuse f = {NULL, reserve, reserve ? reserve_bytes : 0, NULL};
+    int fallback = 0;
+    CT_TRY(act_desc(&f.ad));
+    ct_status s = dnn_fwd(d, 1, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y, save_mean,
+                          save_invstd, &f, &fallback);
+    cudnnDestroyActivationDescriptor(f.ad);
+    CT_TRY(s);
+    if (!fallback) return CT_OK;
+    if (fallback == BN_OWN_KERNELS) cuda_dev_of(d)->bn_act_refused = 1;
+  }
+  CT_TRY(bn_fwd(d, 1, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y, save_mean,
+                save_invstd));
+  return act == CT_ACT_NONE ? CT_OK : cuda_act_fwd(d, act, 0.f, y, y);
+}
+
+ct_status cuda_batchnorm_act_bwd(ct_device *d, ct_act act, const ct_tensor *x, const ct_tensor *y, ct_tensor *dy,
+                                 const ct_tensor *gamma, const ct_tensor *beta, float eps, const ct_tensor *save_mean,
+                                 const ct_tensor *save_invstd, const void *reserve, size_t reserve_bytes,
+                                 ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc) {
+  int64_t N = 0, C = 0, S = 0;
+  int nhwc = 0;
+  CT_TRY(bwd_args("batchnorm_act_bwd", x, y, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, &N, &C, &S,
+                  &nhwc));
+  if (act != CT_ACT_NONE && !y)
+    return ct_error(CT_ERR_INVALID_ARG, "cuda batchnorm_act_bwd: y (the forward's output) is required");
+  const ct_tensor *f32s[] = {gamma, beta, save_mean, save_invstd, dgamma, dbeta};
+  CT_TRY(params_f32("batchnorm_act_bwd", f32s, 6));
+  CT_TRY(cuda_enter(d));
+  if (C == 0 || N == 0 || S == 0 || (!dx && !dgamma && !dbeta)) return CT_OK;
+  const ct_tensor *acts[] = {x, dy, dx, y}, *params[] = {gamma, beta, save_mean, save_invstd, dgamma, dbeta};
+  if (act_fusable(d, act, nhwc, x, C) && bn_dnn_eligible(x, acts, 4, params, 6, (double)eps, N, C, S)) {
+    bn_fuse f = {NULL, (void *)reserve, reserve ? reserve_bytes : 0, y->data};
+    int fallback = 0;
+    CT_TRY(act_desc(&f.ad));
+    ct_status s = dnn_bwd(d, nhwc, N, C, S, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc,
+                          &f, &fallback);
+    cudnnDestroyActivationDescriptor(f.ad);
+    CT_TRY(s);
+    if (!fallback) return CT_OK;
+    if (fallback == BN_OWN_KERNELS) cuda_dev_of(d)->bn_act_refused = 1;
+  }
+  if (act != CT_ACT_NONE) CT_TRY(cuda_act_bwd(d, act, 0.f, NULL, y, dy, dy));
+  return bn_bwd(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc);
 }

@@ -68,6 +68,9 @@ typedef struct cuda_dev {
   /* 1 once cuDNN refused a SPATIAL_PERSISTENT batch norm without the
    * reserve space it asked for: later ones run SPATIAL (cuda_bnorm.c). */
   int bn_spatial_only;
+  /* 1 once cuDNN refused a batch norm with a fused activation: later ones
+   * run unfused (cuda_bnorm.c). */
+  int bn_act_refused;
 } cuda_dev;
 
 static inline cuda_dev *cuda_dev_of(ct_device *d) { return (cuda_dev *)d->impl; }
@@ -174,6 +177,17 @@ ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, con
 ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                              const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
                              ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
+/* The backend's batchnorm_act_reserve/fwd/bwd: ReLU fused by cuDNN where
+ * it can (NHWC 16-bit), else batch norm and the own activation kernel. */
+size_t cuda_batchnorm_act_reserve(ct_device *d, ct_act act, const ct_tensor *x);
+ct_status cuda_batchnorm_act_fwd(ct_device *d, ct_act act, const ct_tensor *x, const ct_tensor *gamma,
+                                 const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var,
+                                 float momentum, float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd,
+                                 void *reserve, size_t reserve_bytes);
+ct_status cuda_batchnorm_act_bwd(ct_device *d, ct_act act, const ct_tensor *x, const ct_tensor *y, ct_tensor *dy,
+                                 const ct_tensor *gamma, const ct_tensor *beta, float eps, const ct_tensor *save_mean,
+                                 const ct_tensor *save_invstd, const void *reserve, size_t reserve_bytes,
+                                 ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
 /* The own kernels behind them, for what cuDNN refuses: the same
  * contracts on x viewed as [N, C, S] (S = product of the extents after C),
  * nhwc 1 for channels-last element order ((n*S + s)*C + c), any float

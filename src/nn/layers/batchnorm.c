@@ -1,7 +1,11 @@
 /* BatchNorm1d / BatchNorm2d: ip[0] num_features, ip[1] 1 or 2, ip[2]
  * affine; fp[0] eps, fp[1] momentum. State in PyTorch order: weight, bias,
  * running_mean, running_var, num_batches_tracked. The workspace keeps the
- * batch mean and 1/sqrt(var+eps) from forward to backward. */
+ * batch mean and 1/sqrt(var+eps) from forward to backward, and after them
+ * (256-byte aligned) the reserve of a backend that fuses the layer's
+ * activation (batchnorm_act_*: cuDNN's BN+ReLU); without one, or in eval,
+ * the activation runs in place after the forward and on dy before the
+ * backward. */
 #include "nn/layer.h"
 
 static ct_status setup(ct_layer *l) {
@@ -41,10 +45,19 @@ static void init(ct_layer *l, uint64_t seed, float **state, int64_t **counters) 
   counters[k + 2][0] = 0;
 }
 
-static size_t ws_bytes(ct_layer *l, ct_exec *e) {
-  (void)e;
-  return 2 * (size_t)l->ip[0] * sizeof(float);
+static size_t stats_bytes(const ct_layer *l) { return (2 * (size_t)l->ip[0] * sizeof(float) + 255) / 256 * 256; }
+
+static int fused(const ct_layer *l, const ct_exec *e) {
+  return l->act != CT_ACT_NONE && e->training && e->be->batchnorm_act_fwd;
 }
+
+/* Called by the planner with l->x[0] shaped for the largest batch. */
+static size_t ws_bytes(ct_layer *l, ct_exec *e) {
+  l->ws_reserve = fused(l, e) ? e->be->batchnorm_act_reserve(e->dev, l->act, &l->x[0]) : 0;
+  return l->ws_reserve ? stats_bytes(l) + l->ws_reserve : 2 * (size_t)l->ip[0] * sizeof(float);
+}
+
+static void *reserve(const ct_layer *l) { return l->ws && l->ws_reserve ? (char *)l->ws + stats_bytes(l) : NULL; }
 
 static void stats(ct_layer *l, ct_tensor *mean, ct_tensor *invstd) {
   float *ws = l->ws;
@@ -61,23 +74,35 @@ static ct_status forward(ct_layer *l, ct_exec *e) {
    * leaves the running ones (and the counter) as the first forward left
    * them, unlike a re-run PyTorch module. */
   int update = e->training && !e->recompute;
-  ct_status s = e->be->batchnorm_fwd(e->dev, e->training, &l->x[0], l->ip[2] ? &l->w[0] : NULL,
-                                     l->ip[2] ? &l->w[1] : NULL, update || !e->training ? &l->w[k] : NULL,
-                                     update || !e->training ? &l->w[k + 1] : NULL, l->fp[1], l->fp[0], &l->y,
-                                     e->training ? &mean : NULL, e->training ? &invstd : NULL);
+  const ct_tensor *gamma = l->ip[2] ? &l->w[0] : NULL, *beta = l->ip[2] ? &l->w[1] : NULL;
+  ct_tensor *rm = update || !e->training ? &l->w[k] : NULL, *rv = update || !e->training ? &l->w[k + 1] : NULL;
+  ct_status s;
+  if (fused(l, e)) {
+    s = e->be->batchnorm_act_fwd(e->dev, l->act, &l->x[0], gamma, beta, rm, rv, l->fp[1], l->fp[0], &l->y, &mean,
+                                 &invstd, reserve(l), l->ws_reserve);
+  } else {
+    s = e->be->batchnorm_fwd(e->dev, e->training, &l->x[0], gamma, beta, rm, rv, l->fp[1], l->fp[0], &l->y,
+                             e->training ? &mean : NULL, e->training ? &invstd : NULL);
+    if (s == CT_OK && l->act != CT_ACT_NONE) s = e->be->act_fwd(e->dev, l->act, 0.0f, &l->y, &l->y);
+  }
   if (s == CT_OK && update) (*l->counter)++;
-  if (s == CT_OK && l->act != CT_ACT_NONE) s = e->be->act_fwd(e->dev, l->act, 0.0f, &l->y, &l->y);
   return s;
 }
 
 static ct_status backward(ct_layer *l, ct_exec *e) {
   ct_tensor mean, invstd;
   stats(l, &mean, &invstd);
-  if (l->act != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
+  const ct_tensor *gamma = l->ip[2] ? &l->w[0] : NULL;
+  ct_tensor *dgamma = l->ip[2] ? &l->g[0] : NULL, *dbeta = l->ip[2] ? &l->g[1] : NULL;
   /* The executor always gives batch norm a dx buffer (the backends compute
    * it with the parameter gradients in one pass). */
-  return e->be->batchnorm_bwd(e->dev, &l->x[0], &l->dy, l->ip[2] ? &l->w[0] : NULL, &mean, &invstd, &l->dx[0], l->ip[2] ? &l->g[0] : NULL,
-                              l->ip[2] ? &l->g[1] : NULL, l->grad_beta);
+  if (fused(l, e))
+    return e->be->batchnorm_act_bwd(e->dev, l->act, &l->x[0], &l->y, &l->dy, gamma, l->ip[2] ? &l->w[1] : NULL,
+                                    l->fp[0], &mean, &invstd, reserve(l), l->ws_reserve, &l->dx[0], dgamma, dbeta,
+                                    l->grad_beta);
+  if (l->act != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
+  return e->be->batchnorm_bwd(e->dev, &l->x[0], &l->dy, gamma, &mean, &invstd, &l->dx[0], dgamma, dbeta,
+                              l->grad_beta);
 }
 
 const ct_layer_class ct_layer_batchnorm = {"batchnorm", "BatchNorm", CT_LAYER_SAVES_INPUT, setup, init, ws_bytes,
