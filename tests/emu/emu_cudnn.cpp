@@ -531,12 +531,21 @@ cudnnStatus_t bn_check_ops(cudnnBatchNormOps_t ops, cudnnActivationDescriptor_t 
 }
 
 /* The data the fused kernels take: fully packed NHWC HALF/BFLOAT16, C a
- * multiple of 4. */
+ * multiple of 4 (every activation tensor: the mask bits are numbered by
+ * y's element index). */
 cudnnStatus_t bn_check_fused(const tdesc &x, const char *who) {
   const bool nhwc = x.cs == 1 && x.ws == x.c && x.hs == (int64_t)x.w * x.c && x.ns == (int64_t)x.h * x.w * x.c;
   if (nhwc && (x.dt == CUDNN_DATA_HALF || x.dt == CUDNN_DATA_BFLOAT16) && x.c % 4 == 0) return CUDNN_STATUS_SUCCESS;
   return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: fused batch norm on [%d,%d,%d,%d] type %d %s (emulated: packed NHWC "
                 "HALF/BFLOAT16, C a multiple of 4)", who, x.n, x.c, x.h, x.w, (int)x.dt, nhwc ? "NHWC" : "not NHWC");
+}
+
+cudnnStatus_t bn_check_fused(const cudnnTensorDescriptor_t *acts, int n, const char *who) {
+  for (int i = 0; i < n; i++) {
+    cudnnStatus_t s = bn_check_fused(acts[i]->d, who);
+    if (s != CUDNN_STATUS_SUCCESS) return s;
+  }
+  return CUDNN_STATUS_SUCCESS;
 }
 
 /* x-like descriptors alike, the parameter descriptor 1xCx1x1 FLOAT. */
@@ -1075,7 +1084,7 @@ cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationForwardTrainingExWorkspaceSi
   const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
   bn_geo g{};
   s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
-  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(g.x, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(acts, 2, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   *sizeInBytes = (size_t)bn_workspace(mode, g.x);
   return CUDNN_STATUS_SUCCESS;
@@ -1097,7 +1106,7 @@ cudnnStatus_t CUDNNWINAPI cudnnGetBatchNormalizationBackwardExWorkspaceSize(
   const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc, yDesc};
   bn_geo g{};
   s = bn_check_descs(acts, fused ? 4 : 3, dBnScaleBiasDesc, &g, who);
-  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(g.x, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(acts, 4, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   *sizeInBytes = (size_t)bn_workspace(mode, g.x);
   return CUDNN_STATUS_SUCCESS;
@@ -1136,7 +1145,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationForwardTrainingEx(
   const cudnnTensorDescriptor_t acts[] = {xDesc, yDesc};
   bn_geo g{};
   s = bn_check_descs(acts, 2, bnScaleBiasMeanVarDesc, &g, who);
-  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(g.x, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(acts, 2, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: epsilon %g below CUDNN_BN_MIN_EPSILON %g", who, epsilon,
@@ -1281,7 +1290,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBatchNormalizationBackwardEx(
   const cudnnTensorDescriptor_t acts[] = {xDesc, dyDesc, dxDesc, yDesc};
   bn_geo g{};
   s = bn_check_descs(acts, fused ? 4 : 3, dBnScaleBiasDesc, &g, who);
-  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(g.x, who);
+  if (s == CUDNN_STATUS_SUCCESS && fused) s = bn_check_fused(acts, 4, who);
   if (s != CUDNN_STATUS_SUCCESS) return s;
   if (!(epsilon >= CUDNN_BN_MIN_EPSILON))
     return refuse(CUDNN_STATUS_BAD_PARAM, "%s: epsilon %g below CUDNN_BN_MIN_EPSILON %g", who, epsilon,

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "nn/device_state.h"
+#include "nn/exec_impl.h"
 #include "nn/layout.h"
 #include "nn/model_impl.h"
 #include "optim/optimizer_device.h"
@@ -173,11 +174,21 @@ static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, 
   float *p0 = malloc(*np * 4);
   CHECK_OK(ct_device_copy(NULL, p0, gpu, ct_model_params(m, NULL), *np * 4));
   *n_nhwc = *n_fused = 0;
+  size_t reserves = 0;
   for (int i = 0; i < m->n_layers; i++) {
     *n_nhwc += m->layers[i].y.layout == CT_LAYOUT_NHWC;
     /* a batch norm whose ReLU the backend fuses keeps a reserve */
     *n_fused += m->layers[i].ws_reserve > 0;
+    reserves += m->layers[i].ws_reserve;
   }
+  /* A trial plan after a smaller batch (what ctrain summary --recompute
+   * does) must size the reserves for the planned batch again, not for the
+   * tensors' current shape, or the bound plan and the layers disagree. */
+  ct_exec_shape_tensors(m, 1);
+  size_t peak = 0, again = 0;
+  CHECK_OK(ct_model_plan_peak_with_recompute(m, 2, &peak));
+  for (int i = 0; i < m->n_layers; i++) again += m->layers[i].ws_reserve;
+  CHECK_MSG(again == reserves, "%s: reserves %zu bytes after a trial plan, %zu when prepared", name, again, reserves);
   int64_t per = (int64_t)c * h * w;
   float *x = malloc(sizeof(float) * (size_t)(B * per));
   rs = 99;

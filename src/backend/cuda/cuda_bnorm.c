@@ -263,12 +263,14 @@ static ct_status dnn_begin(ct_device *d, int training, int nhwc, int fused, cons
 
 /* A fused activation for dnn_fwd / dnn_bwd (NULL: OPS_BN): the activation
  * descriptor, the caller's reserve, and for the backward the forward's
- * output y. */
+ * output y and epsilon (cuDNN documents the forward's for the fused
+ * backward; OPS_BN gets the placeholder). */
 typedef struct bn_fuse {
   cudnnActivationDescriptor_t ad;
   void *reserve;
   size_t reserve_bytes;
   const void *y;
+  double eps;
 } bn_fuse;
 
 static ct_status dnn_fwd(ct_device *d, int training, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
@@ -321,7 +323,7 @@ static ct_status dnn_fwd(ct_device *d, int training, int nhwc, int64_t N, int64_
     }
     DNN_OR_FALLBACK(cudnnBatchNormalizationForwardTrainingEx(
         h, mode, ops, &one, &zero, b.xd, x->data, NULL, NULL, b.xd, y->data, b.pd, g, bb, (double)momentum, rm, rv,
-        (double)eps, sm, si, ad, wsb ? scr : NULL, wsb, f && rsb ? f->reserve : NULL, f ? rsb : 0));
+        (double)eps, sm, si, ad, wsb || f ? scr : NULL, wsb, f && rsb ? f->reserve : NULL, f ? rsb : 0));
   } else {
     DNN_OR_FALLBACK(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, b.xd, x->data,
                                                             b.xd, y->data, b.pd, g, bb, running_mean->data,
@@ -369,12 +371,14 @@ static ct_status dnn_bwd(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S
    * finite value for beta_acc 1 (its result is thrown away). */
   if (!dgamma || !dbeta) RT(cudaMemsetAsync(ddg, 0, 2 * vec, cuda_stream(d)));
   const float one = 1.f, zero = 0.f, pbeta = beta_acc;
-  /* y and the bias only with the activation (PyTorch passes NULL for OPS_BN) */
+  /* y and the bias only with the activation (PyTorch passes NULL for OPS_BN);
+   * a fused call always gets a workspace pointer: NULL with size 0 means
+   * "as the non-Ex function", which has no activation */
   DNN_OR_FALLBACK(cudnnBatchNormalizationBackwardEx(
       h, mode, ops, &one, &zero, &one, &pbeta, b.xd, x->data, f ? b.xd : NULL, f ? f->y : NULL, b.xd, dy->data, NULL,
       NULL, b.xd, dx ? dx->data : (void *)ddx, b.pd, g, f ? bb : NULL, dgamma ? dgamma->data : ddg,
-      dbeta ? dbeta->data : ddb, BN_BWD_EPS, save_mean->data, save_invstd->data, ad, wsb ? scr : NULL, wsb,
-      f && rsb ? f->reserve : NULL, f ? rsb : 0));
+      dbeta ? dbeta->data : ddb, f ? f->eps : BN_BWD_EPS, save_mean->data, save_invstd->data, ad,
+      wsb || f ? scr : NULL, wsb, f && rsb ? f->reserve : NULL, f ? rsb : 0));
 done:
   bn_desc_destroy(&b);
   return s;
@@ -573,7 +577,7 @@ ct_status cuda_batchnorm_act_fwd(ct_device *d, ct_act act, const ct_tensor *x, c
   if (C == 0 || N == 0 || S == 0) return CT_OK;
   const ct_tensor *acts[] = {x, y}, *params[] = {gamma, beta, running_mean, running_var, save_mean, save_invstd};
   if (act_fusable(d, act, nhwc, x, C) && bn_dnn_eligible(x, acts, 2, params, 6, (double)eps, N, C, S)) {
-    bn_fuse f = {NULL, reserve, reserve ? reserve_bytes : 0, NULL};
+    bn_fuse f = {NULL, reserve, reserve ? reserve_bytes : 0, NULL, (double)eps};
     int fallback = 0;
     CT_TRY(act_desc(&f.ad));
     ct_status s = dnn_fwd(d, 1, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y, save_mean,
@@ -604,7 +608,7 @@ ct_status cuda_batchnorm_act_bwd(ct_device *d, ct_act act, const ct_tensor *x, c
   if (C == 0 || N == 0 || S == 0 || (!dx && !dgamma && !dbeta)) return CT_OK;
   const ct_tensor *acts[] = {x, dy, dx, y}, *params[] = {gamma, beta, save_mean, save_invstd, dgamma, dbeta};
   if (act_fusable(d, act, nhwc, x, C) && bn_dnn_eligible(x, acts, 4, params, 6, (double)eps, N, C, S)) {
-    bn_fuse f = {NULL, (void *)reserve, reserve ? reserve_bytes : 0, y->data};
+    bn_fuse f = {NULL, (void *)reserve, reserve ? reserve_bytes : 0, y->data, (double)eps};
     int fallback = 0;
     CT_TRY(act_desc(&f.ad));
     ct_status s = dnn_bwd(d, nhwc, N, C, S, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc,

@@ -2,7 +2,7 @@
  * affine; fp[0] eps, fp[1] momentum. State in PyTorch order: weight, bias,
  * running_mean, running_var, num_batches_tracked. The workspace keeps the
  * batch mean and 1/sqrt(var+eps) from forward to backward, and after them
- * (256-byte aligned) the reserve of a backend that fuses the layer's
+ * (at a 256-byte aligned address) the reserve of a backend that fuses the layer's
  * activation (batchnorm_act_*: cuDNN's BN+ReLU); without one, or in eval,
  * the activation runs in place after the forward and on dy before the
  * backward. */
@@ -45,19 +45,33 @@ static void init(ct_layer *l, uint64_t seed, float **state, int64_t **counters) 
   counters[k + 2][0] = 0;
 }
 
-static size_t stats_bytes(const ct_layer *l) { return (2 * (size_t)l->ip[0] * sizeof(float) + 255) / 256 * 256; }
+static size_t stats_bytes(const ct_layer *l) { return 2 * (size_t)l->ip[0] * sizeof(float); }
 
 static int fused(const ct_layer *l, const ct_exec *e) {
   return l->act != CT_ACT_NONE && e->training && e->be->batchnorm_act_fwd;
 }
 
-/* Called by the planner with l->x[0] shaped for the largest batch. */
+/* The planner calls this for the step's plan and for trial plans (also
+ * after steps at other batch sizes: ctrain summary), always with e->batch
+ * the planned largest batch, so the reserve is sized for that batch from
+ * l->x[0]'s dtype and layout and comes out the same each time. 255
+ * bytes of slack let the reserve start on a 256-byte boundary (the
+ * alignment cudaMalloc gives; plan buffers have 64). */
 static size_t ws_bytes(ct_layer *l, ct_exec *e) {
-  l->ws_reserve = fused(l, e) ? e->be->batchnorm_act_reserve(e->dev, l->act, &l->x[0]) : 0;
-  return l->ws_reserve ? stats_bytes(l) + l->ws_reserve : 2 * (size_t)l->ip[0] * sizeof(float);
+  l->ws_reserve = 0;
+  if (fused(l, e)) {
+    ct_tensor x = l->x[0];
+    x.shape[0] = e->batch;
+    l->ws_reserve = e->be->batchnorm_act_reserve(e->dev, l->act, &x);
+  }
+  return stats_bytes(l) + (l->ws_reserve ? 255 + l->ws_reserve : 0);
 }
 
-static void *reserve(const ct_layer *l) { return l->ws && l->ws_reserve ? (char *)l->ws + stats_bytes(l) : NULL; }
+static void *reserve(const ct_layer *l) {
+  if (!l->ws || !l->ws_reserve) return NULL;
+  uintptr_t p = (uintptr_t)l->ws + stats_bytes(l);
+  return (void *)((p + 255) & ~(uintptr_t)255);
+}
 
 static void stats(ct_layer *l, ct_tensor *mean, ct_tensor *invstd) {
   float *ws = l->ws;
