@@ -2,10 +2,10 @@
  * affine; fp[0] eps, fp[1] momentum. State in PyTorch order: weight, bias,
  * running_mean, running_var, num_batches_tracked. The workspace keeps the
  * batch mean and 1/sqrt(var+eps) from forward to backward, and after them
- * (at a 256-byte aligned address) the reserve of a backend that fuses the layer's
- * activation (batchnorm_act_*: cuDNN's BN+ReLU); without one, or in eval,
- * the activation runs in place after the forward and on dy before the
- * backward. */
+ * (at a 256-byte aligned address) the reserve of a backend that fuses the
+ * layer's activation (batchnorm_act_*: cuDNN's BN+ReLU); without one, or
+ * in eval, the activation runs in place after the forward and on dy
+ * before the backward. */
 #include "nn/layer.h"
 
 static ct_status setup(ct_layer *l) {
