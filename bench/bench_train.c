@@ -20,9 +20,10 @@
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
- * --no-fuse turns off the ReLU folding of src/nn/fuse.c, the residual
- * adds' gradient sharing and the accumulating convolution backward-data
- * (src/nn/exec_plan.c); --memory-format
+ * --no-fuse turns off the ReLU folding of src/nn/fuse.c (and with it
+ * cuDNN's fused batch norm + ReLU), the residual adds' gradient sharing
+ * and the accumulating convolution backward-data (src/nn/exec_plan.c);
+ * --memory-format
  * picks the activation layouts (src/nn/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);
  * --recompute sets ct_model_set_recompute before prepare (auto = the

@@ -7,8 +7,10 @@
 /* Folds each ReLU layer into the layer that produces its input when that
  * producer is a conv2d, linear, batchnorm or add whose output nothing else
  * reads and that has no activation yet: the producer gets act = ReLU (a
- * oneDNN post-op for conv/linear, inside the backend's add for an add; its
- * backward applies the ReLU gradient in place on its dy using its output), the ReLU's readers are rewired to
+ * oneDNN post-op for conv/linear, inside the backend's add for an add,
+ * inside cuDNN's batch norm where the backend fuses it, batchnorm_act_*;
+ * otherwise its backward applies the ReLU gradient in place on its dy
+ * using its output), the ReLU's readers are rewired to
  * the producer, and the ReLU layer becomes an inert view of the producer's
  * output (no buffer, no forward or backward work, no gradient). The
  * model's output layer is never folded. Results are the same as unfused to
