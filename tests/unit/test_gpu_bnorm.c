@@ -269,8 +269,8 @@ static void bn_run(const bn_case *k) {
  * (emu_cudnn.cpp); -1 on a GPU, where cuDNN decides. */
 static int emu_fuses(const bn_case *k) {
   if (!getenv("CTRAIN_TEST_EMU")) return -1;
-  const char *no = getenv("CT_EMU_BN_NO_FUSED");
-  if (no && *no && strcmp(no, "0") != 0) return 0;
+  const char *no = getenv("CT_EMU_BN_NO_FUSED"), *off = getenv("CTRAIN_CUDA_BN_FUSE");
+  if ((no && *no && strcmp(no, "0") != 0) || (off && off[0] == '0')) return 0;
   return k->nhwc && k->dt != CT_F32 && k->shape[1] % 4 == 0;
 }
 

@@ -138,6 +138,10 @@ ct_status cuda_open(ct_device *d) {
   cd->ordinal = d->index;
   const char *tf = getenv("CTRAIN_CUDA_TF32");
   cd->tf32 = tf && tf[0] == '1';
+  /* CTRAIN_CUDA_BN_FUSE=0: batch norm and its ReLU as two passes, to
+   * measure what cuDNN's fusion is worth (cuda_bnorm.c) */
+  const char *bf = getenv("CTRAIN_CUDA_BN_FUSE");
+  cd->bn_act_refused = bf && bf[0] == '0';
   pthread_mutex_init(&cd->mu, NULL);
   d->impl = cd;
   ct_status s = CT_OK;

@@ -68,8 +68,10 @@ typedef struct cuda_dev {
   /* 1 once cuDNN refused a SPATIAL_PERSISTENT batch norm without the
    * reserve space it asked for: later ones run SPATIAL (cuda_bnorm.c). */
   int bn_spatial_only;
-  /* 1 once cuDNN refused a batch norm with a fused activation: later ones
-   * run unfused (cuda_bnorm.c). */
+  /* 1 once cuDNN refused a batch norm with a fused activation, or from
+   * the start under CTRAIN_CUDA_BN_FUSE=0: later ones run unfused
+   * (cuda_bnorm.c). Never goes back to 0 (a backward must not expect a
+   * reserve its forward did not write). */
   int bn_act_refused;
 } cuda_dev;
 
