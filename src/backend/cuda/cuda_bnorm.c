@@ -54,8 +54,9 @@
  * descriptors, and CUDNN_STATUS_NOT_SUPPORTED (or one of its cuDNN 9
  * sub-codes) from cuDNN.
  *
- * Descriptors are created and destroyed per call (two host-side
- * allocations; no per-shape cache). */
+ * Tensor descriptors are created and destroyed per call (two host-side
+ * allocations; no per-shape cache); the fused path's ReLU descriptor is
+ * made once per device. */
 #include <limits.h>
 #include <string.h>
 
@@ -526,15 +527,29 @@ static int act_fusable(ct_device *d, ct_act act, int nhwc, const ct_tensor *x, i
   return act == CT_ACT_RELU && nhwc && x->dtype != CT_F32 && C % 4 == 0 && !cuda_dev_of(d)->bn_act_refused;
 }
 
-static ct_status act_desc(cudnnActivationDescriptor_t *ad) {
-  *ad = NULL;
-  CUDNN_TRY(cudnnCreateActivationDescriptor(ad));
-  /* ReLU passes NaN through, as the own kernel and PyTorch's do */
-  cudnnStatus_t e = cudnnSetActivationDescriptor(*ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
-  if (e == CUDNN_STATUS_SUCCESS) return CT_OK;
-  cudnnDestroyActivationDescriptor(*ad);
-  *ad = NULL;
-  return cuda_dnn_fail(e, __FILE__, __LINE__, "cudnnSetActivationDescriptor");
+/* The device's ReLU descriptor (one per device: it never changes). */
+static ct_status relu_desc(ct_device *d, cudnnActivationDescriptor_t *ad) {
+  cuda_dev *cd = cuda_dev_of(d);
+  if (!cd->bn_relu) {
+    cudnnActivationDescriptor_t a = NULL;
+    CUDNN_TRY(cudnnCreateActivationDescriptor(&a));
+    /* ReLU passes NaN through, as the own kernel and PyTorch's do */
+    cudnnStatus_t e = cudnnSetActivationDescriptor(a, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
+    if (e != CUDNN_STATUS_SUCCESS) {
+      cudnnDestroyActivationDescriptor(a);
+      return cuda_dnn_fail(e, __FILE__, __LINE__, "cudnnSetActivationDescriptor");
+    }
+    cd->bn_relu = a;
+  }
+  *ad = cd->bn_relu;
+  return CT_OK;
+}
+
+/* After a fused attempt: 1 when it ran; a refusal by cuDNN turns fusion
+ * off on the device (a reserve too short only skips this call). */
+static int fused_ran(ct_device *d, int fallback) {
+  if (fallback == BN_OWN_KERNELS) cuda_dev_of(d)->bn_act_refused = 1;
+  return !fallback;
 }
 
 size_t cuda_batchnorm_act_reserve(ct_device *d, ct_act act, const ct_tensor *x) {
@@ -552,13 +567,11 @@ size_t cuda_batchnorm_act_reserve(ct_device *d, ct_act act, const ct_tensor *x) 
   }
   cudnnActivationDescriptor_t ad;
   size_t rsb = 0;
-  if (act_desc(&ad) == CT_OK) {
-    if (cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
-                                                             CUDNN_BATCHNORM_OPS_BN_ACTIVATION, ad, b.xd,
-                                                             &rsb) != CUDNN_STATUS_SUCCESS)
-      rsb = 0;
-    cudnnDestroyActivationDescriptor(ad);
-  }
+  if (relu_desc(d, &ad) != CT_OK ||
+      cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                                                           CUDNN_BATCHNORM_OPS_BN_ACTIVATION, ad, b.xd,
+                                                           &rsb) != CUDNN_STATUS_SUCCESS)
+    rsb = 0;
   bn_desc_destroy(&b);
   return rsb;
 }
@@ -579,13 +592,10 @@ ct_status cuda_batchnorm_act_fwd(ct_device *d, ct_act act, const ct_tensor *x, c
   if (act_fusable(d, act, nhwc, x, C) && bn_dnn_eligible(x, acts, 2, params, 6, (double)eps, N, C, S)) {
     bn_fuse f = {NULL, reserve, reserve ? reserve_bytes : 0, NULL, (double)eps};
     int fallback = 0;
-    CT_TRY(act_desc(&f.ad));
-    ct_status s = dnn_fwd(d, 1, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y, save_mean,
-                          save_invstd, &f, &fallback);
-    cudnnDestroyActivationDescriptor(f.ad);
-    CT_TRY(s);
-    if (!fallback) return CT_OK;
-    if (fallback == BN_OWN_KERNELS) cuda_dev_of(d)->bn_act_refused = 1;
+    CT_TRY(relu_desc(d, &f.ad));
+    CT_TRY(dnn_fwd(d, 1, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y, save_mean,
+                   save_invstd, &f, &fallback));
+    if (fused_ran(d, fallback)) return CT_OK;
   }
   CT_TRY(bn_fwd(d, 1, nhwc, N, C, S, x, gamma, beta, running_mean, running_var, momentum, eps, y, save_mean,
                 save_invstd));
@@ -610,13 +620,10 @@ ct_status cuda_batchnorm_act_bwd(ct_device *d, ct_act act, const ct_tensor *x, c
   if (act_fusable(d, act, nhwc, x, C) && bn_dnn_eligible(x, acts, 4, params, 6, (double)eps, N, C, S)) {
     bn_fuse f = {NULL, (void *)reserve, reserve ? reserve_bytes : 0, y->data, (double)eps};
     int fallback = 0;
-    CT_TRY(act_desc(&f.ad));
-    ct_status s = dnn_bwd(d, nhwc, N, C, S, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc,
-                          &f, &fallback);
-    cudnnDestroyActivationDescriptor(f.ad);
-    CT_TRY(s);
-    if (!fallback) return CT_OK;
-    if (fallback == BN_OWN_KERNELS) cuda_dev_of(d)->bn_act_refused = 1;
+    CT_TRY(relu_desc(d, &f.ad));
+    CT_TRY(dnn_bwd(d, nhwc, N, C, S, x, dy, gamma, beta, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc, &f,
+                   &fallback));
+    if (fused_ran(d, fallback)) return CT_OK;
   }
   if (act != CT_ACT_NONE) CT_TRY(cuda_act_bwd(d, act, 0.f, NULL, y, dy, dy));
   return bn_bwd(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc);

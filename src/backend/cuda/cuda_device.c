@@ -178,6 +178,7 @@ void cuda_close(ct_device *d) {
   cuda_step_events_free(d);
   if (cd->copy_done) (void)cudaEventDestroy(cd->copy_done);
   if (cd->copy_stream) (void)cudaStreamDestroy(cd->copy_stream);
+  if (cd->bn_relu) cudnnDestroyActivationDescriptor(cd->bn_relu);
   if (cd->dnn) cudnnDestroy(cd->dnn);
   if (cd->lt) cublasLtDestroy(cd->lt);
   if (cd->scratch) {

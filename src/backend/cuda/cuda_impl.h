@@ -73,6 +73,9 @@ typedef struct cuda_dev {
    * (cuda_bnorm.c). Never goes back to 0 (a backward must not expect a
    * reserve its forward did not write). */
   int bn_act_refused;
+  /* The ReLU activation descriptor of the fused batch norm, created on
+   * first use (cuda_bnorm.c), destroyed at close. */
+  cudnnActivationDescriptor_t bn_relu;
 } cuda_dev;
 
 static inline cuda_dev *cuda_dev_of(ct_device *d) { return (cuda_dev *)d->impl; }
