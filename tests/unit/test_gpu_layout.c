@@ -1,8 +1,10 @@
 /* Channels-last (CT_LAYOUT_NHWC) activations on CUDA (src/nn/layout.h,
  * cuda_conv.c, cuda_pool.cu): conv2d forward, backward-data (overwriting
  * and accumulating) and backward-weights (every plain/NHWC mix of input
- * and output, bias, fused ReLU, accumulating weight gradient) and max/average pooling forward and
- * backward with NHWC tensors against the ref device on plain tensors; and
+ * and output, bias, fused ReLU, accumulating weight gradient; 1x1
+ * filters and single-channel inputs, which run untransposed), max/average
+ * pooling forward and backward with NHWC tensors, against the ref device
+ * on plain tensors; and
  * one SGD training step of cnn, alexnet and resnet18 (fp32, and bf16,
  * whose NHWC batch norms take their ReLU fused) with the layout
  * choice on vs off (the weight updates compared normwise: fp32 at 1e-3,
@@ -75,11 +77,14 @@ static void rm(ct_device *gpu, buf *t) {
   free(t->hv), free(t->tmp);
 }
 
-static void conv_case(ct_device *gpu, ct_device *ref, int xn, int yn, int groups) {
+/* C input channels, a KxK filter (padding K/2, stride 2 by 1). C = 1 and
+ * K = 1 give operands that read the same in both layouts, which the pass
+ * uses untransposed. */
+static void conv_case(ct_device *gpu, ct_device *ref, int xn, int yn, int groups, int64_t C, int K) {
   const ct_backend *G = ct_device_backend(gpu), *R = ct_device_backend(ref);
-  ct_conv2d_params p = {2, 1, 1, 1, 1, 1, groups};
-  int64_t N = 3, C = 6, H = 11, W = 9, O = 12, K = 3;
-  int64_t OH = (H + 2 - K) / 2 + 1, OW = (W + 2 - K) / 1 + 1;
+  ct_conv2d_params p = {2, 1, K / 2, K / 2, 1, 1, groups};
+  int64_t N = 3, H = 11, W = 9, O = 12;
+  int64_t OH = (H + 2 * (K / 2) - K) / 2 + 1, OW = (W + 2 * (K / 2) - K) / 1 + 1;
   buf x = mk(gpu, N, C, H, W, xn, 1), w = mk(gpu, O, C / groups, K, K, 0, 1), b = mk(gpu, 1, 1, 1, O, 0, 1);
   buf y = mk(gpu, N, O, OH, OW, yn, 0), dy = mk(gpu, N, O, OH, OW, yn, 1), dx = mk(gpu, N, C, H, W, xn, 0);
   buf dw = mk(gpu, O, C / groups, K, K, 0, 1), db = mk(gpu, 1, 1, 1, O, 0, 1);
@@ -263,13 +268,18 @@ int main(void) {
   CHECK_OK(ct_device_open("ref", &ref));
   CHECK(ct_device_backend(gpu)->act_layout == CT_LAYOUT_NHWC);
   for (int xn = 0; xn < 2; xn++)
-    for (int yn = 0; yn < 2; yn++) conv_case(gpu, ref, xn, yn, 1);
-  conv_case(gpu, ref, 1, 1, 2);
+    for (int yn = 0; yn < 2; yn++) {
+      conv_case(gpu, ref, xn, yn, 1, 6, 3);
+      conv_case(gpu, ref, xn, yn, 1, 6, 1); /* 1x1: the filter is used where it lies */
+      conv_case(gpu, ref, xn, yn, 1, 1, 3); /* one input channel: x, dx likewise */
+    }
+  conv_case(gpu, ref, 1, 1, 2, 6, 3);
   /* Again with the algorithms chosen by cudnnFind* timing runs
    * (--cudnn-benchmark), a plan cache of their own. */
   CHECK_OK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmark", 1));
-  conv_case(gpu, ref, 1, 1, 1);
-  conv_case(gpu, ref, 0, 1, 1);
+  conv_case(gpu, ref, 1, 1, 1, 6, 3);
+  conv_case(gpu, ref, 0, 1, 1, 6, 3);
+  conv_case(gpu, ref, 0, 1, 1, 6, 1);
   CHECK_OK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmark", 0));
   CHECK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmarks", 1) == CT_ERR_NOT_FOUND);
   check_pool(gpu, ref, 1);

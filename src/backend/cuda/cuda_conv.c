@@ -33,7 +33,10 @@
  * cuDNN's tensor-core kernels want all three operands NHWC, and a mixed
  * call would drop to slower algorithms or none. Plain operands (and the
  * PyTorch-ordered weight and its gradient) are transposed into scratch
- * and back by cuda_relayout. Any other layout is refused. A shape for
+ * and back by cuda_relayout, except those whose bytes are the same in
+ * both layouts (one channel, or one position: 1x1 filters, two thirds of
+ * ResNet-50's), which are used where they lie. Any other layout is
+ * refused. A shape for
  * which cuDNN offers no channels-last algorithm runs NCHW instead, every
  * NHWC operand transposed the other way: slower, but it runs, where a
  * model-wide layout choice would otherwise fail on one layer. */
@@ -315,6 +318,15 @@ static conv_arg arg_of(const void *p, ct_dtype t, int nhwc, const int64_t *s) {
   return a;
 }
 
+/* a as the pass in layout nhwc sees it: an operand with one channel or one
+ * spatial position (a 1x1 filter, a single-channel image) has the same
+ * bytes in NCHW and NHWC, so it needs no transpose, only a cast when its
+ * dtype is not the pass's. */
+static conv_arg in_layout(conv_arg a, int nhwc) {
+  if (a.c == 1 || a.hw == 1) a.nhwc = nhwc;
+  return a;
+}
+
 /* One attempt with the plan's current candidate: scratch (workspace and
  * staged operands), inputs staged, the cuDNN call, a staged output back.
  * *retry says whether the next candidate may succeed where this failed:
@@ -323,6 +335,7 @@ static conv_arg arg_of(const void *p, ct_dtype t, int nhwc, const int64_t *s) {
  * cuDNN call, so a retry starts clean. */
 static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const conv_plan *c, int nhwc, ct_dtype rt,
                           conv_arg in1, conv_arg in2, void *out, conv_arg oa, float beta, int *retry) {
+  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
   const conv_cand *k = &c->cand[c->cur];
   const size_t wsb = k->wsb, es = ct_dtype_size(rt);
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
