@@ -14,6 +14,15 @@ static int keeps_layout(const ct_layer *l) {
          l->cls == &ct_layer_add;
 }
 
+/* Readers that take their input in any layout: convolutions, and global
+ * adaptive pooling (a 1x1 output, plain, which for one pixel is the same
+ * bytes in every layout; the backends read its input as it lies). */
+static int reads_any_layout(const ct_layer *l) {
+  if (l->cls == &ct_layer_adaptive_avgpool2d || l->cls == &ct_layer_adaptive_maxpool2d)
+    return l->out_shape[1] == 1 && l->out_shape[2] == 1;
+  return l->cls == &ct_layer_conv2d;
+}
+
 static int candidate(const ct_model *m, int i, ct_layout want, unsigned dtypes) {
   const ct_layer *l = &m->layers[i];
   ct_dtype dt = m->act_dt ? m->act_dt[i] : CT_F32;
@@ -39,7 +48,7 @@ void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, unsigned dty
       for (int k = 0; ok && k < L; k++) {
         const ct_layer *r = &m->layers[k];
         for (int j = 0; j < r->n_inputs; j++)
-          if (r->inputs[j] == i && r->cls != &ct_layer_conv2d && !(keeps_layout(r) && lay[k])) ok = 0;
+          if (r->inputs[j] == i && !reads_any_layout(r) && !(keeps_layout(r) && lay[k])) ok = 0;
       }
       if (!ok) lay[i] = 0, changed = 1;
     }

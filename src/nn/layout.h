@@ -13,13 +13,15 @@
  * norm or a residual add, it has 4 dims, it is not the model's output, its
  * dtype is one the backend keeps in that layout (act_layout_dtypes: f32
  * and bf16 on the cpu, also f16 on cuda), for C16 its channels are a
- * multiple of 16, and every reader is a convolution (any input layout) or
- * one of those layers whose own output takes the same layout (and, for a
+ * multiple of 16, and every reader is a convolution or a global adaptive
+ * pool (1x1 output: ResNet's avgpool; both read any input layout) or one
+ * of those layers whose own output takes the same layout (and, for a
  * layer with two inputs, whose inputs all do). An average pool that counts
  * padding under ceil_mode stays plain (the cpu's exact kernel for it reads
  * NCHW). Everything else stays plain, so the loss and its callers,
- * dropout (whose masks follow the plain element order), adaptive pooling,
- * flatten and linear layers see NCHW as before. Gradients take their
+ * dropout (whose masks follow the plain element order), adaptive pooling
+ * to more than one pixel, flatten and linear layers see NCHW as before,
+ * and a global pool's output is plain. Gradients take their
  * activation's layout. */
 #ifndef CTRAIN_NN_LAYOUT_H
 #define CTRAIN_NN_LAYOUT_H

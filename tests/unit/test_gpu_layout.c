@@ -3,8 +3,9 @@
  * and accumulating) and backward-weights (every plain/NHWC mix of input
  * and output, bias, fused ReLU, accumulating weight gradient; 1x1
  * filters and single-channel inputs, which run untransposed), max/average
- * pooling forward and backward with NHWC tensors, against the ref device
- * on plain tensors; and
+ * pooling forward and backward with NHWC tensors and global adaptive
+ * pooling from NHWC to a plain 1x1 output, against the ref device on
+ * plain tensors; and
  * one SGD training step of cnn, alexnet and resnet18 (fp32, and bf16,
  * whose NHWC batch norms take their ReLU fused) with the layout
  * choice on vs off (the weight updates compared normwise: fp32 at 1e-3,
@@ -156,6 +157,39 @@ static void check_pool(ct_device *gpu, ct_device *ref, int is_max) {
   rm(gpu, &x), rm(gpu, &y), rm(gpu, &dy), rm(gpu, &dx);
 }
 
+/* Global adaptive pooling (a 1x1 output): an NHWC input with a plain
+ * output (the same bytes for one pixel), as the last stage of a ResNet
+ * runs; an NHWC input pooled to 2x2 with a plain output is refused. */
+static void check_global_pool(ct_device *gpu, ct_device *ref, int is_max) {
+  const ct_backend *G = ct_device_backend(gpu), *R = ct_device_backend(ref);
+  int64_t N = 2, C = 6, H = 5, W = 4;
+  buf x = mk(gpu, N, C, H, W, 1, 1), y = mk(gpu, N, C, 1, 1, 0, 0), dy = mk(gpu, N, C, 1, 1, 0, 1);
+  buf dx = mk(gpu, N, C, H, W, 1, 0);
+  int32_t *ig = ct_device_alloc(gpu, (size_t)(N * C) * 4), *ir = malloc((size_t)(N * C) * 4);
+  if (is_max) {
+    CHECK_OK(G->adaptive_maxpool2d_fwd(gpu, &x.g, &y.g, ig));
+    CHECK_OK(R->adaptive_maxpool2d_fwd(ref, &x.h, &y.h, ir));
+    CHECK_OK(G->adaptive_maxpool2d_bwd(gpu, &dy.g, ig, &dx.g));
+    CHECK_OK(R->adaptive_maxpool2d_bwd(ref, &dy.h, ir, &dx.h));
+  } else {
+    CHECK_OK(G->adaptive_avgpool2d_fwd(gpu, &x.g, &y.g));
+    CHECK_OK(R->adaptive_avgpool2d_fwd(ref, &x.h, &y.h));
+    CHECK_OK(G->adaptive_avgpool2d_bwd(gpu, &dy.g, &dx.g));
+    CHECK_OK(R->adaptive_avgpool2d_bwd(ref, &dy.h, &dx.h));
+  }
+  float *r = down(gpu, &y);
+  CHECK_MSG(nerr(r, y.hv, (size_t)(N * C)) <= 1e-6, "global %s pool NHWC -> plain fwd", is_max ? "max" : "avg");
+  free(r);
+  r = down(gpu, &dx);
+  CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-6, "global %s pool bwd into NHWC",
+            is_max ? "max" : "avg");
+  free(r);
+  buf y2 = mk(gpu, N, C, 2, 2, 0, 0);
+  CHECK(G->adaptive_avgpool2d_fwd(gpu, &x.g, &y2.g) == CT_ERR_UNSUPPORTED);
+  ct_device_free(gpu, ig), free(ir);
+  rm(gpu, &x), rm(gpu, &y), rm(gpu, &dy), rm(gpu, &dx), rm(gpu, &y2);
+}
+
 /* One device training step; returns the update (weights after minus
  * weights before, host copy). The update, not the weights, is compared:
  * SGD at lr 0.01 moves a weight by far less than the tolerances below, so
@@ -284,6 +318,8 @@ int main(void) {
   CHECK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmarks", 1) == CT_ERR_NOT_FOUND);
   check_pool(gpu, ref, 1);
   check_pool(gpu, ref, 0);
+  check_global_pool(gpu, ref, 1);
+  check_global_pool(gpu, ref, 0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP32, 2, 0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_BF16, 2, 0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP16, 2, 0);

@@ -152,6 +152,18 @@ static const char *avg_model_text =
     "flatten\n"
     "linear 200 10\n";
 
+/* A global max pool reading the last convolution laid out (and its
+ * indices driving the backward); no batch norm, so fp32 is exact. */
+static const char *global_model_text =
+    "input 3x12x12\n"
+    "conv2d 3 16 3 padding=1\n"
+    "relu\n"
+    "conv2d 16 32 3 stride=2\n"
+    "leakyrelu 0.1\n"
+    "adaptivemaxpool2d 1\n"
+    "flatten\n"
+    "linear 32 10\n";
+
 int main(void) {
 #if !CTRAIN_HAVE_DNNL
   fprintf(stderr, "built without oneDNN: the cpu device keeps activations NCHW: skipping\n");
@@ -163,6 +175,8 @@ int main(void) {
   test_write_temp(path, 4, model_text);
   char apath[] = "/tmp/ctrain_layout_avg_XXXXXX.txt";
   test_write_temp(apath, 4, avg_model_text);
+  char gpath[] = "/tmp/ctrain_layout_global_XXXXXX.txt";
+  test_write_temp(gpath, 4, global_model_text);
   /* Each case runs for `auto` (C16) and `channels-last` (NHWC). Batch
    * norms (f32 and bf16) and residual adds take either layout. */
   for (int k = 0; k < 2; k++) {
@@ -175,13 +189,18 @@ int main(void) {
     compare(dev, "alexnet", 3, 64, 64, 2, CT_PRECISION_BF16, f, 8, 1);
     compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, f, 4, 0);
     compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_BF16, f, 4, 0);
-    compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_FP32, f, 40, 0);
-    compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_BF16, f, 40, 0);
+    /* The last stage too (48 and up): the global average pool reads it
+     * laid out. */
+    compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_FP32, f, 48, 0);
+    compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_BF16, f, 48, 0);
     compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, f, 6, 1);
     compare(dev, path, 3, 20, 20, 4, CT_PRECISION_BF16, f, 6, 1);
     compare(dev, apath, 3, 20, 20, 4, CT_PRECISION_FP32, f, 7, 0);
     compare(dev, apath, 3, 20, 20, 4, CT_PRECISION_BF16, f, 7, 0);
+    compare(dev, gpath, 3, 12, 12, 4, CT_PRECISION_FP32, f, 3, 1);
+    compare(dev, gpath, 3, 12, 12, 4, CT_PRECISION_BF16, f, 3, 1);
   }
+  remove(gpath);
   remove(apath);
   remove(path);
   ct_device_close(dev);

@@ -36,6 +36,14 @@ static int is_keeper(const ct_layer *l) {
          l->cls == &ct_layer_add;
 }
 
+/* A convolution, or an adaptive pool to one pixel (its plain output is
+ * every layout's bytes). */
+static int any_input_layout(const ct_layer *l) {
+  int global = l->out_ndim == 3 && l->out_shape[1] == 1 && l->out_shape[2] == 1;
+  return l->cls == &ct_layer_conv2d ||
+         (global && (l->cls == &ct_layer_adaptive_avgpool2d || l->cls == &ct_layer_adaptive_maxpool2d));
+}
+
 /* Number of NHWC choices in lay[] that break the rules for dtypes. */
 static int nhwc_violations(const char *name, const ct_model *m, const int *lay, unsigned dtypes) {
   int bad = 0;
@@ -58,7 +66,7 @@ static int nhwc_violations(const char *name, const ct_model *m, const int *lay, 
       if (l->inputs[j] < 0 || lay[l->inputs[j]] != CT_LAYOUT_NHWC) ok = 0;
     for (int k = 0; k < m->n_layers; k++)
       for (int j = 0; j < m->layers[k].n_inputs; j++)
-        if (m->layers[k].inputs[j] == i && m->layers[k].cls != &ct_layer_conv2d &&
+        if (m->layers[k].inputs[j] == i && !any_input_layout(&m->layers[k]) &&
             !(is_keeper(&m->layers[k]) && lay[k] == CT_LAYOUT_NHWC))
           ok = 0;
     if (!ok) printf("%s: layer %d (%s) is NHWC against the rules\n", name, i, l->cls->torch_name), bad++;
@@ -132,7 +140,8 @@ int main(void) {
   CHECK_OK(ct_device_open("cpu", &dev));
   zoo_model(dev, "cnn", 1, 28, 28, 2);
   zoo_model(dev, "alexnet", 3, 64, 64, 6); /* folded ReLUs not counted */
-  zoo_model(dev, "resnet18", 3, 32, 32, 0);
+  zoo_model(dev, "resnet18", 3, 32, 32, 49); /* the last stage too: the global pool reads NHWC */
+  zoo_model(dev, "resnet9", 3, 32, 32, 21);
 
   char path[] = "/tmp/ctrain_layout_choice_XXXXXX.txt";
   test_write_temp(path, 4, model_text);
@@ -162,6 +171,35 @@ int main(void) {
       CHECK_MSG(count(m, lay, CT_LAYOUT_NHWC) == 0, "f16: NHWC chosen for the cpu's dtypes");
     }
     free(lay);
+    ct_model_destroy(m);
+  }
+  /* A residual stage ending in a global pool keeps the layout up to the
+   * pool (ResNet's last stage, the fast CIFAR network's); an adaptive pool
+   * to more pixels keeps its producer plain. */
+  const char *pools[] = {"adaptiveavgpool2d 1", "adaptivemaxpool2d 1 1", "adaptiveavgpool2d 2"};
+  for (int k = 0; k < 3; k++) {
+    char text[256], path3[] = "/tmp/ctrain_layout_choice3_XXXXXX.txt";
+    snprintf(text, sizeof text,
+             "input 3x8x8\nconv2d 3 16 3 padding=1\nbatchnorm2d 16\nrelu\nconv2d 16 16 3 padding=1\n%s\n"
+             "flatten\nlinear %d 10\n", pools[k], k == 2 ? 64 : 16);
+    test_write_temp(path3, 4, text);
+    m = prepared(dev, path3, 3, 8, 8);
+    remove(path3);
+    if (!m) continue;
+    int lay[8] = {0}, global = k < 2, pool = 4;
+    CHECK_MSG(m->layers[pool].cls == (k == 1 ? &ct_layer_adaptive_maxpool2d : &ct_layer_adaptive_avgpool2d),
+              "%s: layer %d is %s", pools[k], pool, m->layers[pool].cls->torch_name);
+    for (int c16 = 0; c16 < 2; c16++) {
+      ct_layout want = c16 ? CT_LAYOUT_C16 : CT_LAYOUT_NHWC;
+      ct_model_choose_layouts_for(m, want, c16 ? CPU_DTYPES : CUDA_DTYPES, lay);
+      CHECK_MSG((lay[3] == (int)want) == global, "%s: the pooled conv's layout %d", pools[k], lay[3]);
+      CHECK_MSG(lay[0] == (int)want, "%s: the first conv's layout %d", pools[k], lay[0]);
+      CHECK_MSG(lay[pool] == CT_LAYOUT_PLAIN, "%s: the pool's output is laid out", pools[k]);
+      if (!c16) CHECK(nhwc_violations(pools[k], m, lay, CUDA_DTYPES) == 0);
+    }
+    /* The cpu device chose the same when it prepared the model. */
+    CHECK_MSG(m->layers[3].y.layout == (global ? ct_device_backend(dev)->act_layout : CT_LAYOUT_PLAIN),
+              "%s: prepared layout %d", pools[k], (int)m->layers[3].y.layout);
     ct_model_destroy(m);
   }
   /* A conv that is the model's output stays plain. */

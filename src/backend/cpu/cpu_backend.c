@@ -1,7 +1,7 @@
 /* The CPU backend: oneDNN for convolution, matmul, pooling and batch norm,
  * OpenMP loops for elementwise ops and reductions, and the reference for
- * anything else (adaptive pooling; dtypes or cases oneDNN cannot express
- * exactly fall back inside each op). Built without oneDNN, convolution,
+ * anything else (adaptive pooling of plain tensors; dtypes or cases
+ * oneDNN cannot express exactly fall back inside each op). Built without oneDNN, convolution,
  * matmul, linear and pooling are the reference's too, and activations stay
  * NCHW because the reference reads nothing else. */
 #include <pthread.h>
@@ -38,6 +38,10 @@ static ct_backend cpu_table = {
     .avgpool2d_fwd = cpu_avgpool2d_fwd,
     .avgpool2d_bwd = cpu_avgpool2d_bwd,
 #endif
+    .adaptive_avgpool2d_fwd = cpu_adaptive_avgpool2d_fwd,
+    .adaptive_avgpool2d_bwd = cpu_adaptive_avgpool2d_bwd,
+    .adaptive_maxpool2d_fwd = cpu_adaptive_maxpool2d_fwd,
+    .adaptive_maxpool2d_bwd = cpu_adaptive_maxpool2d_bwd,
 
     .batchnorm_fwd = cpu_batchnorm_fwd,
     .batchnorm_bwd = cpu_batchnorm_bwd,

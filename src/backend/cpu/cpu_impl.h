@@ -212,6 +212,13 @@ ct_status cpu_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_te
 ct_status cpu_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, ct_tensor *dx);
 #endif /* CTRAIN_HAVE_DNNL */
 
+/* Adaptive pooling (cpu_adaptive_pool.c): the reference's on plain
+ * tensors; global (1x1 output) pooling also reads C16 and NHWC inputs. */
+ct_status cpu_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y);
+ct_status cpu_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tensor *dx);
+ct_status cpu_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y, int32_t *idx);
+ct_status cpu_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx);
+
 /* Non-overlapping max pooling on plain NCHW (cpu_maxpool_tiles.c): whether
  * p/x/y qualify, and the two directions; the workspace is one byte per
  * output element. Callers hold the device (cpu_op_begin). */

@@ -11,7 +11,9 @@
  * Layouts: x and y (dx and dy) are both plain NCHW or both NHWC
  * (CT_LAYOUT_NHWC, src/nn/layout.h); in NHWC consecutive threads take
  * consecutive channels of one pixel, so every load and store is a
- * contiguous channel vector. Other layouts are refused. */
+ * contiguous channel vector. A global adaptive pool (1x1 output) may
+ * read NHWC and write plain: for one pixel the two are the same bytes.
+ * Other layouts are refused. */
 #include "backend/cuda/cuda_common.cuh"
 
 #define STREAM(d) cuda_stream(d)
@@ -28,10 +30,14 @@ static ct_status check_pool(const char *op, const ct_pool2d_params *p, const ct_
   CT_TRY(cuda_check_float(op, small, 2));
   if (big->ndim != 4 || small->ndim != 4 || big->shape[0] != small->shape[0] || big->shape[1] != small->shape[1])
     return ct_error(CT_ERR_SHAPE, "cuda %s: expected 4-D NCHW tensors with equal N and C", op);
-  if (big->layout != small->layout || (big->layout != CT_LAYOUT_PLAIN && big->layout != CT_LAYOUT_NHWC))
+  /* A plain 1x1 adaptive output has the bytes of an NHWC one. */
+  const int same = big->layout == small->layout ||
+                   (!p && small->layout == CT_LAYOUT_PLAIN && small->shape[2] == 1 && small->shape[3] == 1);
+  if (!same || (big->layout != CT_LAYOUT_PLAIN && big->layout != CT_LAYOUT_NHWC))
     return ct_error(CT_ERR_UNSUPPORTED,
-                    "cuda %s: layouts %d and %d; the pooling kernels take both plain (NCHW) or both NHWC", op,
-                    (int)big->layout, (int)small->layout);
+                    "cuda %s: layouts %d and %d; the pooling kernels take both plain (NCHW) or both NHWC (a global "
+                    "adaptive pool: an NHWC input and a plain 1x1 output)",
+                    op, (int)big->layout, (int)small->layout);
   if (p && (p->kernel_h < 1 || p->kernel_w < 1 || p->stride_h < 1 || p->stride_w < 1 || p->pad_h < 0 || p->pad_w < 0))
     return ct_error(CT_ERR_INVALID_ARG,
                     "cuda %s: kernel=(%d,%d) stride=(%d,%d) padding=(%d,%d); kernel and stride must be >= 1 and "

@@ -1,0 +1,111 @@
+/* Adaptive pooling on the cpu. Plain NCHW tensors go to the reference
+ * (ref_pool.inc through ref_half.c), as before. A global pool (a 1x1
+ * output, ResNet's avgpool and the fast CIFAR network's max pool) may read
+ * an input laid out C16 or NHWC (src/nn/layout.h lets its producer keep
+ * the layout, so a residual stage ending in one needs no reorders); its
+ * output and dy are plain, which for 1x1 are the same bytes in every
+ * layout. The global loops give the reference's numbers bit for bit: the
+ * average sums in double in (h, w) order and rounds once to f32 (then to
+ * bf16); the max keeps the reference's first maximum, later NaNs winning,
+ * and its flat index h*W+w; the backward writes dy/HW (avg) or dy at the
+ * index and zeros elsewhere (max). */
+#include <math.h>
+
+#include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/ref_ops.h"
+
+/* Where element (n, c, p) of an [N, C, H*W] tensor in layout lay lies. */
+static int64_t at(ct_layout lay, int64_t n, int64_t c, int64_t p, int64_t C, int64_t HW) {
+  if (lay == CT_LAYOUT_NHWC) return (n * HW + p) * C + c;
+  if (lay == CT_LAYOUT_C16) return ((n * (C / 16) + c / 16) * HW + p) * 16 + c % 16;
+  return (n * C + c) * HW + p;
+}
+
+static float ld(const void *p, ct_dtype t, int64_t i) {
+  return t == CT_BF16 ? cpu_bf16_ld(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static void st(void *p, ct_dtype t, int64_t i, float v) {
+  if (t == CT_BF16) ((uint16_t *)p)[i] = cpu_bf16_st(v);
+  else ((float *)p)[i] = v;
+}
+
+/* big (x or dx) laid out, small (y or dy) plain [N, C, 1, 1] of a dtype
+ * the loops know: the only non-plain case this file takes. */
+static ct_status check_global(const char *op, const ct_tensor *big, const ct_tensor *small) {
+  if (big->ndim != 4 || small->ndim != 4 || big->shape[0] != small->shape[0] || big->shape[1] != small->shape[1] ||
+      small->shape[2] != 1 || small->shape[3] != 1 || small->layout != CT_LAYOUT_PLAIN)
+    return ct_error(CT_ERR_UNSUPPORTED,
+                    "cpu %s: a %s input is pooled only to a plain [N, C, 1, 1] output (global pooling); plain "
+                    "inputs take any output size",
+                    op, big->layout == CT_LAYOUT_NHWC ? "NHWC" : "channel-blocked");
+  if (big->layout != CT_LAYOUT_NHWC && !(big->layout == CT_LAYOUT_C16 && big->shape[1] % 16 == 0))
+    return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: input layout %d with %lld channels; expected NHWC or C16 (channels a "
+                    "multiple of 16)", op, (int)big->layout, (long long)big->shape[1]);
+  if ((big->dtype != CT_F32 && big->dtype != CT_BF16) || big->dtype != small->dtype)
+    return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: dtypes %s and %s; a laid-out input takes f32 or bf16, both alike", op,
+                    ct_dtype_name(big->dtype) ? ct_dtype_name(big->dtype) : "?",
+                    ct_dtype_name(small->dtype) ? ct_dtype_name(small->dtype) : "?");
+  if (big->shape[2] * big->shape[3] > INT32_MAX)
+    return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: a plane of %lld elements exceeds int32 indices", op,
+                    (long long)(big->shape[2] * big->shape[3]));
+  return CT_OK;
+}
+
+static ct_status global_fwd(const char *op, int is_max, const ct_tensor *x, ct_tensor *y, int32_t *idx) {
+  CT_TRY(check_global(op, x, y));
+  const int64_t N = x->shape[0], C = x->shape[1], HW = x->shape[2] * x->shape[3];
+  const ct_layout lay = x->layout;
+#pragma omp parallel for if (N * C * HW > 65536)
+  for (int64_t nc = 0; nc < N * C; nc++) {
+    const int64_t n = nc / C, c = nc % C;
+    double s = 0, best = -INFINITY;
+    int32_t arg = 0;
+    for (int64_t p = 0; p < HW; p++) {
+      double v = ld(x->data, x->dtype, at(lay, n, c, p, C, HW));
+      if (!is_max) s += v;
+      else if (v > best || isnan(v)) best = v, arg = (int32_t)p;
+    }
+    st(y->data, y->dtype, nc, is_max ? (float)best : (float)(s / (double)HW));
+    if (is_max && idx) idx[nc] = arg;
+  }
+  return CT_OK;
+}
+
+static ct_status global_bwd(const char *op, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx) {
+  CT_TRY(check_global(op, dx, dy));
+  const int64_t N = dx->shape[0], C = dx->shape[1], HW = dx->shape[2] * dx->shape[3];
+  const ct_layout lay = dx->layout;
+#pragma omp parallel for if (N * C * HW > 65536)
+  for (int64_t nc = 0; nc < N * C; nc++) {
+    const int64_t n = nc / C, c = nc % C;
+    /* The reference adds into zeroed doubles: -0 comes out +0. */
+    const double g = ld(dy->data, dy->dtype, nc);
+    const float hit = (float)(0.0 + g), avg = (float)(0.0 + g / (double)HW);
+    for (int64_t p = 0; p < HW; p++)
+      st(dx->data, dx->dtype, at(lay, n, c, p, C, HW), idx ? (idx[nc] == p ? hit : 0.0f) : avg);
+  }
+  return CT_OK;
+}
+
+ct_status cpu_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y) {
+  if (x->layout == CT_LAYOUT_PLAIN) return ct_ref_half_adaptive_avgpool2d_fwd(d, x, y);
+  return global_fwd("adaptive_avgpool2d_fwd", 0, x, y, NULL);
+}
+
+ct_status cpu_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tensor *dx) {
+  if (dx->layout == CT_LAYOUT_PLAIN) return ct_ref_half_adaptive_avgpool2d_bwd(d, dy, dx);
+  return global_bwd("adaptive_avgpool2d_bwd", dy, NULL, dx);
+}
+
+ct_status cpu_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y, int32_t *idx) {
+  if (x->layout == CT_LAYOUT_PLAIN) return ct_ref_half_adaptive_maxpool2d_fwd(d, x, y, idx);
+  return global_fwd("adaptive_maxpool2d_fwd", 1, x, y, idx);
+}
+
+ct_status cpu_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx) {
+  if (dx->layout == CT_LAYOUT_PLAIN) return ct_ref_half_adaptive_maxpool2d_bwd(d, dy, idx, dx);
+  if (!idx)
+    return ct_error(CT_ERR_INVALID_ARG, "cpu adaptive_maxpool2d_bwd: no indices (the forward was run with idx = NULL)");
+  return global_bwd("adaptive_maxpool2d_bwd", dy, idx, dx);
+}
