@@ -14,11 +14,17 @@
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/ref_ops.h"
 
-/* Where element (n, c, p) of an [N, C, H*W] tensor in layout lay lies. */
-static int64_t at(ct_layout lay, int64_t n, int64_t c, int64_t p, int64_t C, int64_t HW) {
-  if (lay == CT_LAYOUT_NHWC) return (n * HW + p) * C + c;
-  if (lay == CT_LAYOUT_C16) return ((n * (C / 16) + c / 16) * HW + p) * 16 + c % 16;
-  return (n * C + c) * HW + p;
+/* A laid-out [N, C, H*W] tensor as N*C planes: plane nc = n*C + c starts
+ * at first(nc) and its pixels are step elements apart. */
+typedef struct planes {
+  int64_t C, NC, HW, step;
+  ct_layout lay;
+} planes;
+
+static int64_t first(const planes *g, int64_t nc) {
+  const int64_t n = nc / g->C, c = nc % g->C;
+  if (g->lay == CT_LAYOUT_NHWC) return n * g->HW * g->C + c;
+  return (n * (g->C / 16) + c / 16) * g->HW * 16 + c % 16; /* C16 */
 }
 
 static float ld(const void *p, ct_dtype t, int64_t i) {
@@ -32,7 +38,7 @@ static void st(void *p, ct_dtype t, int64_t i, float v) {
 
 /* big (x or dx) laid out, small (y or dy) plain [N, C, 1, 1] of a dtype
  * the loops know: the only non-plain case this file takes. */
-static ct_status check_global(const char *op, const ct_tensor *big, const ct_tensor *small) {
+static ct_status check_global(const char *op, const ct_tensor *big, const ct_tensor *small, planes *g) {
   if (big->ndim != 4 || small->ndim != 4 || big->shape[0] != small->shape[0] || big->shape[1] != small->shape[1] ||
       small->shape[2] != 1 || small->shape[3] != 1 || small->layout != CT_LAYOUT_PLAIN)
     return ct_error(CT_ERR_UNSUPPORTED,
@@ -49,41 +55,41 @@ static ct_status check_global(const char *op, const ct_tensor *big, const ct_ten
   if (big->shape[2] * big->shape[3] > INT32_MAX)
     return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: a plane of %lld elements exceeds int32 indices", op,
                     (long long)(big->shape[2] * big->shape[3]));
+  g->C = big->shape[1], g->NC = big->shape[0] * g->C, g->HW = big->shape[2] * big->shape[3];
+  g->lay = big->layout, g->step = g->lay == CT_LAYOUT_NHWC ? g->C : 16;
   return CT_OK;
 }
 
 static ct_status global_fwd(const char *op, int is_max, const ct_tensor *x, ct_tensor *y, int32_t *idx) {
-  CT_TRY(check_global(op, x, y));
-  const int64_t N = x->shape[0], C = x->shape[1], HW = x->shape[2] * x->shape[3];
-  const ct_layout lay = x->layout;
-#pragma omp parallel for if (N * C * HW > 65536)
-  for (int64_t nc = 0; nc < N * C; nc++) {
-    const int64_t n = nc / C, c = nc % C;
+  planes g;
+  CT_TRY(check_global(op, x, y, &g));
+#pragma omp parallel for if (g.NC * g.HW > 65536)
+  for (int64_t nc = 0; nc < g.NC; nc++) {
+    const int64_t at = first(&g, nc);
     double s = 0, best = -INFINITY;
     int32_t arg = 0;
-    for (int64_t p = 0; p < HW; p++) {
-      double v = ld(x->data, x->dtype, at(lay, n, c, p, C, HW));
+    for (int64_t p = 0; p < g.HW; p++) {
+      double v = ld(x->data, x->dtype, at + p * g.step);
       if (!is_max) s += v;
       else if (v > best || isnan(v)) best = v, arg = (int32_t)p;
     }
-    st(y->data, y->dtype, nc, is_max ? (float)best : (float)(s / (double)HW));
+    st(y->data, y->dtype, nc, is_max ? (float)best : (float)(s / (double)g.HW));
     if (is_max && idx) idx[nc] = arg;
   }
   return CT_OK;
 }
 
 static ct_status global_bwd(const char *op, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx) {
-  CT_TRY(check_global(op, dx, dy));
-  const int64_t N = dx->shape[0], C = dx->shape[1], HW = dx->shape[2] * dx->shape[3];
-  const ct_layout lay = dx->layout;
-#pragma omp parallel for if (N * C * HW > 65536)
-  for (int64_t nc = 0; nc < N * C; nc++) {
-    const int64_t n = nc / C, c = nc % C;
+  planes g;
+  CT_TRY(check_global(op, dx, dy, &g));
+#pragma omp parallel for if (g.NC * g.HW > 65536)
+  for (int64_t nc = 0; nc < g.NC; nc++) {
+    const int64_t at = first(&g, nc);
     /* The reference adds into zeroed doubles: -0 comes out +0. */
-    const double g = ld(dy->data, dy->dtype, nc);
-    const float hit = (float)(0.0 + g), avg = (float)(0.0 + g / (double)HW);
-    for (int64_t p = 0; p < HW; p++)
-      st(dx->data, dx->dtype, at(lay, n, c, p, C, HW), idx ? (idx[nc] == p ? hit : 0.0f) : avg);
+    const double gr = ld(dy->data, dy->dtype, nc);
+    const float hit = (float)(0.0 + gr), avg = (float)(0.0 + gr / (double)g.HW);
+    for (int64_t p = 0; p < g.HW; p++)
+      st(dx->data, dx->dtype, at + p * g.step, idx ? (idx[nc] == p ? hit : 0.0f) : avg);
   }
   return CT_OK;
 }

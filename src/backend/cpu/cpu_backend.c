@@ -1,9 +1,10 @@
 /* The CPU backend: oneDNN for convolution, matmul, pooling and batch norm,
- * OpenMP loops for elementwise ops and reductions, and the reference for
- * anything else (adaptive pooling of plain tensors; dtypes or cases
- * oneDNN cannot express exactly fall back inside each op). Built without oneDNN, convolution,
- * matmul, linear and pooling are the reference's too, and activations stay
- * NCHW because the reference reads nothing else. */
+ * OpenMP loops for elementwise ops, reductions and global pooling of
+ * laid-out tensors, and the reference for anything else (adaptive pooling
+ * of plain tensors; dtypes or cases oneDNN cannot express exactly fall
+ * back inside each op). Built without oneDNN, convolution, matmul, linear
+ * and pooling are the reference's too, and activations stay NCHW because
+ * the reference reads nothing else. */
 #include <pthread.h>
 
 #include "backend/cpu/cpu_impl.h"
