@@ -1,6 +1,5 @@
 #include "ctrain/dtype.h"
 
-#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -50,49 +49,53 @@ float ct_bf16_to_f32(uint16_t h) {
   return f;
 }
 
-uint16_t ct_f32_to_f16(float f) {
-  uint32_t x;
+/* f32 <-> f16 without branches, so that ct_convert's loops vectorise
+ * (checked against the branching versions over all 2^32 floats and all
+ * 65536 halves). To f16, round to nearest even: normal results add the
+ * exponent rebias (-112 << 23) and a rounding constant to the bits;
+ * subnormal ones (|f| < 2^-14) come from adding 0.5f, whose ulp is the f16
+ * subnormal unit 2^-24, so the FPU rounds to it; |f| >= 65520 gives inf,
+ * and a NaN stays a quiet NaN of the same sign. */
+static inline uint16_t f32_to_f16(float f) {
+  uint32_t x, ax, su;
+  float a, s;
   memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
-  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-  if (ax < 0x38800000u) {                                     /* subnormal or zero in f16 */
-    float a;
-    memcpy(&a, &ax, 4);
-    /* Scale so that the f16 subnormal unit (2^-24) becomes 1, then round to
-     * nearest even by the FPU's default rounding. */
-    float r = nearbyintf(a * 16777216.0f);
-    return (uint16_t)(sign | (uint32_t)r);
-  }
-  uint32_t mant_odd = (ax >> 13) & 1u;
-  ax += 0xc8000fffu + mant_odd; /* rebias exponent (-112 << 23) and round */
-  return (uint16_t)(sign | (ax >> 13));
+  ax = x & 0x7fffffffu;
+  memcpy(&a, &ax, 4);
+  s = a + 0.5f;
+  memcpy(&su, &s, 4);
+  uint32_t sub = su - 0x3f000000u;
+  uint32_t nrm = (ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13;
+  uint32_t big = ax > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  uint32_t h = ax < 0x38800000u ? sub : ax >= 0x477ff000u ? big : nrm;
+  return (uint16_t)(((x >> 16) & 0x8000u) | h);
 }
 
-float ct_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  uint32_t u;
-  if (exp == 0) {
-    float f = (float)mant * (1.0f / 16777216.0f);
-    memcpy(&u, &f, 4);
-    u |= sign;
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 112) << 23) | (mant << 13);
-  }
+/* Exact: rebias the exponent; inf/NaN keep exponent 255 and the payload;
+ * a subnormal half is its mantissa as a normal float minus the implicit
+ * 2^-14. */
+static inline float f16_to_f32(uint16_t h) {
+  uint32_t em = (uint32_t)(h & 0x7fffu) << 13, exp = em & 0x0f800000u;
+  uint32_t u = em + (112u << 23), su = em + (113u << 23);
+  float sub;
+  memcpy(&sub, &su, 4);
+  sub -= 0x1p-14f;
+  memcpy(&su, &sub, 4);
+  u = exp == 0x0f800000u ? u + (112u << 23) : exp == 0 ? su : u;
+  u |= (uint32_t)(h & 0x8000u) << 16;
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
 
+uint16_t ct_f32_to_f16(float f) { return f32_to_f16(f); }
+float ct_f16_to_f32(uint16_t h) { return f16_to_f32(h); }
+
 static double load(const void *p, ct_dtype t, size_t i) {
   switch (t) {
     case CT_F32: return ((const float *)p)[i];
     case CT_F64: return ((const double *)p)[i];
-    case CT_F16: return ct_f16_to_f32(((const uint16_t *)p)[i]);
+    case CT_F16: return f16_to_f32(((const uint16_t *)p)[i]);
     case CT_BF16: return ct_bf16_to_f32(((const uint16_t *)p)[i]);
     case CT_I32: return ((const int32_t *)p)[i];
     case CT_I64: return (double)((const int64_t *)p)[i];
@@ -105,7 +108,7 @@ static void store(void *p, ct_dtype t, size_t i, double v) {
   switch (t) {
     case CT_F32: ((float *)p)[i] = (float)v; break;
     case CT_F64: ((double *)p)[i] = v; break;
-    case CT_F16: ((uint16_t *)p)[i] = ct_f32_to_f16((float)v); break;
+    case CT_F16: ((uint16_t *)p)[i] = f32_to_f16((float)v); break;
     case CT_BF16: ((uint16_t *)p)[i] = ct_f32_to_bf16((float)v); break;
     case CT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
     case CT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
@@ -132,6 +135,20 @@ void ct_convert(const void *src, ct_dtype st, void *dst, ct_dtype dt, size_t n) 
     float *d = dst;
 #pragma omp parallel for if (n > 65536)
     for (size_t i = 0; i < n; i++) d[i] = ct_bf16_to_f32(s[i]);
+    return;
+  }
+  if (st == CT_F32 && dt == CT_F16) {
+    const float *s = src;
+    uint16_t *d = dst;
+#pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) d[i] = f32_to_f16(s[i]);
+    return;
+  }
+  if (st == CT_F16 && dt == CT_F32) {
+    const uint16_t *s = src;
+    float *d = dst;
+#pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) d[i] = f16_to_f32(s[i]);
     return;
   }
   if (st == CT_F32 && dt == CT_F64) {

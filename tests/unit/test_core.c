@@ -1,4 +1,5 @@
-/* Core: Philox known answers, the RNG helpers, f16/bf16 conversion,
+/* Core: Philox known answers, the RNG helpers, f16/bf16 conversion (f16
+ * against its definition over every half and a million floats),
  * device specs, per-device memory accounting and the worker thread of
  * virtual CPU devices. */
 #include <pthread.h>
@@ -72,6 +73,81 @@ static void test_half(void) {
   CHECK(ct_dtype_parse("float8", &t) != 0);
 }
 
+/* The f16 value of bits h, from its definition. */
+static double f16_value(uint32_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+  return h & 0x8000 ? -v : v;
+}
+
+/* x rounded to the nearest f16 value, ties to even, from its definition:
+ * the representable values near |x| are multiples of 2^(e-10), e the
+ * exponent of |x| (at least -14: the subnormals share 2^-24). */
+static double f16_round(double x) {
+  double a = fabs(x);
+  if (isnan(x)) return x;
+  if (a >= 65520.0) return x < 0 ? -INFINITY : INFINITY;
+  int e = a > 0 ? ilogb(a) : -14;
+  if (e < -14) e = -14;
+  double r = ldexp(nearbyint(ldexp(a, 10 - e)), e - 10);
+  return x < 0 ? -r : r;
+}
+
+/* n floats through ct_convert to f16 and one at a time: both must be the
+ * nearest f16 (a NaN stays a NaN of the same sign). */
+static int check_to_f16(const float *src, int n, uint16_t *h) {
+  int bad = 0;
+  ct_convert(src, CT_F32, h, CT_F16, (size_t)n);
+  for (int i = 0; i < n && bad < 5; i++) {
+    double want = f16_round(src[i]), got = f16_value(h[i]);
+    uint16_t one = ct_f32_to_f16(src[i]);
+    int ok = one == h[i] && (isnan(want) ? isnan(got) : got == want) && !!(h[i] & 0x8000) == !!signbit(src[i]);
+    if (!ok) {
+      bad++;
+      CHECK_MSG(0, "f32 %a -> f16 %04x (one at a time %04x), expected %.9g", src[i], h[i], one, want);
+    }
+  }
+  return bad;
+}
+
+/* f16 conversion against its definition, one value at a time and through
+ * ct_convert's vector loops: all 65536 halves; f32 bit patterns in a
+ * stride that visits every exponent and sign (2^32 / 4099, about a
+ * million); and the edges (ties to even, the overflow threshold, half the
+ * smallest subnormal, signed zero, inf, NaN). */
+static void test_half_exhaustive(void) {
+  enum { NH = 65536, STRIDE = 4099 };
+  uint16_t *h = malloc(NH * sizeof *h);
+  float *f = malloc(NH * sizeof *f);
+  for (uint32_t i = 0; i < NH; i++) h[i] = (uint16_t)i;
+  ct_convert(h, CT_F16, f, CT_F32, NH);
+  int bad = 0;
+  for (uint32_t i = 0; i < NH && bad < 5; i++) {
+    double want = f16_value(i);
+    float one = ct_f16_to_f32(h[i]);
+    int ok = (isnan(want) ? isnan(f[i]) && isnan(one) : f[i] == want && one == want) &&
+             !!signbit(f[i]) == !!(i & 0x8000) && !!signbit(one) == !!(i & 0x8000);
+    if (!ok) {
+      bad++;
+      CHECK_MSG(0, "f16 %04x -> %.9g (one at a time %.9g), expected %.9g", i, f[i], one, want);
+    }
+  }
+  static const float edges[] = {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65519.99f, -65520.0f,
+                                0x1p-14f, 0x1.ff8p-15f, 0x1p-25f, 0x1.8p-25f, -0x1p-26f, -0.0f, 0.0f,
+                                INFINITY, -INFINITY, NAN, -NAN, 1e-30f, -3e38f};
+  bad += check_to_f16(edges, (int)(sizeof edges / sizeof *edges), h);
+  for (uint64_t bits = 0; bits < (1ull << 32) && !bad;) {
+    int n = 0;
+    for (; n < NH && bits < (1ull << 32); n++, bits += STRIDE) {
+      uint32_t u = (uint32_t)bits;
+      memcpy(&f[n], &u, 4);
+    }
+    bad += check_to_f16(f, n, h);
+  }
+  CHECK(bad == 0);
+  free(f), free(h);
+}
+
 static _Atomic int order_ok = 1, counter = 0;
 static pthread_t main_thread;
 static _Atomic int ran_elsewhere = 0;
@@ -120,6 +196,7 @@ static void test_devices(void) {
 int main(void) {
   test_philox();
   test_half();
+  test_half_exhaustive();
   test_devices();
   return test_summary("test_core");
 }
