@@ -1,5 +1,6 @@
 /* The cpu device against the reference on the same random inputs for the
- * remaining ops: pooling (padding, ceil_mode, count_include_pad), batch
+ * remaining ops: pooling (padding, ceil_mode, count_include_pad; fp16
+ * through the widening path too), batch
  * norm (2-D/3-D/4-D, affine or not, training/eval, accumulate), activations,
  * dropout (bit-identical masks), add/axpby/fill/cast, softmax, losses and
  * reductions. Metric: normwise relative error vs the f64 reference (see
@@ -71,6 +72,69 @@ static void pool_one(const pool_case *c) {
     CHECK_T(&dx, POOL_ARGS("avgpool", "bwd"));
   }
   tb_free(&x), tb_free(&y), tb_free(&dy), tb_free(&dx);
+}
+
+/* n normal f16 values. */
+static uint16_t *f16_rand(int64_t n) {
+  uint16_t *h = malloc((size_t)n * 2);
+  for (int64_t i = 0; i < n; i++) h[i] = ct_f32_to_f16((float)ct_rng_normal(&g_rng));
+  return h;
+}
+
+/* ||a - b|| / ||b|| of two f16 arrays. */
+static double f16_err(const uint16_t *a, const uint16_t *b, int64_t n) {
+  double d = 0, r = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = ct_f16_to_f32(a[i]), y = ct_f16_to_f32(b[i]);
+    d += (x - y) * (x - y), r += y * y;
+  }
+  return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* fp16 pooling: the cpu device widens to f32 and pools with its own
+ * kernels (the 2x2 tiles or oneDNN, with their workspace), the ref device
+ * with the reference's; max pooling selects the same element (y equal to
+ * the bit), the backward sums overlapping windows' gradients in f32 before
+ * rounding (within an f16 ulp of each other), average pooling within
+ * f16 rounding. */
+static void pool_f16(const pool_case *c) {
+  ct_pool2d_params p = c->p;
+  int64_t OH = pool_out(c->H, p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode);
+  int64_t OW = pool_out(c->W, p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode);
+  int64_t nx = c->N * c->C * c->H * c->W, ny = c->N * c->C * OH * OW;
+  uint16_t *x = f16_rand(nx), *dy = f16_rand(ny), *y[2], *dx[2];
+  ct_tensor tx = ct_tensor_4d(x, CT_F16, c->N, c->C, c->H, c->W), tdy = ct_tensor_4d(dy, CT_F16, c->N, c->C, OH, OW);
+  ct_device *dev[2] = {g_cpu, g_ref};
+  const ct_backend *be[2] = {C_, R_};
+  char nm[160];
+  snprintf(nm, sizeof nm, "f16 pool N%lld C%lld %lldx%lld k%dx%d s%d,%d p%d,%d ceil%d", (long long)c->N,
+           (long long)c->C, (long long)c->H, (long long)c->W, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h,
+           p.pad_w, p.ceil_mode);
+  for (int k = 0; k < 2; k++) {
+    y[k] = malloc((size_t)ny * 2), dx[k] = malloc((size_t)nx * 2);
+    ct_tensor ty = ct_tensor_4d(y[k], CT_F16, c->N, c->C, OH, OW), tdx = ct_tensor_4d(dx[k], CT_F16, c->N, c->C, c->H, c->W);
+    size_t ws = be[k]->maxpool2d_workspace_bytes(dev[k], &p, &tx, &ty);
+    CHECK_MSG(ws > 0, "%s: no max-pool workspace", nm);
+    void *w = malloc(ws + 64);
+    CHECK_OK(be[k]->maxpool2d_fwd(dev[k], &p, &tx, &ty, w));
+    CHECK_OK(be[k]->maxpool2d_bwd(dev[k], &p, &tdy, w, &tdx));
+    free(w);
+  }
+  CHECK_MSG(memcmp(y[0], y[1], (size_t)ny * 2) == 0, "%s: max-pool output differs from the reference", nm);
+  double e = f16_err(dx[0], dx[1], nx);
+  CHECK_MSG(e <= 1e-3, "%s: max-pool dx err %.3g", nm, e);
+  for (int cip = 0; cip <= 1; cip++) {
+    p.count_include_pad = cip;
+    for (int k = 0; k < 2; k++) {
+      ct_tensor ty = ct_tensor_4d(y[k], CT_F16, c->N, c->C, OH, OW), tdx = ct_tensor_4d(dx[k], CT_F16, c->N, c->C, c->H, c->W);
+      CHECK_OK(be[k]->avgpool2d_fwd(dev[k], &p, &tx, &ty));
+      CHECK_OK(be[k]->avgpool2d_bwd(dev[k], &p, &tdy, &tdx));
+    }
+    double ey = f16_err(y[0], y[1], ny), ed = f16_err(dx[0], dx[1], nx);
+    CHECK_MSG(ey <= 1e-3 && ed <= 1e-3, "%s cip%d: avg-pool err y %.3g dx %.3g", nm, cip, ey, ed);
+  }
+  for (int k = 0; k < 2; k++) free(y[k]), free(dx[k]);
+  free(x), free(dy);
 }
 
 static void bn_one(int ndim, const int64_t *shape, int affine) {
@@ -273,7 +337,7 @@ int main(void) {
     fprintf(stderr, "reference backend incomplete: skipping\n");
     return 77;
   }
-  for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) pool_one(&pool_cases[i]);
+  for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) pool_one(&pool_cases[i]), pool_f16(&pool_cases[i]);
   const int64_t s2[] = {8, 5}, s3[] = {4, 3, 7}, s4[] = {3, 4, 5, 6}, s4b[] = {1, 2, 3, 3}, s4c[] = {16, 32, 13, 13};
   for (int affine = 0; affine <= 1; affine++) {
     bn_one(2, s2, affine);

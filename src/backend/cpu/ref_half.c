@@ -1,11 +1,11 @@
 /* bf16/f16 for every op that has no kernel of its own in that dtype: the
  * 16-bit tensors of a call are widened to f32 temporaries, the op runs in
  * f32 (on the calling device's backend, so the CPU device still uses
- * oneDNN; pooling always on the f32 reference, whose workspace layout the
- * caller sized), and the outputs are rounded back to nearest even. This is
- * the correctness path of mixed precision: fp16 on a CPU without fp16
- * arithmetic, and bf16 for ops (batch norm, elementwise, softmax, adaptive
- * pooling) whose fast kernels are f32 only. Outputs accumulated with
+ * oneDNN and its pooling loops; adaptive pooling on the reference), and
+ * the outputs are rounded back to nearest even. This is the correctness
+ * path of mixed precision: fp16 on a CPU without fp16 arithmetic, and bf16
+ * for ops (batch norm, elementwise, softmax, adaptive pooling) whose fast
+ * kernels are f32 only. Outputs accumulated with
  * beta != 0 are widened first so beta * old + new sees the old value.
  * The temporaries are allocated per call, outside the memory plan. */
 #include <stdlib.h>
@@ -185,8 +185,24 @@ ct_status ct_ref_half_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p
   return finish(&h, s);
 }
 
-/* Pooling runs on the f32 reference: its workspace (argmax indices) is the
- * one the caller sized through the reference for a 16-bit tensor. */
+/* Max pooling runs widened on the device's backend like the rest (the
+ * cpu device's 2x2 tiles or oneDNN), so its workspace (argmax positions)
+ * is that backend's for the f32 shapes: the caller sizes it through
+ * ct_ref_half_maxpool2d_workspace_bytes. */
+static ct_tensor as_f32(const ct_tensor *t) {
+  ct_tensor o = *t;
+  if (is_half(t)) o.dtype = CT_F32;
+  return o;
+}
+
+size_t ct_ref_half_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x,
+                                             const ct_tensor *y) {
+  if (!is_half(x) && !is_half(y)) return ct_ref_maxpool2d_workspace_bytes(d, p, x, y);
+  ct_tensor w_x = as_f32(x), w_y = as_f32(y);
+  const ct_backend *b = target(d);
+  return b->maxpool2d_workspace_bytes ? b->maxpool2d_workspace_bytes(d, p, &w_x, &w_y) : 0;
+}
+
 ct_status ct_ref_half_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y,
                                     void *ws) {
   if (!is_half(x) && !is_half(y)) return ct_ref_maxpool2d_fwd(d, p, x, y, ws);
@@ -194,7 +210,7 @@ ct_status ct_ref_half_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, con
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
-  if (s == CT_OK) s = ct_ref_maxpool2d_fwd(d, p, &w_x, &w_y, ws);
+  if (s == CT_OK) s = target(d)->maxpool2d_fwd(d, p, &w_x, &w_y, ws);
   return finish(&h, s);
 }
 
@@ -205,7 +221,7 @@ ct_status ct_ref_half_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, con
   ct_tensor w_dy, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = out(&h, dx, &w_dx, 0);
-  if (s == CT_OK) s = ct_ref_maxpool2d_bwd(d, p, &w_dy, ws, &w_dx);
+  if (s == CT_OK) s = target(d)->maxpool2d_bwd(d, p, &w_dy, ws, &w_dx);
   return finish(&h, s);
 }
 
@@ -215,7 +231,7 @@ ct_status ct_ref_half_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, con
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
-  if (s == CT_OK) s = ct_ref_avgpool2d_fwd(d, p, &w_x, &w_y);
+  if (s == CT_OK) s = target(d)->avgpool2d_fwd(d, p, &w_x, &w_y);
   return finish(&h, s);
 }
 
@@ -225,7 +241,7 @@ ct_status ct_ref_half_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, con
   ct_tensor w_dy, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = out(&h, dx, &w_dx, 0);
-  if (s == CT_OK) s = ct_ref_avgpool2d_bwd(d, p, &w_dy, &w_dx);
+  if (s == CT_OK) s = target(d)->avgpool2d_bwd(d, p, &w_dy, &w_dx);
   return finish(&h, s);
 }
 

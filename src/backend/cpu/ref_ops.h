@@ -98,6 +98,8 @@ ct_status ct_ref_half_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *
                                           const ct_tensor *w, ct_tensor *dx);
 ct_status ct_ref_half_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x,
                                     const ct_tensor *dy, ct_tensor *dw, ct_tensor *db, float beta);
+size_t ct_ref_half_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x,
+                                             const ct_tensor *y);
 ct_status ct_ref_half_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, void *ws);
 ct_status ct_ref_half_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, const void *ws,
                                ct_tensor *dx);
