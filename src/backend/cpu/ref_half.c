@@ -5,9 +5,9 @@
  * the outputs are rounded back to nearest even. This is the correctness
  * path of mixed precision: fp16 on a CPU without fp16 arithmetic, and bf16
  * for ops (batch norm, elementwise, softmax, adaptive pooling) whose fast
- * kernels are f32 only. Outputs accumulated with
- * beta != 0 are widened first so beta * old + new sees the old value.
- * The temporaries are allocated per call, outside the memory plan. */
+ * kernels are f32 only. Outputs accumulated with beta != 0 are widened
+ * first so beta * old + new sees the old value. The temporaries are
+ * allocated per call, outside the memory plan. */
 #include <stdlib.h>
 
 #include "backend/cpu/ref_ops.h"
