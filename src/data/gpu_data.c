@@ -1,6 +1,9 @@
 /* Device side of the GPU data modes. One device allocation per loader:
- *   raw mode    | u8 batch [B, c, h, w] | sample ids [B] |
+ *   raw mode    | u8 batch [B, c, h, w] | sample ids [B] |  x CT_GPU_DATA_SLOTS
  *   index mode  | u8 images [n, c, h, w] | labels [n] | epoch order [order_n] |
+ * Raw batches take one slot per device-step staging slot so that batch k+1's
+ * copy (copy stream) never lands in the buffer batch k's transform (compute
+ * stream) has still to read.
  * The transform itself is the backend's transform_u8 (cuda_transform.cu),
  * whose arithmetic is src/data/transform_params.h. */
 #include "data/gpu_data.h"
@@ -19,8 +22,9 @@ struct ct_gpu_data {
   ct_xf_params p;
   uint64_t seed;
   void *block;
-  uint8_t *images;   /* raw: one batch; index: the split */
-  int64_t *ids;      /* raw: sample ids of the batch */
+  uint8_t *images;   /* raw: slot 0's batch (slot k at + k * slot_bytes); index: the split */
+  int64_t *ids;      /* raw: slot 0's sample ids (same stride) */
+  size_t slot_bytes; /* raw: one slot, batch and ids */
   int64_t *labels;   /* index: every label */
   int64_t *order;    /* index: the epoch's order */
   int64_t order_epoch;            /* epoch whose order is on the device; -1: none */
@@ -30,11 +34,16 @@ struct ct_gpu_data {
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 static double gib(size_t b) { return (double)b / 1073741824.0; }
 
+/* One raw slot: a batch of uint8 images, then its sample ids. */
+static size_t raw_slot_bytes(const ct_loader_options *o, size_t img) {
+  return al((size_t)o->batch_size * img) + al((size_t)o->batch_size * 8);
+}
+
 size_t ct_gpu_data_bytes(const ct_loader *l) {
   const ct_loader_options *o = ct_loader_get_options(l);
   const ct_dataset *ds = ct_loader_dataset(l);
   size_t img = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
-  if (o->mode == CT_LOADER_RAW_U8) return al((size_t)o->batch_size * img) + al((size_t)o->batch_size * 8);
+  if (o->mode == CT_LOADER_RAW_U8) return CT_GPU_DATA_SLOTS * raw_slot_bytes(o, img);
   if (o->mode == CT_LOADER_INDICES) {
     int R = o->num_replicas > 1 ? o->num_replicas : 1;
     size_t order_n = (size_t)((ds->n + R - 1) / R);
@@ -70,10 +79,10 @@ ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_
                       gib(al((size_t)ds->n * 8)), gib(need - al((size_t)ds->n * img) - al((size_t)ds->n * 8)), gib(need),
                       ct_device_name(dev), gib(dfree), gib(dtotal));
     return ct_error(CT_ERR_OUT_OF_MEMORY,
-                    "--gpu-transforms: the %s split's uint8 batch staging (%lld x %dx%dx%d) needs %.3f GiB but %s has "
-                    "%.3f GiB free of %.3f GiB",
-                    what, (long long)o->batch_size, ds->c, ds->h, ds->w, gib(need), ct_device_name(dev), gib(dfree),
-                    gib(dtotal));
+                    "--gpu-transforms: the %s split's uint8 batch staging (%d slots of %lld x %dx%dx%d) needs %.3f GiB "
+                    "but %s has %.3f GiB free of %.3f GiB",
+                    what, CT_GPU_DATA_SLOTS, (long long)o->batch_size, ds->c, ds->h, ds->w, gib(need),
+                    ct_device_name(dev), gib(dfree), gib(dtotal));
   }
   ct_gpu_data *g = calloc(1, sizeof *g);
   if (!g) return ct_error(CT_ERR_OUT_OF_MEMORY, "GPU data path: out of host memory");
@@ -100,6 +109,7 @@ ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_
     if (ds->n) s = ct_device_copy(dev, g->images, NULL, ds->pixels, (size_t)ds->n * img);
     if (s == CT_OK && ds->n) s = ct_device_copy(dev, g->labels, NULL, ds->labels, (size_t)ds->n * 8);
   } else {
+    g->slot_bytes = raw_slot_bytes(o, img);
     g->ids = (int64_t *)(b + al((size_t)o->batch_size * img));
   }
   if (s != CT_OK) {
@@ -111,14 +121,15 @@ ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_
   return CT_OK;
 }
 
-static ct_status h2d(ct_device *dev, int ordered, void *dst, const void *src, size_t bytes) {
+/* On the copy stream where the backend has one (the compute stream waits
+ * on its event), so the copy overlaps the steps still queued. */
+static ct_status h2d(ct_device *dev, void *dst, const void *src, size_t bytes) {
   const ct_backend *be = ct_device_backend(dev);
   if (!bytes) return CT_OK;
-  if (ordered && be->copy_async) return be->copy_async(dev, dst, 1, src, 0, bytes);
   return be->copy_h2d_async ? be->copy_h2d_async(dev, dst, src, bytes) : ct_device_copy(dev, dst, NULL, src, bytes);
 }
 
-ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int ordered, float *xd, int64_t *yd, ct_tensor *x) {
+ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, float *xd, int64_t *yd, ct_tensor *x) {
   ct_device *dev = g->dev;
   const ct_backend *be = ct_device_backend(dev);
   ct_xf_batch xb;
@@ -131,12 +142,16 @@ ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int ordered, floa
   if (g->mode == CT_LOADER_RAW_U8) {
     if (b->x.dtype != CT_U8 || !b->x.data || !b->samples)
       return ct_error(CT_ERR_INVALID_ARG, "GPU data path: batch %lld is not a raw uint8 batch", (long long)b->index);
+    if (slot < 0 || slot >= CT_GPU_DATA_SLOTS)
+      return ct_error(CT_ERR_INVALID_ARG, "GPU data path: staging slot %d (there are %d)", slot, CT_GPU_DATA_SLOTS);
     size_t img = (size_t)g->p.c * (size_t)g->p.h * (size_t)g->p.w;
-    CT_TRY(h2d(dev, ordered, g->images, b->x.data, (size_t)b->n * img));
-    CT_TRY(h2d(dev, ordered, g->ids, b->samples, (size_t)b->n * 8));
-    CT_TRY(h2d(dev, ordered, yd, b->y.data, (size_t)b->n * 8));
-    xb.src = g->images;
-    xb.samples = g->ids;
+    uint8_t *images = g->images + (size_t)slot * g->slot_bytes;
+    int64_t *ids = (int64_t *)((char *)g->ids + (size_t)slot * g->slot_bytes);
+    CT_TRY(h2d(dev, images, b->x.data, (size_t)b->n * img));
+    CT_TRY(h2d(dev, ids, b->samples, (size_t)b->n * 8));
+    CT_TRY(h2d(dev, yd, b->y.data, (size_t)b->n * 8));
+    xb.src = images;
+    xb.samples = ids;
   } else {
     if (!b->order || !b->samples || b->samples < b->order || b->samples + b->n > b->order + b->order_n)
       return ct_error(CT_ERR_INVALID_ARG, "GPU data path: batch %lld carries no epoch order", (long long)b->index);

@@ -14,10 +14,14 @@
 
 typedef struct ct_gpu_data ct_gpu_data;
 
+/* Raw batches staged at once (in flight on the device): as many as the
+ * device step's staging slots (CT_STAGE_SLOTS, src/nn/device_state.h). */
+#define CT_GPU_DATA_SLOTS 2
+
 /* Device bytes ct_gpu_data_create allocates for loader l (its mode, batch
- * size and dataset): CT_LOADER_RAW_U8 one raw batch and its sample ids;
- * CT_LOADER_INDICES every image as uint8, every label (int64) and the
- * epoch's order (int64); 0 for CT_LOADER_FLOAT. */
+ * size and dataset): CT_LOADER_RAW_U8 CT_GPU_DATA_SLOTS raw batches and
+ * their sample ids; CT_LOADER_INDICES every image as uint8, every label
+ * (int64) and the epoch's order (int64); 0 for CT_LOADER_FLOAT. */
 size_t ct_gpu_data_bytes(const ct_loader *l);
 
 /* Creates the device side of loader l (mode CT_LOADER_RAW_U8 or
@@ -35,12 +39,15 @@ ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_
  * the device buffers xd (f32 [n, C, H', W'], the transform's output) and
  * yd (int64 [n] labels), and sets *x to the f32 device view of xd. Raw
  * mode: the uint8 images, sample ids and labels go host->device on the
- * copy stream (ordered: on the compute stream behind every queued step,
- * as the device step's own staging does when the host runs ahead: the raw
- * staging buffer is single), then the transform runs. Index mode: the epoch's order is
- * uploaded when b is the first batch seen of a new epoch, then images and
- * labels are gathered on the device by index: no image crosses the bus. */
-ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int ordered, float *xd, int64_t *yd, ct_tensor *x);
+ * copy stream into raw slot `slot` (0 .. CT_GPU_DATA_SLOTS-1), then the
+ * transform runs on the compute stream; the caller guarantees that no
+ * queued work still reads that slot (the device step stages batch k in
+ * slot k % CT_STAGE_SLOTS after its ct_stage_wait_slot), and keeps b's
+ * host buffers untouched until the copy has run. Index mode (slot
+ * ignored): the epoch's order is uploaded when b is the first batch seen
+ * of a new epoch, then images and labels are gathered on the device by
+ * index: no image crosses the bus. */
+ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, float *xd, int64_t *yd, ct_tensor *x);
 
 /* Waits for work queued on the device and frees g's buffers. The loader
  * must stage no further batch through g (destroy it first, or

@@ -38,13 +38,13 @@ ct_status ct_device_train_begin(ct_model *m, ct_device *dev, ct_optimizer *opt, 
 
 /* Copies the batch into staging slot `slot` of the model's block and
  * returns device views of it (x shaped as the model takes it). The f32
- * batch goes on the copy stream (the compute stream waits on its event),
- * so it overlaps whatever is queued: the caller guarantees no queued step
- * still reads that slot (ct_stage_wait_slot). ordered applies to the GPU
- * data path only, whose uint8 buffer (src/data/gpu_data.c) is single: its
- * copy then goes on the compute stream behind the queued steps. */
-static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int slot, int ordered, ct_tensor *x,
-                       ct_tensor *y) {
+ * batch, or the GPU data path's uint8 batch (into its raw slot of the same
+ * number, src/data/gpu_data.c), goes on the copy stream (the compute
+ * stream waits on its event), so it overlaps whatever is queued: the
+ * caller guarantees no queued step still reads that slot
+ * (ct_stage_wait_slot). */
+_Static_assert(CT_GPU_DATA_SLOTS >= CT_STAGE_SLOTS, "a raw uint8 slot per staging slot");
+static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int slot, ct_tensor *x, ct_tensor *y) {
   const ct_backend *be = ct_device_backend(dev);
   void *xd = ct_model_stage_x_at(m, slot);
   int64_t *yd = ct_model_stage_y_at(m, slot);
@@ -53,7 +53,7 @@ static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int slot,
   if (b->device_data) {
     /* GPU data path (--gpu-transforms, --data-on-gpu): the batch is raw
      * uint8 or only indices; the transform runs on the device. */
-    CT_TRY(ct_gpu_data_stage(b->device_data, b, ordered, xd, yd, x));
+    CT_TRY(ct_gpu_data_stage(b->device_data, b, slot, xd, yd, x));
   } else if (be->copy_h2d_async) {
     CT_TRY(be->copy_h2d_async(dev, xd, b->x.data, xb));
     CT_TRY(be->copy_h2d_async(dev, yd, b->y.data, yb));
@@ -167,7 +167,7 @@ ct_status ct_device_train_step(ct_model *m, ct_device *dev, ct_optimizer *opt, c
                                int64_t *top1, int64_t *top5, int *skipped) {
   ct_step_stats *st = ct_model_step_stats(m);
   ct_tensor x, y;
-  CT_TRY(stage(m, dev, b, 0, 0, &x, &y));
+  CT_TRY(stage(m, dev, b, 0, &x, &y));
   int host_args = needs_host_args(opt);
   if (!host_args) CT_TRY(ct_optimizer_write_step_args(opt, dev, st, clip));
   ct_micro_step ms = whole_step(step);
@@ -187,7 +187,7 @@ ct_status ct_device_train_step(ct_model *m, ct_device *dev, ct_optimizer *opt, c
 
 ct_status ct_device_forward_batch(ct_model *m, ct_device *dev, const ct_batch *b, const ct_tensor **out) {
   ct_tensor x, y;
-  CT_TRY(stage(m, dev, b, 0, 0, &x, &y));
+  CT_TRY(stage(m, dev, b, 0, &x, &y));
   return ct_model_forward(m, &x, 0, 0, out);
 }
 
@@ -196,7 +196,7 @@ ct_status ct_device_eval_batch(ct_model *m, ct_device *dev, const ct_batch *b, c
                                int64_t *top5) {
   ct_step_stats *st = ct_model_step_stats(m);
   ct_tensor x, y;
-  CT_TRY(stage(m, dev, b, 0, 0, &x, &y));
+  CT_TRY(stage(m, dev, b, 0, &x, &y));
   CT_TRY(ct_model_forward(m, &x, 0, 0, out));
   CT_TRY(loss_and_hits(dev, loss, label_smoothing, *out, &y, st));
   ct_step_stats h;
@@ -531,8 +531,7 @@ ct_status ct_device_trainer_step_micro(ct_device_trainer *t, ct_batch *b, const 
   int k = ct_stage_slot(&t->ring, CT_STAGE_SLOTS), wait = ct_stage_wait_slot(&t->ring, CT_STAGE_SLOTS);
   if (wait >= 0 && t->lag > 0) CT_TRY(be->event_wait(t->dev, wait));
   ct_tensor x, y;
-  int ordered = t->lag > 0 || t->graph_want;
-  CT_TRY(stage(t->m, t->dev, b, k, ordered, &x, &y));
+  CT_TRY(stage(t->m, t->dev, b, k, &x, &y));
   CT_TRY(upload_step_scalars(t, st, ms->key, host_args, ms->last));
   int ran = 0;
   /* Graphs exist only without accumulation (ct_device_trainer_create). */

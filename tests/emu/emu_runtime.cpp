@@ -9,7 +9,9 @@
  * queues a wait job). So a host that reads a result without the right
  * synchronisation, a stream that reads another's output without an event,
  * or a pinned staging buffer reused before its copy ran, sees stale data
- * here as it could on a GPU. CT_EMU_IMMEDIATE=1 runs work at enqueue.
+ * here as it could on a GPU. CT_EMU_IMMEDIATE=1 runs work at enqueue;
+ * CT_EMU_COPY_AHEAD=1 runs every stream, newest first, at each
+ * synchronisation (a copy stream ahead of the compute stream).
  *
  * Stream capture records instead of running; cudaGraphLaunch replays the
  * record. While a thread captures, it may not allocate, free or
@@ -176,6 +178,18 @@ void flush() {
   for (CUstream_st *s : g_streams) run_stream(s);
 }
 
+/* CT_EMU_COPY_AHEAD=1: every synchronisation first runs every stream's
+ * queue, newest stream first -- the copy stream (created after the compute
+ * stream) runs all its queued copies before the compute stream's kernels
+ * that precede them in time. A GPU's copy engine may do just that; a copy
+ * that overwrites a buffer a kernel on another stream has still to read,
+ * with no event making it wait, then lands first and the race shows. */
+void run_ahead() {
+  static const bool on = ct_emu::env_flag("CT_EMU_COPY_AHEAD");
+  if (on)
+    for (auto it = g_streams.rbegin(); it != g_streams.rend(); ++it) run_stream(*it);
+}
+
 /* Guarded allocations. Each lies just below a PROT_NONE page (its size
  * rounded to 256 bytes, cudaMalloc's alignment), so an access past the
  * rounded end faults at once instead of touching another buffer; a freed
@@ -266,6 +280,7 @@ cudaError_t ret(cudaError_t e) {
 cudaError_t sync_point(const char *call, CUstream_st *st = nullptr) {
   if (this_thread_captures()) return capture_violation(call);
   trace_sync(call);
+  run_ahead();
   if (st)
     run_stream(st);
   else
@@ -589,6 +604,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     /* Into pageable memory the copy completes before the call returns,
      * after what the stream holds before it. */
     trace_sync("cudaMemcpyAsync into pageable memory");
+    run_ahead();
     run_stream(st);
     memcpy(dst, src, bytes);
     return g_sticky;
@@ -795,6 +811,7 @@ static cudaError_t event_wait(cudaEvent_t e, const char *call) {
   if (e->in_capture) return ret(cudaErrorCapturedEvent);
   if (this_thread_captures()) return capture_violation(call);
   trace_sync(call);
+  run_ahead();
   if (e->stream && live_stream(e->stream)) run_until(e->stream, e->seq);
   return g_sticky;
 }

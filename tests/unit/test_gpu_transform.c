@@ -6,8 +6,8 @@
  *    ToFloat on/off, Normalize, 1-4 channels;
  *  - ct_gpu_data in both modes (raw uint8 batches through pinned loader
  *    buffers, and the whole split resident with on-device gathers by the
- *    epoch order), staged batch by batch over two shuffled epochs, against
- *    the float loader's batches.
+ *    epoch order), staged two batches at a time (raw ones in slots 0 and
+ *    1) over two shuffled epochs, against the float loader's batches.
  * Bitwise: the kernel runs the same lines as the CPU (transform_params.h),
  * every multiply-add is an explicit fmaf, divisions are IEEE (no
  * --use_fast_math), so there is nothing left to round differently. */
@@ -162,42 +162,58 @@ static void test_gpu_data(void) {
   ct_gpu_data *gr = NULL, *gi = NULL;
   CHECK_OK(ct_gpu_data_create(gpu, lr, "raw", &gr));
   CHECK_OK(ct_gpu_data_create(gpu, li, "resident", &gi));
+  /* Two batches are staged before the device is synchronised, raw batch j
+   * into slot j, as the device step does when the host runs ahead: under
+   * the emulator's CT_EMU_COPY_AHEAD the copy stream then runs both
+   * copies before either transform, so slots that alias show. */
   size_t per = (size_t)c * 22 * 22;
-  float *xd = ct_device_alloc(gpu, per * 32 * 4), *got = malloc(per * 32 * 4);
-  int64_t *yd = ct_device_alloc(gpu, 32 * 8), ygot[32];
-  int bad = 0, batches = 0;
+  float *xd[4], *got = malloc(per * 32 * 4);
+  int64_t *yd[4], ygot[32];
+  for (int k = 0; k < 4; k++) xd[k] = ct_device_alloc(gpu, per * 32 * 4), yd[k] = ct_device_alloc(gpu, 32 * 8);
+  int bad = 0, batches = 0, more = 1;
   for (int64_t epoch = 0; epoch < 2; epoch++) {
     CHECK_OK(ct_loader_start_epoch(lf, epoch, 0));
     CHECK_OK(ct_loader_start_epoch(lr, epoch, 0));
     CHECK_OK(ct_loader_start_epoch(li, epoch, 0));
-    for (;;) {
-      ct_batch *bf, *br, *bi;
-      CHECK_OK(ct_loader_next(lf, &bf));
-      CHECK_OK(ct_loader_next(lr, &br));
-      CHECK_OK(ct_loader_next(li, &bi));
-      if (!bf || !br || !bi) break;
-      batches++;
-      CHECK(br->device_data == gr && bi->device_data == gi);
-      ct_batch *two[2] = {br, bi};
-      for (int k = 0; k < 2; k++) {
-        ct_tensor x;
-        CHECK_OK(ct_gpu_data_stage(two[k]->device_data, two[k], (int)(batches & 1), xd, yd, &x));
-        CHECK(x.dtype == CT_F32 && x.shape[0] == bf->n && x.shape[1] == c && x.shape[2] == 22 && x.shape[3] == 22);
-        CHECK_OK(ct_device_sync(gpu));
-        CHECK_OK(ct_device_copy(NULL, got, gpu, xd, per * (size_t)bf->n * 4));
-        CHECK_OK(ct_device_copy(NULL, ygot, gpu, yd, (size_t)bf->n * 8));
-        bad += memcmp(got, bf->x.data, per * (size_t)bf->n * 4) != 0;
-        bad += memcmp(ygot, bf->y.data, (size_t)bf->n * 8) != 0;
+    for (more = 1; more;) {
+      ct_batch *bf[2] = {0}, *br[2] = {0}, *bi[2] = {0};
+      int n = 0;
+      for (; n < 2; n++) {
+        CHECK_OK(ct_loader_next(lf, &bf[n]));
+        CHECK_OK(ct_loader_next(lr, &br[n]));
+        CHECK_OK(ct_loader_next(li, &bi[n]));
+        if (!bf[n] || !br[n] || !bi[n]) {
+          more = 0;
+          break;
+        }
       }
-      ct_loader_release(lf, bf);
-      ct_loader_release(lr, br);
-      ct_loader_release(li, bi);
+      for (int j = 0; j < n; j++) {
+        batches++;
+        CHECK(br[j]->device_data == gr && bi[j]->device_data == gi);
+        ct_tensor x;
+        CHECK_OK(ct_gpu_data_stage(gr, br[j], j, xd[j], yd[j], &x));
+        CHECK(x.dtype == CT_F32 && x.shape[0] == bf[j]->n && x.shape[1] == c && x.shape[2] == 22 && x.shape[3] == 22);
+        CHECK_OK(ct_gpu_data_stage(gi, bi[j], j, xd[2 + j], yd[2 + j], &x));
+      }
+      CHECK_OK(ct_device_sync(gpu));
+      for (int j = 0; j < n; j++)
+        for (int k = j; k < 4; k += 2) { /* raw (k = j), then index (k = 2 + j) */
+          const ct_batch *f = bf[j];
+          CHECK_OK(ct_device_copy(NULL, got, gpu, xd[k], per * (size_t)f->n * 4));
+          CHECK_OK(ct_device_copy(NULL, ygot, gpu, yd[k], (size_t)f->n * 8));
+          bad += memcmp(got, f->x.data, per * (size_t)f->n * 4) != 0;
+          bad += memcmp(ygot, f->y.data, (size_t)f->n * 8) != 0;
+        }
+      for (int j = 0; j < 2; j++) {
+        if (bf[j]) ct_loader_release(lf, bf[j]);
+        if (br[j]) ct_loader_release(lr, br[j]);
+        if (bi[j]) ct_loader_release(li, bi[j]);
+      }
     }
   }
   CHECK(batches == 20);
   CHECK_MSG(bad == 0, "%d staged batches (images or labels) differ from the float loader", bad);
-  ct_device_free(gpu, xd);
-  ct_device_free(gpu, yd);
+  for (int k = 0; k < 4; k++) ct_device_free(gpu, xd[k]), ct_device_free(gpu, yd[k]);
   free(got);
   ct_loader_destroy(lf);
   ct_loader_destroy(lr);
