@@ -10,6 +10,7 @@
 #include "ctrain/amp.h"
 #include "ctrain/device.h"
 #include "ctrain/optim.h"
+#include "ctrain/sched.h"
 #include "optim/fused_step.h"
 
 /* Fills a with the scalars of o's next step (Adam's bias corrections use
@@ -64,10 +65,20 @@ void ct_optimizer_commit_step(ct_optimizer *o, int skipped);
 /* The argument table of o's next step (see ct_step_args): row j as
  * ct_optim_fused_args would fill it after j more taken steps (steps + j;
  * SGD's momentum buffer counted as started once a step with momentum was
- * taken). Used when the host queues a step before it has read whether the
- * previous ones were skipped. Assumes SGD's momentum does not switch from
- * 0 to non-zero inside the lag window. */
-void ct_optim_step_args(const ct_optimizer *o, double max_norm, ct_step_args *t);
+ * taken) and, with a per-step schedule sch (else NULL), after j more steps
+ * of sch (its learning rate and momentum/beta1). Used when the host queues
+ * a step before it has read whether the previous ones were skipped.
+ * Assumes SGD's momentum does not switch from 0 to non-zero inside the lag
+ * window. A row sch cannot reach (a OneCycle schedule past its last step)
+ * repeats the row before it: only a run that would fail at its read-back
+ * (ct_scheduler_step refusing that step) takes it. */
+void ct_optim_step_args(const ct_optimizer *o, const ct_scheduler *sch, double max_norm, ct_step_args *t);
+
+/* o as it would be after `ahead` more ct_scheduler_step calls of s, into
+ * *out: a shallow copy of o (only its scalars, the learning rate and the
+ * momentum or Adam's beta1, may differ), s and o unchanged. Fails as the
+ * last of those calls would. (scheduler.c, for ct_optim_step_args.) */
+ct_status ct_scheduler_peek(const ct_scheduler *s, const ct_optimizer *o, int ahead, ct_optimizer *out);
 /* Queues the copy of that table into stats->args (before the step, and
  * outside a captured graph, so a replay reads this step's values). */
 ct_status ct_optimizer_write_step_args(ct_optimizer *o, ct_device *dev, ct_step_stats *stats, double max_norm);

@@ -160,13 +160,18 @@ void ct_optimizer_commit_step(ct_optimizer *o, int skipped) {
   o->steps++;
 }
 
-void ct_optim_step_args(const ct_optimizer *o, double max_norm, ct_step_args *t) {
+void ct_optim_step_args(const ct_optimizer *o, const ct_scheduler *sch, double max_norm, ct_step_args *t) {
   memset(t, 0, sizeof *t);
   t->base_steps = o->steps;
   for (int j = 0; j <= CT_STEP_LAG_MAX; j++) {
     /* A shallow copy as o will be after j more taken steps (what
-     * ct_optimizer_commit_step would do j times); only scalars are read. */
+     * ct_optimizer_commit_step, and the schedule, would do j times); only
+     * scalars are read. */
     ct_optimizer c = *o;
+    if (sch && ct_scheduler_peek(sch, o, j, &c) != CT_OK) {
+      t->row[j] = t->row[j - 1]; /* j >= 1: peeking 0 steps cannot fail */
+      continue;
+    }
     c.steps = o->steps + j;
     if (j > 0 && c.cfg.kind == CT_OPTIM_SGD && c.cfg.momentum != 0) c.momentum_buffer_ready = 1;
     ct_optim_fused_args(&c, max_norm, &t->row[j]);
@@ -175,7 +180,7 @@ void ct_optim_step_args(const ct_optimizer *o, double max_norm, ct_step_args *t)
 
 ct_status ct_optimizer_write_step_args(ct_optimizer *o, ct_device *dev, ct_step_stats *stats, double max_norm) {
   ct_step_args t;
-  ct_optim_step_args(o, max_norm, &t);
+  ct_optim_step_args(o, NULL, max_norm, &t);
   /* A pageable source is staged before the copy call returns, so t may go
    * out of scope; the copy stays in stream order before the step. */
   return ct_device_copy(dev, &stats->args, NULL, &t, sizeof t);

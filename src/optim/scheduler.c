@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optim/optimizer_device.h"
+#include "optim/optimizer_impl.h"
 #include "optim/sched_rules.h"
 
 struct ct_scheduler {
@@ -261,6 +263,13 @@ static int is_better(const ct_sched_config *c, double a, double best) {
   if (c->mode == CT_PLATEAU_MIN) return a < best - c->threshold;
   if (c->threshold_mode == CT_THRESHOLD_REL) return a > best * (c->threshold + 1.);
   return a > best + c->threshold;
+}
+
+ct_status ct_scheduler_peek(const ct_scheduler *s, const ct_optimizer *opt, int ahead, ct_optimizer *out) {
+  ct_scheduler c = *s;
+  *out = *opt;
+  for (int i = 0; i < ahead; i++) CT_TRY(ct_scheduler_step(&c, out));
+  return CT_OK;
 }
 
 ct_status ct_scheduler_step_metric(ct_scheduler *s, ct_optimizer *opt, double metric) {

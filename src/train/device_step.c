@@ -258,10 +258,7 @@ int ct_stage_wait_slot(const ct_lag_ring *r, int stage_slots) {
   return r->e[(r->head + r->count - stage_slots) % slots].slot;
 }
 
-int ct_device_step_lag(int scaler_enabled, int sched_per_step, int wanted) {
-  if (scaler_enabled && sched_per_step) return 0;
-  return wanted < 0 ? 0 : wanted > CT_STEP_LAG_MAX ? CT_STEP_LAG_MAX : wanted;
-}
+int ct_device_step_lag(int wanted) { return wanted < 0 ? 0 : wanted > CT_STEP_LAG_MAX ? CT_STEP_LAG_MAX : wanted; }
 
 /* ---- the CUDA graph audit ---- */
 
@@ -323,6 +320,7 @@ struct ct_device_trainer {
   ct_loss_kind loss;
   float ls;
   double clip;
+  ct_scheduler *sched;    /* per-step schedule, stepped at read-back (NULL: none) */
   int lag;
   ct_lag_ring ring;
   ct_step_stats *slots;   /* [CT_STEP_LAG_MAX + 1] pinned host copies of the statistics */
@@ -346,7 +344,7 @@ int ct_device_trainer_graph_on(const ct_device_trainer *t, const char **note) {
 }
 
 ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *opt, ct_grad_scaler *gs,
-                                   ct_loss_kind loss, float label_smoothing, double clip, int sched_per_step,
+                                   ct_loss_kind loss, float label_smoothing, double clip, ct_scheduler *step_sched,
                                    const ct_device_train_opts *o, ct_device_trainer **out) {
   *out = NULL;
   const ct_backend *be = ct_device_backend(dev);
@@ -358,7 +356,8 @@ ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *op
   ct_device_trainer *t = calloc(1, sizeof *t);
   if (!t) return ct_error(CT_ERR_OUT_OF_MEMORY, "device step: out of host memory");
   t->m = m, t->dev = dev, t->opt = opt, t->gs = gs, t->loss = loss, t->ls = label_smoothing, t->clip = clip;
-  t->lag = ct_device_step_lag(gs->enabled, sched_per_step, o->lag);
+  t->sched = step_sched;
+  t->lag = ct_device_step_lag(o->lag);
   /* Without async copies and events nothing can run ahead. */
   if (!be->copy_async || !be->event_record || !be->event_wait) t->lag = 0;
   ct_lag_ring_init(&t->ring, t->lag);
@@ -482,7 +481,7 @@ static ct_status upload_step_scalars(ct_device_trainer *t, ct_step_stats *st, ui
   ct_step_stats *h = &t->slots[t->ring.pushed % (CT_STEP_LAG_MAX + 1)];
   int async = t->pinned && be->copy_async;
   if (!host_args && optim) {
-    ct_optim_step_args(t->opt, t->clip, &h->args);
+    ct_optim_step_args(t->opt, t->sched, t->clip, &h->args);
     CT_TRY(async ? be->copy_async(t->dev, &st->args, 1, &h->args, 0, sizeof h->args)
                  : ct_device_copy(t->dev, &st->args, NULL, &h->args, sizeof h->args));
   }
@@ -503,6 +502,9 @@ static ct_status read_oldest(ct_device_trainer *t, ct_step_result *done, int *ha
   if (t->lag > 0) CT_TRY(be->event_wait(t->dev, slot));
   take_result(&t->slots[slot], t->opt, t->gs, done);
   *have = 1;
+  /* The schedule follows the taken steps as the optimizer's counters do,
+   * so the next argument table starts from both. */
+  if (t->sched && !done->micro && !done->skipped) CT_TRY(ct_scheduler_step(t->sched, t->opt));
   return CT_OK;
 }
 

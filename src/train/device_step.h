@@ -99,13 +99,13 @@ int ct_stage_wait_slot(const ct_lag_ring *r, int stage_slots);
  * step from device memory under a CUDA graph. */
 int ct_model_has_dropout(const ct_model *m);
 
-/* How far behind the read-back may run: 0 when the loss scaler is on and
- * a per-step scheduler must know each skip before the next step's
- * learning rate exists (the LR is a host value), else `wanted` (clamped to
- * CT_STEP_LAG_MAX). Without a scaler no step is ever skipped, so the host
- * knows every decision in advance; with one, Adam's and SGD's step-count
- * dependent scalars come from the device-picked row of ct_step_args. */
-int ct_device_step_lag(int scaler_enabled, int sched_per_step, int wanted);
+/* How far behind the read-back may run: `wanted`, clamped to
+ * [0, CT_STEP_LAG_MAX]. The host queues a step before it knows whether
+ * the loss scaler skipped the ones in flight, so everything that depends
+ * on that (Adam's and SGD's step-count scalars, and the learning rate and
+ * momentum of a per-step schedule) comes from the device-picked row of
+ * ct_step_args. */
+int ct_device_step_lag(int wanted);
 
 /* Whether m's step can be captured as a CUDA graph and replayed: every
  * argument that changes per step must reach the kernels through device
@@ -135,10 +135,15 @@ typedef struct ct_device_train_opts {
 
 /* Creates the pipeline for m (resident on dev) after ct_device_train_begin;
  * gs is the host's copy of the scaler, brought up to the device's as
- * results arrive; sched_per_step says a per-step scheduler will change the
- * LR between steps (see ct_device_step_lag). */
+ * results arrive. step_sched: a schedule stepped once per optimizer step
+ * (OneCycleLR and the per-iteration ones), or NULL; the trainer then
+ * steps it itself, when a step's result arrives and that step was not
+ * skipped (GradScaler's rule: a skipped step moves neither the weights
+ * nor the schedule), and the steps queued meanwhile take their learning
+ * rate from the row of ct_step_args that matches how many of the steps in
+ * flight were taken. The caller must not step it during the run. */
 ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *opt, ct_grad_scaler *gs,
-                                   ct_loss_kind loss, float label_smoothing, double clip, int sched_per_step,
+                                   ct_loss_kind loss, float label_smoothing, double clip, ct_scheduler *step_sched,
                                    const ct_device_train_opts *o, ct_device_trainer **out);
 /* Queues one step on b (held until its result arrives) with dropout step
  * `step`. When the oldest step in flight is due, waits for it and fills

@@ -529,20 +529,18 @@ static void count_batch(loop_state *ls, double lv, int64_t n, int64_t top1, int6
  * for the step r.step. The batch is released here, not at queue time: the
  * device may still be copying from it until then. */
 static ct_status device_result(ct_loader *train, const ct_step_result *r, loop_state *ls, const ct_grad_scaler *gs,
-                               ct_scheduler *sch, ct_optimizer *opt, const ct_train_config *cfg, int lag,
-                               ct_tb_writer *tb, ct_progress *pg, const char *const *names, double t0,
-                               int64_t *images) {
+                               const ct_optimizer *opt, const ct_train_config *cfg, ct_tb_writer *tb, ct_progress *pg,
+                               const char *const *names, double t0, int64_t *images) {
   int64_t pos = r->batch->index + 1;
   ct_loader_release(train, r->batch);
   double lv = r->loss;
   if (!isfinite(lv) && !gs->enabled)
     return ct_error(CT_ERR_INVALID_ARG, "fit: the loss became %g at step %lld; lower --lr or use gradient clipping", lv,
                     (long long)r->step);
-  /* A lagged pipeline only exists when no step can be skipped under a
-   * per-step schedule, and then steps the schedule at queue time. A
-   * micro-batch that does not end its group took no optimizer step. */
+  /* A per-step schedule was stepped by the device trainer when this
+   * result arrived (if the step was taken), so the LR logged is the one
+   * after it, as on the host path. */
   ct_status s = CT_OK;
-  if (lag == 0 && !r->micro && !r->skipped && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
   count_batch(ls, lv, r->n, r->top1, r->top5, images);
   if (tb && !r->micro) {
     double gl = cfg->accumulate > 1 ? ls->group_loss / (double)ls->group_n : lv;
@@ -610,7 +608,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
      * warm-up steps. */
     ct_device_train_opts dto = {1, cfg->cuda_graph, 0};
     s = ct_device_trainer_create(m, dev, opt, &gs, cfg->loss, cfg->label_smoothing, cfg->clip_grad_norm,
-                                 sch && cfg->sched_per_step, &dto, &pipe);
+                                 cfg->sched_per_step ? sch : NULL, &dto, &pipe);
     if (s == CT_OK) ct_device_trainer_set_accumulate(pipe, acc);
   }
   if (s == CT_OK && cfg->log_dir) s = ensure_dir(cfg->log_dir);
@@ -662,9 +660,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
         s = ct_device_trainer_step_micro(pipe, b, &ms, &r, &have);
         if (s != CT_OK) break;
         if (ap.last) ls.step++;
-        int lag = ct_device_trainer_lag(pipe);
-        if (ap.last && lag > 0 && sch && cfg->sched_per_step) s = ct_scheduler_step(sch, opt);
-        if (s == CT_OK && have) s = device_result(train, &r, &ls, &gs, sch, opt, cfg, lag, tb, pg, names, t0, &images);
+        if (have) s = device_result(train, &r, &ls, &gs, opt, cfg, tb, pg, names, t0, &images);
         if (s != CT_OK) break;
         if (ap.last && cfg->max_steps && ls.step >= cfg->max_steps) {
           stop = 1;
@@ -747,7 +743,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       ct_step_result r;
       s = ct_device_trainer_drain(pipe, &r, &have);
       if (s == CT_OK && have)
-        s = device_result(train, &r, &ls, &gs, sch, opt, cfg, ct_device_trainer_lag(pipe), tb, pg, names, t0, &images);
+        s = device_result(train, &r, &ls, &gs, opt, cfg, tb, pg, names, t0, &images);
     }
     if (s == CT_OK && pipe && cfg->progress && ls.epoch == 0 && cfg->cuda_graph) {
       const char *note = NULL;

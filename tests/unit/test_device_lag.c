@@ -1,13 +1,15 @@
 /* Host-side logic of the device step that runs without a GPU:
  *  - the lagged read-back's FIFO (order, slot rotation, full/empty, depth);
- *  - when the read-back may lag (loss scaler + per-step schedule: never);
+ *  - the read-back lag (clamped to CT_STEP_LAG_MAX);
  *  - the optimizer argument table: the fused step emulated on the host
  *    with the device's rules (the row picked by the device's own step
  *    count, the count advanced only by taken steps) while the host commits
- *    the skip decisions one step late gives bit-identical weights to the
- *    same steps with an immediate commit, across an inf/NaN skip, for
- *    Adam, AdamW+amsgrad and SGD with momentum; taking row 0 (what a
- *    host-side count would give) does not;
+ *    the skip decisions one or two steps late gives bit-identical weights
+ *    to the same steps with an immediate commit, across an inf/NaN skip,
+ *    for Adam, AdamW+amsgrad and SGD with momentum, with and without a
+ *    OneCycle schedule stepped at each commit of a taken step (the rows
+ *    look ahead of it); taking row 0 (what a host-side count would give),
+ *    or rows that do not look ahead of the schedule, does not;
  *  - double-buffered staging: which staging slot each step takes and when
  *    the host must wait before overwriting one, simulated against a model
  *    of the device (a step finishes only when the host waited for it or a
@@ -65,19 +67,27 @@ static void test_ring(void) {
 }
 
 static void test_lag_policy(void) {
-  CHECK(ct_device_step_lag(1, 1, 1) == 0); /* the LR would depend on an unread skip */
-  CHECK(ct_device_step_lag(1, 0, 1) == 1);
-  CHECK(ct_device_step_lag(0, 1, 1) == 1); /* no scaler: no step is ever skipped */
-  CHECK(ct_device_step_lag(0, 0, 0) == 0);
-  CHECK(ct_device_step_lag(0, 0, 50) == CT_STEP_LAG_MAX);
+  CHECK(ct_device_step_lag(1) == 1);
+  CHECK(ct_device_step_lag(0) == 0);
+  CHECK(ct_device_step_lag(-3) == 0);
+  CHECK(ct_device_step_lag(50) == CT_STEP_LAG_MAX);
 }
 
 /* Runs STEPS fused steps on the host with the device's rules. lag: how
- * many steps late the host commits; naive: use row 0 always. */
+ * many steps late the host commits (and, with sched, steps a OneCycle
+ * schedule over the STEPS steps for each taken one, as the device trainer
+ * does); naive: 1 uses row 0 always, 2 builds the table without looking
+ * ahead of the schedule. */
 enum { N = 2053, STEPS = 7 };
-static void emulate(ct_optim_config cfg, int lag, int naive, const float *grads, float *p, int64_t *skips) {
+static void emulate(ct_optim_config cfg, int sched, int lag, int naive, const float *grads, float *p, int64_t *skips) {
   ct_optimizer *o;
   CHECK_OK(ct_optimizer_create(&cfg, N, &o));
+  ct_scheduler *sc = NULL;
+  if (sched) {
+    ct_sched_config c = ct_sched_config_default(CT_SCHED_ONECYCLE);
+    c.max_lr = 0.01, c.total_steps = STEPS, c.pct_start = 0.4;
+    CHECK_OK(ct_scheduler_create(&c, o, &sc));
+  }
   float *s[3] = {NULL, NULL, NULL};
   int nb = ct_optim_state_buffers(&cfg);
   for (int i = 0; i < nb; i++) s[i] = calloc(N, 4);
@@ -92,7 +102,7 @@ static void emulate(ct_optim_config cfg, int lag, int naive, const float *grads,
   *skips = 0;
   for (int st = 0; st < STEPS; st++) {
     /* Host: the table from its (possibly lagging) counters. */
-    ct_optim_step_args(o, 0.0, &ds.args);
+    ct_optim_step_args(o, naive == 2 ? NULL : sc, 0.0, &ds.args);
     /* Device: statistics, the picked row, the update, the counters. */
     ct_optim_fused_stats_host(grads + (size_t)st * N, N, &ds);
     const ct_fused_optim_args *a = naive ? &ds.args.row[0] : ct_step_args_pick(&ds.args, ds.opt_steps);
@@ -106,49 +116,64 @@ static void emulate(ct_optim_config cfg, int lag, int naive, const float *grads,
       head = (head + 1) % STEPS, count--;
       *skips += ct_fused_skip(h);
       ct_optimizer_commit_step(o, ct_fused_skip(h));
+      if (sc && !ct_fused_skip(h)) CHECK_OK(ct_scheduler_step(sc, o));
       ct_scaler_from_dev(&h->scaler, &gs);
     }
   }
+  ct_scheduler_destroy(sc);
   CHECK(ct_optimizer_steps(o) + *skips == STEPS);
   CHECK(ds.opt_steps == ct_optimizer_steps(o));
   for (int i = 0; i < nb; i++) free(s[i]);
   ct_optimizer_destroy(o);
 }
 
-static void lag_case(const char *name, ct_optim_config cfg) {
+static void lag_case(const char *name, ct_optim_config cfg, int sched) {
   float *g = malloc(sizeof(float) * N * STEPS), *p0 = malloc(N * 4), *p1 = malloc(N * 4), *p2 = malloc(N * 4);
-  for (int i = 0; i < N; i++) p0[i] = p1[i] = p2[i] = frand();
+  float *p3 = malloc(N * 4), *p4 = malloc(N * 4);
+  for (int i = 0; i < N; i++) p0[i] = p1[i] = p2[i] = p3[i] = p4[i] = frand();
   for (int i = 0; i < N * STEPS; i++) g[i] = frand() * 256.0f;
   g[2 * N + 17] = INFINITY; /* step 2 is skipped by the scaler */
-  int64_t k0, k1, k2;
-  emulate(cfg, 0, 0, g, p0, &k0);
-  emulate(cfg, 1, 0, g, p1, &k1);
-  emulate(cfg, 1, 1, g, p2, &k2);
-  CHECK_MSG(k0 == 1 && k1 == 1, "%s: %lld/%lld skipped steps, expected 1", name, (long long)k0, (long long)k1);
+  int64_t k0, k1, k2, k3, k4;
+  emulate(cfg, sched, 0, 0, g, p0, &k0);
+  emulate(cfg, sched, 1, 0, g, p1, &k1);
+  emulate(cfg, sched, 1, 1, g, p2, &k2);
+  emulate(cfg, sched, 2, 0, g, p3, &k3);
+  CHECK_MSG(k0 == 1 && k1 == 1 && k3 == 1, "%s: %lld/%lld/%lld skipped steps, expected 1", name, (long long)k0,
+            (long long)k1, (long long)k3);
   CHECK_MSG(!memcmp(p0, p1, N * 4), "%s: lagged commit changed the weights", name);
+  CHECK_MSG(!memcmp(p0, p3, N * 4), "%s: commit two steps late changed the weights", name);
   /* Row 0 (a host step count one behind after the skip) must differ:
    * otherwise this test could not see a wrong row. */
   CHECK_MSG(memcmp(p0, p2, N * 4) != 0, "%s: the table row made no difference; the test is blind", name);
-  free(g), free(p0), free(p1), free(p2);
+  if (sched) {
+    /* Nor may the schedule's look-ahead be left out. */
+    emulate(cfg, sched, 1, 2, g, p4, &k4);
+    CHECK_MSG(memcmp(p0, p4, N * 4) != 0, "%s: the schedule's look-ahead made no difference; the test is blind", name);
+  }
+  free(g), free(p0), free(p1), free(p2), free(p3), free(p4);
 }
 
 static void test_args_table(void) {
   ct_optim_config a = ct_optim_config_default(CT_OPTIM_ADAM);
-  lag_case("adam", a);
   ct_optim_config w = ct_optim_config_default(CT_OPTIM_ADAMW);
   w.amsgrad = 1;
   w.weight_decay = 0.05;
-  lag_case("adamw amsgrad", w);
   ct_optim_config s = ct_optim_config_default(CT_OPTIM_SGD);
   s.momentum = 0.9;
   s.dampening = 0.3; /* the first momentum step differs from the later ones */
-  lag_case("sgd momentum", s);
+  /* Then under OneCycleLR (learning rate and momentum/beta1 per step),
+   * over the schedule's last step (the look-ahead past it is refused). */
+  for (int sched = 0; sched <= 1; sched++) {
+    lag_case(sched ? "adam onecycle" : "adam", a, sched);
+    lag_case(sched ? "adamw amsgrad onecycle" : "adamw amsgrad", w, sched);
+    lag_case(sched ? "sgd momentum onecycle" : "sgd momentum", s, sched);
+  }
   /* Row j equals the arguments of an optimizer j taken steps further. */
   ct_optimizer *o;
   CHECK_OK(ct_optimizer_create(&a, 16, &o));
   CHECK_OK(ct_optimizer_set_steps(o, 5));
   ct_step_args t;
-  ct_optim_step_args(o, 1.5, &t);
+  ct_optim_step_args(o, NULL, 1.5, &t);
   CHECK(t.base_steps == 5);
   for (int j = 0; j <= CT_STEP_LAG_MAX; j++) {
     ct_fused_optim_args want;

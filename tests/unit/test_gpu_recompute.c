@@ -363,7 +363,7 @@ static float *device_train(ct_device *gpu, const char *name, int c, int h, int w
   } else {
     ct_device_train_opts dto = {1, 1, 2};
     ct_device_trainer *t = NULL;
-    CHECK_OK(ct_device_trainer_create(m, gpu, o, &gs, CT_LOSS_CROSS_ENTROPY, 0, 0, 0, &dto, &t));
+    CHECK_OK(ct_device_trainer_create(m, gpu, o, &gs, CT_LOSS_CROSS_ENTROPY, 0, 0, NULL, &dto, &t));
     int got = 0;
     for (int s = 0; t && s < DSTEPS; s++) {
       ct_step_result r;

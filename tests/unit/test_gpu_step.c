@@ -1,7 +1,8 @@
 /* The CUDA training step without host synchronisation: the loss backward
  * with the scale read from the device's scaler against the host-scale
  * backward, the lagged pipeline against the synchronous step (identical
- * weights), N steps replayed from a CUDA graph against N eager steps
+ * weights; also under OneCycleLR across a step the scaler skips, the
+ * schedule stepped at read-back with the rows looking ahead), N steps replayed from a CUDA graph against N eager steps
  * (identical weights; for both, when a second synchronous run shows
  * non-deterministic cuDNN algorithms, as close as that control), the same
  * for cnn (dropout: the mask step read from
@@ -75,8 +76,12 @@ enum { B = 32, STEPS = 6 };
 
 /* A resident model trained STEPS steps through the pipeline (mode 1:
  * eager, 2: graph, 3: eager with lag 2) or through ct_device_train_step
- * (mode 0, sync); returns its parameters. */
-static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out, const char **note, float **init_out) {
+ * (mode 0, sync); returns its parameters. sched: under OneCycleLR over the
+ * STEPS steps, with step 2's batch holding an inf so that the scaler skips
+ * it: the pipeline steps the schedule at read-back and looks ahead of it,
+ * the synchronous loop steps it after each taken step. */
+static float *train(ct_device *gpu, const char *model, int mode, int sched, int64_t *np_out, const char **note,
+                    float **init_out) {
   ct_model_options mo = {1, 28, 28, 10, 3};
   ct_model *m;
   CHECK_OK(ct_model_create(model, &mo, &m));
@@ -88,6 +93,12 @@ static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out
   size_t np;
   ct_model_params(m, &np);
   CHECK_OK(ct_optimizer_create(&oc, np, &o));
+  ct_scheduler *sc = NULL;
+  if (sched) {
+    ct_sched_config c = ct_sched_config_default(CT_SCHED_ONECYCLE);
+    c.max_lr = 2e-3, c.total_steps = STEPS, c.pct_start = 0.4;
+    CHECK_OK(ct_scheduler_create(&c, o, &sc));
+  }
   ct_grad_scaler gs;
   ct_grad_scaler_init(&gs, 1, 1, 65536.0);
   gs.growth_interval = 2;
@@ -108,17 +119,19 @@ static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out
     b[s].n = B;
     b[s].index = s;
   }
+  if (sched) x[2][5] = INFINITY;
   if (mode == 0) {
     for (int s = 0; s < STEPS; s++) {
       double lv;
       int64_t t1 = 0, t5 = 0;
       int sk;
       CHECK_OK(ct_device_train_step(m, gpu, o, &b[s], CT_LOSS_CROSS_ENTROPY, 0, 1.0, (uint32_t)s, &gs, &lv, &t1, &t5, &sk));
+      if (sc && !sk) CHECK_OK(ct_scheduler_step(sc, o));
     }
   } else {
     ct_device_train_opts dto = {mode == 3 ? 2 : 1, mode == 2, 2};
     ct_device_trainer *t;
-    CHECK_OK(ct_device_trainer_create(m, gpu, o, &gs, CT_LOSS_CROSS_ENTROPY, 0, 1.0, 0, &dto, &t));
+    CHECK_OK(ct_device_trainer_create(m, gpu, o, &gs, CT_LOSS_CROSS_ENTROPY, 0, 1.0, sc, &dto, &t));
     CHECK(ct_device_trainer_lag(t) == (mode == 3 ? 2 : 1));
     int got = 0;
     for (int s = 0; s < STEPS; s++) {
@@ -137,6 +150,9 @@ static float *train(ct_device *gpu, const char *model, int mode, int64_t *np_out
     ct_device_trainer_destroy(t);
   }
   CHECK(ct_optimizer_steps(o) + gs.skipped_steps == STEPS);
+  if (sched) CHECK_MSG(gs.skipped_steps == 1, "%s mode %d: %lld skipped steps, expected 1 (the inf batch)", model, mode,
+                       (long long)gs.skipped_steps);
+  ct_scheduler_destroy(sc);
   /* The four modes are compared with each other only: if every step were
    * skipped (or the update never ran) they would agree on the initial
    * weights. Most steps must be taken and the weights must move. */
@@ -176,31 +192,33 @@ static double share_off(const float *a, const float *b, const float *init, int64
  * update: at most 1%, or 3x the control's share), while a wrong row of
  * Adam's arguments, a skipped or repeated step, a stale batch or another
  * dropout mask moves nearly every weight. */
-static void test_pipeline_and_graph(ct_device *gpu, const char *model) {
+static void test_pipeline_and_graph(ct_device *gpu, const char *model, int sched) {
   int64_t n0, n0b, n1, n2, n3;
   const char *note = NULL;
   float *init = NULL;
-  float *p0 = train(gpu, model, 0, &n0, &note, &init), *p0b = train(gpu, model, 0, &n0b, &note, NULL);
-  float *p1 = train(gpu, model, 1, &n1, &note, NULL);
-  float *p2 = train(gpu, model, 2, &n2, &note, NULL), *p3 = train(gpu, model, 3, &n3, &note, NULL);
+  float *p0 = train(gpu, model, 0, sched, &n0, &note, &init), *p0b = train(gpu, model, 0, sched, &n0b, &note, NULL);
+  float *p1 = train(gpu, model, 1, sched, &n1, &note, NULL);
+  float *p2 = train(gpu, model, 2, sched, &n2, &note, NULL), *p3 = train(gpu, model, 3, sched, &n3, &note, NULL);
+  char label[64];
+  snprintf(label, sizeof label, "%s%s", model, sched ? " (onecycle, a skipped step)" : "");
   CHECK(n0 == n0b && n0 == n1 && n1 == n2 && n2 == n3);
   if (!memcmp(p0, p0b, (size_t)n0 * 4)) {
-    CHECK_MSG(!memcmp(p0, p1, (size_t)n0 * 4), "%s: lagged pipeline weights differ from the synchronous step's", model);
-    CHECK_MSG(!memcmp(p0, p2, (size_t)n0 * 4), "%s: graph-replayed weights differ from the eager steps'", model);
+    CHECK_MSG(!memcmp(p0, p1, (size_t)n0 * 4), "%s: lagged pipeline weights differ from the synchronous step's", label);
+    CHECK_MSG(!memcmp(p0, p2, (size_t)n0 * 4), "%s: graph-replayed weights differ from the eager steps'", label);
     CHECK_MSG(!memcmp(p0, p3, (size_t)n0 * 4), "%s: lag 2 (staging waits) weights differ from the synchronous step's",
-              model);
+              label);
   } else {
     double ctl = share_off(p0, p0b, init, n0), lim = fmax(0.01, 3 * ctl);
     printf("%s: two synchronous runs differ (non-deterministic kernels, %.3g%% of the weights beyond 1e-2 of the "
            "largest update); comparing the modes at that level\n",
-           model, 100 * ctl);
-    CHECK_MSG(ctl <= 0.2, "%s: two identical synchronous runs differ at %.3g%% of the weights", model, 100 * ctl);
+           label, 100 * ctl);
+    CHECK_MSG(ctl <= 0.2, "%s: two identical synchronous runs differ at %.3g%% of the weights", label, 100 * ctl);
     const float *pm[3] = {p1, p2, p3};
     const char *what[3] = {"lagged pipeline", "graph-replayed", "lag 2 (staging waits)"};
     for (int k = 0; k < 3; k++) {
       double sh = share_off(p0, pm[k], init, n0);
       CHECK_MSG(sh <= lim, "%s: %s weights differ from the synchronous step's at %.3g%% of the weights (control %.3g%%)",
-                model, what[k], 100 * sh, 100 * ctl);
+                label, what[k], 100 * sh, 100 * ctl);
     }
   }
   free(p0), free(p0b), free(p1), free(p2), free(p3), free(init);
@@ -314,8 +332,9 @@ int main(void) {
   }
   test_loss_bwd_dev(d);
   test_dropout_step_dev(d);
-  test_pipeline_and_graph(d, "mlp");
-  test_pipeline_and_graph(d, "cnn");
+  test_pipeline_and_graph(d, "mlp", 0);
+  test_pipeline_and_graph(d, "cnn", 0);
+  test_pipeline_and_graph(d, "mlp", 1);
   test_blas_cache(d);
   test_linreg(d);
   ct_device_close(d);
