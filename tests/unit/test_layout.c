@@ -98,7 +98,7 @@ static const char *const what[3] = {"output", "parameter gradients", "inference 
  *   double there, in float partials on plain tensors); one step, normwise,
  *   fp32 within 1e-5 (a 2% error in one term of the C16 batch-norm
  *   backward gives 3e-4 in convnet), bf16 within 1e-2.
- * - AMPLIFIED (ResNet-18): that rounding does not stay rounding. A
+ * - AMPLIFIED (ResNet-18, ResNet-9): that rounding does not stay rounding. A
  *   gradient goes through discrete choices (a max-pool window's maximum
  *   between values one ulp apart, a ReLU's input at zero) that rounding
  *   flips, and a randomly initialised batch-normed network amplifies a
@@ -107,9 +107,11 @@ static const char *const what[3] = {"output", "parameter gradients", "inference 
  *   gradients themselves are 0.38 from fp32's; which a build gets depends
  *   on the compiler's FMA contraction, the batch and the image size (all
  *   measured). So fp32 outputs still compare at 1e-5 but gradients at
- *   2e-2, and bf16 must be as close to the plain fp32 run as the plain
- *   bf16 run is. A layout mistake (a permuted channel, a wrong stride)
- *   gives errors of order 1; the subtle ones are NORMWISE's to catch. */
+ *   2e-2, and bf16 must be about as close to the plain fp32 run as the
+ *   plain bf16 run is (within 2x + 1e-2: ResNet-9's 40 bf16 logits were
+ *   measured 1.44x as far laid out, at 0.95% against 0.66%). A layout
+ *   mistake (a permuted channel, a wrong stride) gives errors of order 1;
+ *   the subtle ones are NORMWISE's to catch. */
 typedef enum { BITWISE, NORMWISE, AMPLIFIED } agreement;
 
 static void compare(ct_device *dev, const char *name, int c, int h, int w, int64_t N, ct_precision prec,
@@ -134,7 +136,7 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
     errors(&a, &ref, 0, ea);
     errors(&b, &ref, 0, eb);
     for (int k = 0; k < 3; k++)
-      CHECK_MSG(ea[k] <= 1.25 * eb[k] + 1e-3, "%s %s bf16: %s %g from fp32's, contiguous's %g", name, fn, what[k],
+      CHECK_MSG(ea[k] <= 2 * eb[k] + 1e-2, "%s %s bf16: %s %g from fp32's, contiguous's %g", name, fn, what[k],
                 ea[k], eb[k]);
     printf("%-12s %-13s bf16 vs fp32: rel err out %.2g/%.2g grads %.2g/%.2g eval %.2g/%.2g (laid out/contiguous)\n",
            name, fn, ea[0], eb[0], ea[1], eb[1], ea[2], eb[2]);
@@ -228,6 +230,11 @@ int main(void) {
      * laid out. */
     compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_FP32, f, 48, AMPLIFIED);
     compare(dev, "resnet18", 3, 64, 64, 4, CT_PRECISION_BF16, f, 48, AMPLIFIED);
+    /* The fast CIFAR network: residual adds, max pools and the global max
+     * pool, laid out; its batch norms amplify rounding as ResNet-18's do
+     * (fp32 gradients 2.8e-3 apart at batch 4, measured). */
+    compare(dev, "resnet9", 3, 32, 32, 4, CT_PRECISION_FP32, f, 21, AMPLIFIED);
+    compare(dev, "resnet9", 3, 32, 32, 4, CT_PRECISION_BF16, f, 21, AMPLIFIED);
     compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, f, 6, BITWISE);
     compare(dev, path, 3, 20, 20, 4, CT_PRECISION_BF16, f, 6, BITWISE);
     compare(dev, apath, 3, 20, 20, 4, CT_PRECISION_FP32, f, 7, NORMWISE);
