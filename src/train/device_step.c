@@ -36,6 +36,8 @@ ct_status ct_device_train_begin(ct_model *m, ct_device *dev, ct_optimizer *opt, 
   return ct_device_copy(dev, st, NULL, &h, sizeof h);
 }
 
+_Static_assert(CT_GPU_DATA_SLOTS >= CT_STAGE_SLOTS, "a raw uint8 slot per staging slot");
+
 /* Copies the batch into staging slot `slot` of the model's block and
  * returns device views of it (x shaped as the model takes it). The f32
  * batch, or the GPU data path's uint8 batch (into its raw slot of the same
@@ -43,7 +45,6 @@ ct_status ct_device_train_begin(ct_model *m, ct_device *dev, ct_optimizer *opt, 
  * stream waits on its event), so it overlaps whatever is queued: the
  * caller guarantees no queued step still reads that slot
  * (ct_stage_wait_slot). */
-_Static_assert(CT_GPU_DATA_SLOTS >= CT_STAGE_SLOTS, "a raw uint8 slot per staging slot");
 static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int slot, ct_tensor *x, ct_tensor *y) {
   const ct_backend *be = ct_device_backend(dev);
   void *xd = ct_model_stage_x_at(m, slot);
