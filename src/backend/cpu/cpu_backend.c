@@ -75,10 +75,13 @@ static void init_table(void) {
 #if CTRAIN_HAVE_DNNL
   /* oneDNN blocks channels by 16 with AVX-512 and by 8 below it; C16
    * activations on an AVX2 machine would only add reorders. */
-  if (!__builtin_cpu_supports("avx512f")) {
+  if (!__builtin_cpu_supports("avx512f") || !cpu_dnnl_avx512()) {
     cpu_table.act_layout = CT_LAYOUT_PLAIN;
     cpu_table.act_layouts = 1u << CT_LAYOUT_NHWC;
   }
+  /* Without oneDNN's bf16 the bf16 ops widen to plain f32 temporaries;
+   * laying bf16 activations out would buy nothing. */
+  if (!cpu_dnnl_bf16()) cpu_table.act_layout_dtypes = 1u << CT_F32;
 #endif
 }
 

@@ -45,9 +45,13 @@ void cpu_op_end(ct_device *d, int prev_threads) {
   pthread_mutex_unlock(&cpu_dev_of(d)->mu);
 }
 
+static int laid_out_f32(const ct_tensor *t) {
+  return t && t->layout != CT_LAYOUT_PLAIN && t->dtype != CT_BF16 && t->dtype != CT_F16;
+}
+
 ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what) {
-  if ((a && a->layout != CT_LAYOUT_PLAIN) || (b && b->layout != CT_LAYOUT_PLAIN))
-    return ct_error(CT_ERR_UNSUPPORTED, "%s: C16 and NHWC tensors need f32 or bf16 and the oneDNN path", what);
+  if (laid_out_f32(a) || laid_out_f32(b))
+    return ct_error(CT_ERR_UNSUPPORTED, "%s: C16 and NHWC f32 tensors need the oneDNN path", what);
   return CT_OK;
 }
 

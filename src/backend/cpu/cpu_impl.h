@@ -100,9 +100,11 @@ void cpu_dev_close(ct_device *d);
 int cpu_op_begin(ct_device *d);
 void cpu_op_end(ct_device *d, int prev_threads);
 
-/* Refuses a C16 or NHWC tensor on a path that only reads plain ones (the
- * reference fallbacks): the executor only picks those layouts where the
- * fast path runs. */
+/* Refuses a C16 or NHWC f32 tensor on a path that only reads plain ones
+ * (the reference fallbacks): the executor only picks those layouts where
+ * the fast path runs. A 16-bit tensor passes in any layout: its fallback
+ * (ref_half.c) widens it and runs the op on this backend in f32, which
+ * reads the layouts. */
 ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what);
 
 /* dst[i] = beta*dst[i] + src[i] over n elements; src is f32, dst f32 or
@@ -115,6 +117,18 @@ void cpu_accumulate_f32(void *dst, ct_dtype dt, const float *src, int64_t n, flo
  * freed on close. */
 ct_status cpu_dnnl_open(cpu_dev *cd, const char *name);
 void cpu_dnnl_close(cpu_dev *cd);
+
+/* 1 when this oneDNN implements bf16 convolution, matmul and pooling on
+ * this CPU. oneDNN 2.x needs AVX-512 (avx512_core) for bf16; below it
+ * every bf16 primitive, the reference ones included, is "unimplemented".
+ * Probed once per process by creating tiny bf16 primitive descriptors, so
+ * it follows ONEDNN_MAX_CPU_ISA too. Without it the bf16 ops take the
+ * widening path (ref_half.c: f32 on oneDNN, rounded back) and the backend
+ * lays out f32 activations only. */
+int cpu_dnnl_bf16(void);
+/* 1 when oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA included) has
+ * AVX-512 core, whose kernels block channels by 16 (nChw16c). */
+int cpu_dnnl_avx512(void);
 
 /* Key building. */
 void cpu_key_init(cpu_key *k, int op);

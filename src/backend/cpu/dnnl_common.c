@@ -26,6 +26,60 @@ ct_status cpu_dnnl_open(cpu_dev *cd, const char *name) {
   return CT_OK;
 }
 
+/* Whether a descriptor for op_desc can be created on engine (0 or 1). */
+static int pd_ok(dnnl_engine_t engine, const void *op_desc) {
+  dnnl_primitive_desc_t pd = NULL;
+  if (dnnl_primitive_desc_create(&pd, op_desc, NULL, engine, NULL) != dnnl_success) return 0;
+  dnnl_primitive_desc_destroy(pd);
+  return 1;
+}
+
+/* The three kinds the bf16 fast paths build, on one tiny problem each:
+ * a 3x3 convolution (bf16 in, f32 out, as autocast's first layer), a
+ * matmul and a 2x2 max pool. */
+static int probe_bf16(void) {
+  dnnl_engine_t engine;
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return 0;
+  dnnl_memory_desc_t x, w, y, a, b, c, p;
+  dnnl_dims_t xd = {1, 16, 4, 4}, wd = {16, 16, 3, 3}, one = {1, 1}, zero = {0, 0}, pad = {1, 1}, two = {2, 2};
+  dnnl_dims_t pd2 = {1, 16, 2, 2}, ad = {2, 2};
+  int ok = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&y, 4, xd, dnnl_f32, dnnl_format_tag_any) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&a, 2, ad, dnnl_bf16, dnnl_ab) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&b, 2, ad, dnnl_bf16, dnnl_ab) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&c, 2, ad, dnnl_f32, dnnl_ab) == dnnl_success &&
+           dnnl_memory_desc_init_by_tag(&p, 4, pd2, dnnl_bf16, dnnl_format_tag_any) == dnnl_success;
+  dnnl_convolution_desc_t cd;
+  dnnl_matmul_desc_t md;
+  dnnl_pooling_v2_desc_t pl;
+  ok = ok &&
+       dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &x, &w, NULL,
+                                                  &y, one, zero, pad, pad) == dnnl_success &&
+       pd_ok(engine, &cd);
+  ok = ok && dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success && pd_ok(engine, &md);
+  ok = ok && dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_bf16, dnnl_nchw) == dnnl_success &&
+       dnnl_memory_desc_init_by_tag(&p, 4, pd2, dnnl_bf16, dnnl_nchw) == dnnl_success &&
+       dnnl_pooling_v2_forward_desc_init(&pl, dnnl_forward_training, dnnl_pooling_max, &x, &p, two, two, zero, zero,
+                                         zero) == dnnl_success &&
+       pd_ok(engine, &pl);
+  dnnl_engine_destroy(engine);
+  return ok;
+}
+
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static int bf16_native;
+static void init_bf16(void) { bf16_native = probe_bf16(); }
+
+int cpu_dnnl_bf16(void) {
+  pthread_once(&bf16_once, init_bf16);
+  return bf16_native;
+}
+
+int cpu_dnnl_avx512(void) {
+  return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 void cpu_dnnl_close(cpu_dev *cd) {
   for (int b = 0; b < CPU_CACHE_BUCKETS; b++) {
     cpu_entry *e = cd->buckets[b];

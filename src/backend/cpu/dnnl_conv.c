@@ -1,6 +1,8 @@
 /* 2-D convolution through oneDNN: forward with bias and a fused activation
  * post-op, backward data, backward weights (+bias). f32, or bf16 x/w/dy
- * with f32 or bf16 outputs (f32 accumulation inside oneDNN).
+ * with f32 or bf16 outputs (f32 accumulation inside oneDNN) where oneDNN
+ * implements bf16 (cpu_dnnl_bf16: AVX-512); other dtypes, and bf16 below
+ * AVX-512, take the widening path (ref_half.c).
  *
  * Layouts: weights are plain OIHW; activations are plain NCHW or, when the
  * executor chose CT_LAYOUT_C16, nChw16c. By default the primitive is
@@ -68,7 +70,7 @@ static void key_params(cpu_key *k, const ct_conv2d_params *p) {
 static int fast_dtypes(ct_dtype in, ct_dtype in2, ct_dtype out) {
   if (in != in2) return 0;
   if (in == CT_F32) return out == CT_F32;
-  return in == CT_BF16 && (out == CT_F32 || out == CT_BF16);
+  return in == CT_BF16 && (out == CT_F32 || out == CT_BF16) && cpu_dnnl_bf16();
 }
 
 /* Descriptors for the primitive: `any` when blocked layouts are on. */

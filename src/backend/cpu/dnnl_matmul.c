@@ -1,7 +1,9 @@
 /* Dense products through the oneDNN matmul primitive: matmul (with
  * transposes, alpha as output scale, beta as a sum post-op) and the three
  * linear-layer ops. Transposed operands are described with strides, so no
- * copy is made. f32, or bf16 inputs with an f32 or bf16 output. */
+ * copy is made. f32, or bf16 inputs with an f32 or bf16 output where
+ * oneDNN implements bf16 (cpu_dnnl_bf16); other dtypes take the widening
+ * path. */
 #include <string.h>
 
 #include "backend/cpu/cpu_impl.h"
@@ -21,7 +23,7 @@ typedef struct mm_desc {
 static int fast_dtypes(ct_dtype a, ct_dtype b, ct_dtype c) {
   if (a != b) return 0;
   if (a == CT_F32) return c == CT_F32;
-  return a == CT_BF16 && (c == CT_F32 || c == CT_BF16);
+  return a == CT_BF16 && (c == CT_F32 || c == CT_BF16) && cpu_dnnl_bf16();
 }
 
 static ct_status build(cpu_dev *cd, cpu_entry *e, const mm_desc *m, const char *what) {

@@ -1,6 +1,6 @@
 /* Max and average 2-D pooling through oneDNN (pooling_v2), forward and
- * backward, f32 or bf16, NCHW or nChw16c (CT_LAYOUT_C16, source and
- * destination alike).
+ * backward, f32 or bf16 (where oneDNN implements it: cpu_dnnl_bf16), NCHW
+ * or nChw16c (CT_LAYOUT_C16, source and destination alike).
  *
  * PyTorch's output size (floor or ceil_mode) is taken from y; oneDNN is
  * given the right padding that produces exactly that size, which for
@@ -36,7 +36,7 @@ static void geom(pool_geom *g, const ct_pool2d_params *p, const ct_tensor *x, co
 }
 
 static int fast_dtype(const ct_tensor *a, const ct_tensor *b) {
-  return a->dtype == b->dtype && (a->dtype == CT_F32 || a->dtype == CT_BF16) && a->ndim == 4;
+  return a->dtype == b->dtype && (a->dtype == CT_F32 || (a->dtype == CT_BF16 && cpu_dnnl_bf16())) && a->ndim == 4;
 }
 
 static void pool_key(cpu_key *k, int op, dnnl_alg_kind_t alg, int with_ws, const ct_pool2d_params *p,
