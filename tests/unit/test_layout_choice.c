@@ -88,17 +88,21 @@ static ct_model *prepared(ct_device *dev, const char *name, int c, int h, int w)
   return m;
 }
 
-/* C16 through the generic entry = the cpu device's own choice; NHWC
- * obeys the rules and keeps at least `min_nhwc` activations. */
+/* The generic entry with the cpu backend's layout and dtypes = the cpu
+ * device's own choice (C16 with AVX-512, plain below it); NHWC obeys the
+ * rules and keeps at least `min_nhwc` activations, and at least as many
+ * as C16. */
 static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int min_nhwc) {
   ct_model *m = prepared(dev, name, c, h, w);
   if (!m) return;
   int L = m->n_layers;
   int *lay = calloc((size_t)L, sizeof *lay);
-  ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, lay);
+  const ct_backend *be = ct_device_backend(dev);
+  ct_model_choose_layouts_for(m, be->act_layout, be->act_layout_dtypes, lay);
   int same = 1;
   for (int i = 0; i < L; i++) same &= lay[i] == (int)m->layers[i].y.layout;
-  CHECK_MSG(same, "%s: C16 choice differs from the cpu device's", name);
+  CHECK_MSG(same, "%s: the generic choice differs from the cpu device's", name);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, lay);
   int c16 = count(m, lay, CT_LAYOUT_C16);
   ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
   int nhwc = count(m, lay, CT_LAYOUT_NHWC);
