@@ -41,8 +41,9 @@ distance from fp32 must also be at least 1/RATIO of PyTorch's: a ctrain
 that ran in fp32 passes every pair bound (its error is PyTorch's bf16
 error) but not this. ReLU decisions that differ from PyTorch
 autocast's must be at most FLIP_RATIO x as many as those where PyTorch's
-bf16 and fp32 forwards differ. The loss: TOL_LOSS = 5e-3, or the noise
-bound. The fp32 run uses ctrain's ReLU masks too, so all three runs share
+bf16 and fp32 forwards differ. The loss: TOL_LOSS = 5e-3 (8e-3, two bf16
+ulps, where the two sides are independent bf16 computations: see below),
+or the noise bound. The fp32 run uses ctrain's ReLU masks too, so all three runs share
 the same branches and differ only in arithmetic.
 
 Where the two policies legitimately differ, and how this test compares:
@@ -82,6 +83,15 @@ bf16 ties a different choice moved lenet5's weight gradients by 10-18%,
 the distance from fp32 5x PyTorch's; the differing choices are counted and
 bounded like the ReLU flips. Skipped (77) when ctrain sees no cuda device.
 
+PyTorch's own bf16 kernels are not always what the bounds above assume.
+PyTorch 1.13 on a CPU without AVX-512 (no oneDNN bf16 there) accumulates
+bf16 products in bf16 blocks: its matmul lands about 16x farther from the
+f32 product of the same bf16 operands than one rounding does, while
+ctrain (widening to f32 there, src/backend/cpu/ref_half.c) stays at one
+rounding. The test measures this first (torch_bf16_excess); above 4x it
+treats PyTorch as an independent bf16 computation (NOISE = 3, as on cuda)
+and divides the summed-distance floor by the measured excess.
+
 Size and time: alexnet and vgg11_bn carry 57M / 129M parameters, mostly in
 their classifiers. Their step runs with --buffers-only (parameters do not
 change without an optimizer) and --grad-keys (every gradient except the two
@@ -109,14 +119,37 @@ import st_util  # noqa: E402
 from parity_common import (BUILD, ON_CUDA, RUNNER, SRC, MaskedReLU, bias_before_bn, check,  # noqa: E402,F401
                            ctrain_sees_cuda, failures, rel_err, run_runner, torch_device, torch_model)
 TOL = 2e-2
-TOL_LOSS = 5e-3
 RATIO, FLOOR = 3.0, 8e-3
-NOISE = 3.0 if ON_CUDA else 2.0
 FLIP_RATIO = 2.0
 BF16 = torch.bfloat16
 
 torch.set_num_threads(2)
 TORCH_DEV = torch_device()
+
+
+def torch_bf16_excess():
+    """How much farther PyTorch's bf16 matmul (on TORCH_DEV) lands from the
+    f32 product of the same bf16 operands than one rounding of that product
+    does: about 1 where it accumulates in f32 (oneDNN on AVX-512, cuBLAS),
+    about 16 for PyTorch 1.13 on a CPU without AVX-512, which accumulates
+    in bf16 blocks."""
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(64, 512, generator=g).to(BF16).to(TORCH_DEV)
+    b = torch.randn(512, 64, generator=g).to(BF16).to(TORCH_DEV)
+    exact = a.float() @ b.float()
+    got = (a @ b).float()
+    one = (exact.to(BF16).float() - exact).norm()
+    return ((got - exact).norm() / one).item()
+
+
+# Where PyTorch's bf16 is not f32-accumulating, it is no longer the same
+# arithmetic as ctrain's in other kernels but an independent (and noisier)
+# bf16 computation, as on cuda: NOISE 3, and ctrain's summed distance from
+# fp32 is expected to be about EXCESS times smaller than PyTorch's.
+EXCESS = torch_bf16_excess()
+INEXACT = EXCESS > 4.0
+NOISE = 3.0 if ON_CUDA or INEXACT else 2.0
+TOL_LOSS = 8e-3 if ON_CUDA or INEXACT else 5e-3
 # (label, model, input, classes, batch, loss, label_smoothing, grad keys to skip)
 CASES = [
     ("linreg", "linreg", "2", 1, 16, "mse", 0.0, ()),
@@ -310,8 +343,9 @@ def compare(label, res, model, init, loss_kind, smoothing):
         one("state." + k, c, v, bf[k])
     # ...and not much closer either: a ctrain that silently ran (parts of) the
     # model in fp32 would sit near the fp32 truth.
-    check(dist[0] >= dist[1] / RATIO, "%s: ctrain's summed distance from fp32 %.3g, PyTorch autocast's %.3g: "
-          "did ctrain run in bf16?" % (tag, dist[0], dist[1]))
+    expect = dist[1] / (EXCESS if INEXACT else 1.0)
+    check(dist[0] >= expect / RATIO, "%s: ctrain's summed distance from fp32 %.3g, PyTorch autocast's %.3g%s: "
+          "did ctrain run in bf16?" % (tag, dist[0], dist[1], " (/ %.1f, its bf16 excess)" % EXCESS if INEXACT else ""))
     if n_soft:
         # PyTorch unmodified: its CPU autocast runs log_softmax in bf16.
         plain = torch_model(label, *CASE_ARGS[label])[0]
@@ -330,6 +364,8 @@ def main():
         print("model_runner not built at", RUNNER)
         return 1
     t_all = time.time()
+    print("PyTorch's bf16 matmul on %s: %.1f x one rounding's error from the f32 product%s" %
+          (TORCH_DEV, EXCESS, " (not f32-accumulating: NOISE %g)" % NOISE if INEXACT else ""))
     only = os.environ.get("CTRAIN_MODELS_ONLY")  # comma-separated labels, for debugging
     if ON_CUDA and not ctrain_sees_cuda():
         print("ctrain sees no cuda device: skipped")
