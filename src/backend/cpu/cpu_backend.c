@@ -74,8 +74,9 @@ static void init_table(void) {
   ct_backend_fill_defaults(&cpu_table);
 #if CTRAIN_HAVE_DNNL
   /* oneDNN blocks channels by 16 with AVX-512 and by 8 below it; C16
-   * activations on an AVX2 machine would only add reorders. */
-  if (!__builtin_cpu_supports("avx512f") || !cpu_dnnl_avx512()) {
+   * activations on an AVX2 machine would only add reorders. (oneDNN's
+   * effective ISA never exceeds what the CPU has.) */
+  if (!cpu_dnnl_avx512()) {
     cpu_table.act_layout = CT_LAYOUT_PLAIN;
     cpu_table.act_layouts = 1u << CT_LAYOUT_NHWC;
   }
