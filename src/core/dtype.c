@@ -1,7 +1,13 @@
 #include "ctrain/dtype.h"
 
+#include "core/half_portable.h"
+
 #include <string.h>
 #include <strings.h>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 static const size_t sizes[CT_DTYPE_COUNT] = {4, 2, 2, 4, 8, 1, 8};
 static const char *names[CT_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "i64", "u8", "f64"};
@@ -56,7 +62,7 @@ float ct_bf16_to_f32(uint16_t h) {
  * subnormal ones (|f| < 2^-14) come from adding 0.5f, whose ulp is the f16
  * subnormal unit 2^-24, so the FPU rounds to it; |f| >= 65520 gives inf,
  * and a NaN stays a quiet NaN of the same sign. */
-static inline uint16_t f32_to_f16(float f) {
+static inline uint16_t f32_to_f16_soft(float f) {
   uint32_t x, ax, su;
   float a, s;
   memcpy(&x, &f, 4);
@@ -74,7 +80,7 @@ static inline uint16_t f32_to_f16(float f) {
 /* Exact: rebias the exponent; inf/NaN keep exponent 255 and the payload;
  * a subnormal half is its mantissa as a normal float minus the implicit
  * 2^-14. */
-static inline float f16_to_f32(uint16_t h) {
+static inline float f16_to_f32_soft(uint16_t h) {
   uint32_t em = (uint32_t)(h & 0x7fffu) << 13, exp = em & 0x0f800000u;
   uint32_t u = em + (112u << 23), su = em + (113u << 23);
   float sub;
@@ -88,8 +94,24 @@ static inline float f16_to_f32(uint16_t h) {
   return f;
 }
 
+/* Where the CPU has F16C (the build is -march=native), its instructions:
+ * the same IEEE conversions (round to nearest even, a NaN stays a NaN of
+ * its sign), and GCC does not vectorise the loops above (measured: the
+ * f16 conversions took a third of an fp16 training step on an AVX2 CPU,
+ * bf16's 6%). Scalar and vector paths use the same instructions, so they
+ * agree bit for bit, NaN payloads included. */
+#if defined(__F16C__)
+static inline uint16_t f32_to_f16(float f) { return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+static inline float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+#else
+static inline uint16_t f32_to_f16(float f) { return f32_to_f16_soft(f); }
+static inline float f16_to_f32(uint16_t h) { return f16_to_f32_soft(h); }
+#endif
+
 uint16_t ct_f32_to_f16(float f) { return f32_to_f16(f); }
 float ct_f16_to_f32(uint16_t h) { return f16_to_f32(h); }
+uint16_t ct_f32_to_f16_portable(float f) { return f32_to_f16_soft(f); }
+float ct_f16_to_f32_portable(uint16_t h) { return f16_to_f32_soft(h); }
 
 static double load(const void *p, ct_dtype t, size_t i) {
   switch (t) {
@@ -134,8 +156,28 @@ void ct_convert(const void *src, ct_dtype st, void *dst, ct_dtype dt, size_t n) 
   }
   DIRECT(CT_F32, CT_BF16, float, uint16_t, ct_f32_to_bf16)
   DIRECT(CT_BF16, CT_F32, uint16_t, float, ct_bf16_to_f32)
+#if defined(__F16C__)
+  /* Eight at a time; the tail one by one through the same instruction. */
+#define F16C_BLOCKS(S, D, TS, TD, FN, VEC)                                                      \
+  if (st == S && dt == D) {                                                                   \
+    const TS *s = src;                                                                        \
+    TD *d = dst;                                                                              \
+    const size_t nb = n / 8;                                                                  \
+    _Pragma("omp parallel for if (n > 65536)")                                                \
+    for (size_t b = 0; b < nb; b++) VEC;                                                      \
+    for (size_t i = nb * 8; i < n; i++) d[i] = FN(s[i]);                                      \
+    return;                                                                                   \
+  }
+  F16C_BLOCKS(CT_F32, CT_F16, float, uint16_t, f32_to_f16,
+              _mm_storeu_si128((__m128i *)(d + 8 * b),
+                               _mm256_cvtps_ph(_mm256_loadu_ps(s + 8 * b), _MM_FROUND_TO_NEAREST_INT)))
+  F16C_BLOCKS(CT_F16, CT_F32, uint16_t, float, f16_to_f32,
+              _mm256_storeu_ps(d + 8 * b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 8 * b)))))
+#undef F16C_BLOCKS
+#else
   DIRECT(CT_F32, CT_F16, float, uint16_t, f32_to_f16)
   DIRECT(CT_F16, CT_F32, uint16_t, float, f16_to_f32)
+#endif
 #undef DIRECT
   if (st == CT_F32 && dt == CT_F64) {
     const float *s = src;
