@@ -94,7 +94,7 @@ def deserialize(data):
     if not isinstance(header, dict):
         raise FormatError("header is not an object")
     metadata = header.pop("__metadata__", None)
-    buf = data[8 + n :]
+    buf = memoryview(data)[8 + n :]  # slices of a memoryview copy nothing
     entries = sorted(header.items(), key=lambda kv: tuple(kv[1]["data_offsets"]))
     at = 0
     out = {}

@@ -4,6 +4,17 @@
 #include "backend/cpu/ref_ops.h"
 #include "backend/cpu/ref_util.h"
 
+/* The outputs o in [0, n_out) whose input index o * stride - pad + k * dil
+ * lies in [0, n_in): [*lo, *hi). */
+static void conv_valid(int64_t n_out, int64_t n_in, int stride, int pad, int dil, int64_t k, int64_t *lo, int64_t *hi) {
+  const int64_t off = k * dil - pad; /* input index = o * stride + off */
+  int64_t a = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  int64_t b = n_in - off <= 0 ? 0 : (n_in - off + stride - 1) / stride;
+  if (b > n_out) b = n_out;
+  *lo = a;
+  *hi = b > a ? b : a;
+}
+
 #define REAL float
 #define FN(name) ref_##name##_f32
 #include "backend/cpu/ref_conv.inc"

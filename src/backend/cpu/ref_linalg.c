@@ -1,4 +1,6 @@
 /* Reference matmul and linear layer (f32 and f64 from ref_linalg.inc). */
+#include <stdlib.h>
+
 #include "backend/cpu/ref_ops.h"
 #include "backend/cpu/ref_util.h"
 
