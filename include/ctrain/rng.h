@@ -46,6 +46,12 @@ float ct_rng_uniform(ct_rng *r);
 double ct_rng_uniform_f64(ct_rng *r);
 /* Standard normal by Box-Muller. */
 double ct_rng_normal(ct_rng *r);
+/* Bulk forms: out[i] is the i-th value a fresh generator
+ * (ct_rng_init(seed, kind, a, b)) would give, bit for bit - the uniform
+ * float, or the normal times scale rounded to float - computed a thousand
+ * Philox blocks at a time and split across OpenMP threads. */
+void ct_rng_fill_uniform(float *out, int64_t n, uint64_t seed, uint32_t kind, uint32_t a, uint32_t b);
+void ct_rng_fill_normal(float *out, int64_t n, double scale, uint64_t seed, uint32_t kind, uint32_t a, uint32_t b);
 /* Uniform integer in [0, n). */
 uint32_t ct_rng_below(ct_rng *r, uint32_t n);
 

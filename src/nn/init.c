@@ -7,15 +7,12 @@
 #include "nn/layer.h"
 
 void ct_init_uniform(float *p, int64_t n, float bound, uint64_t seed, uint32_t stream) {
-  ct_rng r;
-  ct_rng_init(&r, seed, CT_RNG_INIT, stream, 0);
-  for (int64_t i = 0; i < n; i++) p[i] = (2.0f * ct_rng_uniform(&r) - 1.0f) * bound;
+  ct_rng_fill_uniform(p, n, seed, CT_RNG_INIT, stream, 0);
+  for (int64_t i = 0; i < n; i++) p[i] = (2.0f * p[i] - 1.0f) * bound;
 }
 
 void ct_init_normal(float *p, int64_t n, float std, uint64_t seed, uint32_t stream) {
-  ct_rng r;
-  ct_rng_init(&r, seed, CT_RNG_INIT, stream, 0);
-  for (int64_t i = 0; i < n; i++) p[i] = (float)(ct_rng_normal(&r) * std);
+  ct_rng_fill_normal(p, n, std, seed, CT_RNG_INIT, stream, 0);
 }
 
 void ct_init_weight_bias(ct_layer *l, uint64_t seed, float **state, int64_t fan_in, int64_t fan_out) {

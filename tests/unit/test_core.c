@@ -1,4 +1,4 @@
-/* Core: Philox known answers, the RNG helpers, f16/bf16 conversion (f16
+/* Core: Philox known answers, the RNG helpers and bulk fills, f16/bf16 conversion (f16
  * against its definition over every half and a million floats, F16C and
  * the portable code alike),
  * device specs, per-device memory accounting and the worker thread of
@@ -45,6 +45,29 @@ static void test_philox(void) {
     m += z, v += z * z;
   }
   CHECK(fabs(m / 20000) < 0.03 && fabs(v / 20000 - 1) < 0.05);
+}
+
+/* The bulk fills give a fresh generator's values bit for bit: sizes
+ * around the 8-block vector groups and the 1024-block tasks, and past the
+ * OpenMP thresholds (several threads when OMP_NUM_THREADS allows). */
+static void test_rng_fill(void) {
+  static const int64_t ns[] = {0, 1, 2, 3, 5, 31, 32, 33, 2047, 2049, 4095, 4097, 70001, 300007};
+  float *got = malloc(300007 * sizeof *got);
+  for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+    const int64_t n = ns[k];
+    const uint64_t seed = 0x123456789abcull + (uint64_t)k;
+    int64_t bad_u = 0, bad_n = 0;
+    ct_rng r;
+    ct_rng_fill_uniform(got, n, seed, CT_RNG_INIT, (uint32_t)k, 9);
+    ct_rng_init(&r, seed, CT_RNG_INIT, (uint32_t)k, 9);
+    for (int64_t i = 0; i < n; i++) bad_u += got[i] != ct_rng_uniform(&r);
+    ct_rng_fill_normal(got, n, 0.37, seed, CT_RNG_INIT, (uint32_t)k, 9);
+    ct_rng_init(&r, seed, CT_RNG_INIT, (uint32_t)k, 9);
+    for (int64_t i = 0; i < n; i++) bad_n += got[i] != (float)(ct_rng_normal(&r) * 0.37);
+    CHECK_MSG(bad_u == 0 && bad_n == 0, "fill of %lld: %lld uniform and %lld normal values differ from the generator's",
+              (long long)n, (long long)bad_u, (long long)bad_n);
+  }
+  free(got);
 }
 
 static void test_half(void) {
@@ -201,6 +224,7 @@ static void test_devices(void) {
 
 int main(void) {
   test_philox();
+  test_rng_fill();
   test_half();
   test_half_exhaustive();
   test_devices();
