@@ -1,4 +1,3 @@
-#include <time.h>
 /* Channels-last (CT_LAYOUT_NHWC) activations on CUDA (src/nn/layout.h,
  * cuda_conv.c, cuda_pool.cu): conv2d forward, backward-data (overwriting
  * and accumulating) and backward-weights (every plain/NHWC mix of input
@@ -304,68 +303,32 @@ int main(void) {
   CHECK(ct_device_backend(gpu)->act_layout == CT_LAYOUT_NHWC);
   for (int xn = 0; xn < 2; xn++)
     for (int yn = 0; yn < 2; yn++) {
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
       conv_case(gpu, ref, xn, yn, 1, 6, 3);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "conv_case(gpu, ref, xn, yn, 1, 6, 3);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
       conv_case(gpu, ref, xn, yn, 1, 6, 1); /* 1x1: the filter is used where it lies */
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "conv_case(gpu, ref, xn, yn, 1, 6, 1); /* 1x1: the filter is used where it lies */"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
       conv_case(gpu, ref, xn, yn, 1, 1, 3); /* one input channel: x, dx likewise */
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "conv_case(gpu, ref, xn, yn, 1, 1, 3); /* one input channel: x, dx likewise */"); }
     }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   conv_case(gpu, ref, 1, 1, 2, 6, 3);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "conv_case(gpu, ref, 1, 1, 2, 6, 3);"); }
   /* Again with the algorithms chosen by cudnnFind* timing runs
    * (--cudnn-benchmark), a plan cache of their own. */
   CHECK_OK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmark", 1));
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   conv_case(gpu, ref, 1, 1, 1, 6, 3);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "conv_case(gpu, ref, 1, 1, 1, 6, 3);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   conv_case(gpu, ref, 0, 1, 1, 6, 3);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "conv_case(gpu, ref, 0, 1, 1, 6, 3);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   conv_case(gpu, ref, 0, 1, 1, 6, 1);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "conv_case(gpu, ref, 0, 1, 1, 6, 1);"); }
   CHECK_OK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmark", 0));
   CHECK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmarks", 1) == CT_ERR_NOT_FOUND);
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   check_pool(gpu, ref, 1);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "check_pool(gpu, ref, 1);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   check_pool(gpu, ref, 0);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "check_pool(gpu, ref, 0);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   check_global_pool(gpu, ref, 1);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "check_global_pool(gpu, ref, 1);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   check_global_pool(gpu, ref, 0);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "check_global_pool(gpu, ref, 0);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP32, 2, 0);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "compare_step(gpu, \"cnn\", 1, 28, 28, CT_PRECISION_FP32, 2, 0);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_BF16, 2, 0);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "compare_step(gpu, \"cnn\", 1, 28, 28, CT_PRECISION_BF16, 2, 0);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP16, 2, 0);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "compare_step(gpu, \"cnn\", 1, 28, 28, CT_PRECISION_FP16, 2, 0);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_FP32, 6, 0);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "compare_step(gpu, \"alexnet\", 3, 64, 64, CT_PRECISION_FP32, 6, 0);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_BF16, 6, 0);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "compare_step(gpu, \"alexnet\", 3, 64, 64, CT_PRECISION_BF16, 6, 0);"); }
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   compare_step(gpu, "resnet18", 3, 32, 32, CT_PRECISION_FP32, 0, 0);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "compare_step(gpu, \"resnet18\", 3, 32, 32, CT_PRECISION_FP32, 0, 0);"); }
   /* bf16 NHWC: the stem's and each block's first batch norm take their
    * ReLU fused (9), against the plain step's unfused ones */
-  { struct timespec T0,T1; clock_gettime(CLOCK_MONOTONIC,&T0);
   compare_step(gpu, "resnet18", 3, 32, 32, CT_PRECISION_BF16, 1, 9);
-  clock_gettime(CLOCK_MONOTONIC,&T1); fprintf(stderr,"TIME %6.2f %s\n",(T1.tv_sec-T0.tv_sec)+1e-9*(T1.tv_nsec-T0.tv_nsec), "compare_step(gpu, \"resnet18\", 3, 32, 32, CT_PRECISION_BF16, 1, 9);"); }
   ct_device_close(ref);
   ct_device_close(gpu);
   return test_summary("gpu_layout");
