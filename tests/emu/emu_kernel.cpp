@@ -74,6 +74,12 @@ struct Sched {
   const std::function<void()> *run = nullptr;
   Thread *cur = nullptr;
   int cur_fiber = -1;
+  /* Releases done by the thread whose wait completed them: the released
+   * threads in the order to resume them, and the waits counted so far. */
+  std::vector<int> ready;
+  size_t ready_head = 0;
+  int wait_block = 0;
+  int warp_wait[kMaxThreads / 32] = {};
 };
 
 thread_local Sched *g_sched;
@@ -108,9 +114,12 @@ Sched &sched() {
 }  // namespace ct_emu
 
 #if defined(__x86_64__)
-/* ct_emu_switch(save, to): pushes the callee-saved registers and the
- * floating-point control words, stores the stack pointer in *save, loads
- * `to` and pops the same frame there. */
+/* ct_emu_switch(save, to): pushes the callee-saved registers, stores the
+ * stack pointer in *save, loads `to` and pops the same frame there. The
+ * floating-point control words (MXCSR, x87 CW) are not switched: every
+ * fiber runs kernel code on the scheduler thread's environment and none
+ * changes it (no rounding-mode or exception-mask calls in the kernels or
+ * the emulator), and saving and loading them was 80% of a switch. */
 extern "C" void ct_emu_switch(void **save, void *to);
 extern "C" void ct_emu_trampoline(void);
 asm(R"(
@@ -124,14 +133,8 @@ ct_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -163,8 +166,72 @@ void jump(Fiber *save, Fiber *to) {
 #endif
 }
 
+void fiber_init(Sched &s, int fi);
+
+/* Switches from the running context (saved in *save) to the next one: an
+ * unstarted thread on a fresh fiber, else the next released thread, else
+ * the scheduler, which reports what cannot go on. Going from thread to
+ * thread directly, rather than through the scheduler, halves the switches
+ * of a barrier or shuffle (a switch costs mostly its stack misses). */
+void switch_to_next(Sched &s, Fiber *save) {
+  if (s.next < s.nt) {
+    int fi = s.free_fibers.back();
+    s.free_fibers.pop_back();
+    fiber_init(s, fi);
+    s.cur_fiber = fi;
+    jump(save, &s.fibers[fi]);
+    return;
+  }
+  if (s.ready_head < s.ready.size()) {
+    Thread &nx = s.t[s.ready[s.ready_head++]];
+    s.cur = &nx;
+    s.cur_fiber = nx.fiber;
+    if (&s.fibers[nx.fiber] != save) jump(save, &s.fibers[nx.fiber]); /* else: the waiter itself goes on */
+    return;
+  }
+  jump(save, &s.main);
+}
+
+/* Marks threads lo..hi-1 released, queued in the order they would start. */
+void release(Sched &s, int lo, int hi) {
+  for (int k = lo; k < hi; k++) {
+    const int i = s.rev ? hi - 1 - (k - lo) : k;
+    s.t[i].state = READY;
+    s.ready.push_back(i);
+  }
+}
+
+/* Warp w's shuffle once all 32 lanes wait at one the emulator models;
+ * anything else is left for run_block to report. */
+void try_release_warp(Sched &s, int w) {
+  const int lo = w * 32;
+  if (lo + 32 > s.nt || s.warp_wait[w] < 32) return;
+  for (int i = lo; i < lo + 32; i++)
+    if (s.t[i].mask != 0xffffffffu || s.t[i].src < 0 || s.t[i].src >= 32) return;
+  for (int i = lo; i < lo + 32; i++) s.t[i].out = s.t[lo + s.t[i].src].val;
+  s.warp_wait[w] = 0;
+  release(s, lo, lo + 32);
+}
+
+/* The block barrier once every thread waits at the same kind of one. */
+void try_release_block(Sched &s) {
+  if (s.wait_block < s.nt) return;
+  const int op = s.t[0].op;
+  int any = 0, all = 1, count = 0;
+  for (int i = 0; i < s.nt; i++) {
+    if (s.t[i].op != op) return;
+    any |= s.t[i].pred;
+    all &= s.t[i].pred;
+    count += s.t[i].pred;
+  }
+  const int r = op == 1 ? any : op == 2 ? all : op == 3 ? count : 0;
+  for (int i = 0; i < s.nt; i++) s.t[i].result = r;
+  s.wait_block = 0;
+  release(s, 0, s.nt);
+}
+
 /* A fiber runs unstarted threads one after another until one waits at a
- * barrier (that thread keeps the fiber; the scheduler starts another) or
+ * barrier (that thread keeps the fiber; another starts on a fresh one) or
  * none is left. A kernel without barriers thus runs a whole block on one
  * fiber with two switches. */
 [[noreturn]] void fiber_main(void *) {
@@ -183,7 +250,7 @@ void jump(Fiber *save, Fiber *to) {
      * thread had started, so the loop ends here for its fiber. */
   }
   s.free_fibers.push_back(me);
-  jump(&s.fibers[me], &s.main);
+  switch_to_next(s, &s.fibers[me]); /* saving into a free fiber is harmless: it is reinitialised before use */
   __builtin_unreachable();
 }
 
@@ -193,19 +260,17 @@ void fiber_entry_uc() { fiber_main(nullptr); }
 
 void fiber_init(Sched &s, int fi) {
   Fiber &f = s.fibers[fi];
-  char *top = s.stacks + (size_t)fi * (kStack + kGuard) + kGuard + kStack;
+  /* Stack tops 64 bytes apart modulo 4 KiB: at one offset in their pages,
+   * the tops of a block's fibers would all fall in one L1 cache set and
+   * evict each other at every switch. */
+  char *top = s.stacks + (size_t)fi * (kStack + kGuard) + kGuard + kStack - (size_t)(fi & 63) * 64;
 #if defined(__x86_64__)
-  uint64_t *sp = (uint64_t *)((uintptr_t)top & ~(uintptr_t)15) - 8;
-  uint32_t mx;
-  uint16_t cw;
-  asm volatile("stmxcsr %0" : "=m"(mx));
-  asm volatile("fnstcw %0" : "=m"(cw));
-  sp[0] = (uint64_t)mx | ((uint64_t)cw << 32);
-  sp[1] = sp[2] = 0;                        /* r15, r14 */
-  sp[3] = (uint64_t)(uintptr_t)&fiber_main; /* r13: entry */
-  sp[4] = 0;                                /* r12: its argument */
-  sp[5] = sp[6] = 0;                        /* rbx, rbp */
-  sp[7] = (uint64_t)(uintptr_t)&ct_emu_trampoline;
+  uint64_t *sp = (uint64_t *)((uintptr_t)top & ~(uintptr_t)15) - 7;
+  sp[0] = sp[1] = 0;                        /* r15, r14 */
+  sp[2] = (uint64_t)(uintptr_t)&fiber_main; /* r13: entry */
+  sp[3] = 0;                                /* r12: its argument */
+  sp[4] = sp[5] = 0;                        /* rbx, rbp */
+  sp[6] = (uint64_t)(uintptr_t)&ct_emu_trampoline;
   f.sp = sp;
 #else
   getcontext(&f.uc);
@@ -216,11 +281,20 @@ void fiber_init(Sched &s, int fi) {
 #endif
 }
 
-/* From a thread: wait (state already set) until the scheduler resumes it. */
+/* From a thread: wait (state already set) until released. The wait that
+ * completes a warp's shuffle or the block's barrier releases it here. */
 void wait_here(Sched &s) {
   Thread *th = s.cur;
-  jump(&s.fibers[th->fiber], &s.main);
-  /* resumed: the scheduler set s.cur = th and s.cur_fiber */
+  const int i = (int)(th - s.t.data());
+  if (th->state == WAIT_WARP) {
+    s.warp_wait[i / 32]++;
+    try_release_warp(s, i / 32);
+  } else {
+    s.wait_block++;
+    try_release_block(s);
+  }
+  switch_to_next(s, &s.fibers[th->fiber]);
+  /* resumed: s.cur == th again */
 }
 
 int g_reverse = -1; /* -1: from CT_EMU_REVERSE at the first launch */
@@ -237,6 +311,10 @@ bool run_block(Sched &s, const char *name, int nt) {
   if (sh1 > sh0) memset(__start_ct_emu_shared, 0xff, sh1 - sh0);
   s.nt = nt;
   s.next = 0;
+  s.ready.clear();
+  s.ready_head = 0;
+  s.wait_block = 0;
+  memset(s.warp_wait, 0, sizeof s.warp_wait);
   for (int i = 0; i < nt; i++) {
     s.t[i].state = UNSTARTED;
     s.t[i].fiber = -1;
@@ -251,14 +329,10 @@ bool run_block(Sched &s, const char *name, int nt) {
     return false;
   };
   for (;;) {
-    /* Start what has not started, then resume what a release made ready. */
-    while (s.next < nt) {
-      int fi = s.free_fibers.back();
-      s.free_fibers.pop_back();
-      fiber_init(s, fi);
-      s.cur_fiber = fi;
-      jump(&s.main, &s.fibers[fi]);
-    }
+    /* Start what has not started: the threads then pass control among
+     * themselves (switch_to_next) and come back here when none can run. */
+    while (s.next < nt) switch_to_next(s, &s.main);
+    /* Resume what a release below made ready. */
     for (int k = 0; k < nt; k++) {
       Thread &th = s.t[s.rev ? nt - 1 - k : k];
       if (th.state != READY) continue;
@@ -288,6 +362,7 @@ bool run_block(Sched &s, const char *name, int nt) {
         th.out = s.t[lo + th.src].val;
       }
       for (int i = lo; i < hi; i++) s.t[i].state = READY;
+      s.warp_wait[w] = 0;
       released = true;
     }
     if (released) continue;
@@ -304,6 +379,7 @@ bool run_block(Sched &s, const char *name, int nt) {
         s.t[i].result = r;
         s.t[i].state = READY;
       }
+      s.wait_block = 0;
       continue;
     }
     if (wblock)
