@@ -323,8 +323,14 @@ int main(void) {
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP32, 2, 0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_BF16, 2, 0);
   compare_step(gpu, "cnn", 1, 28, 28, CT_PRECISION_FP16, 2, 0);
-  compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_FP32, 6, 0);
-  compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_BF16, 6, 0);
+  /* A rerun under one of the emulator's cuDNN fault modes
+   * (CTRAIN_TEST_EMU_VARIANT, tests/emu/CMakeLists.txt) leaves out AlexNet:
+   * its steps are most of the emulator's time, and cnn and resnet18 take
+   * the same fallbacks (plain input, a flatten after NHWC). */
+  if (!getenv("CTRAIN_TEST_EMU_VARIANT")) {
+    compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_FP32, 6, 0);
+    compare_step(gpu, "alexnet", 3, 64, 64, CT_PRECISION_BF16, 6, 0);
+  }
   compare_step(gpu, "resnet18", 3, 32, 32, CT_PRECISION_FP32, 0, 0);
   /* bf16 NHWC: the stem's and each block's first batch norm take their
    * ReLU fused (9), against the plain step's unfused ones */

@@ -336,7 +336,10 @@ int main(void) {
   test_pipeline_and_graph(d, "cnn", 0);
   test_pipeline_and_graph(d, "mlp", 1);
   test_blas_cache(d);
-  test_linreg(d);
+  /* The fused linear regression uses neither cuBLASLt nor staging, which
+   * is all the emulator's fault-mode reruns (CTRAIN_TEST_EMU_VARIANT)
+   * change. */
+  if (!getenv("CTRAIN_TEST_EMU_VARIANT")) test_linreg(d);
   ct_device_close(d);
   return test_summary("test_gpu_step");
 }
