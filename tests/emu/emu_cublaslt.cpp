@@ -33,6 +33,7 @@
  * one may for a shape, type or alignment, so the caller's fallback runs. */
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
@@ -358,17 +359,18 @@ void run_job(const Job &j) {
   if (j.ws && j.ws_size) std::memset(j.ws, 0xff, j.ws_size);
   const bool tf32 = p.desc.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   const size_t M = p.m, N = p.n, K = p.k;
-  std::vector<double> a(M * K), b(N * K);  // op(A) by rows, op(B) by columns
+  /* op(B) by columns, whole; op(A) by rows, a block of rows at a time
+   * (a 4096 x 25088 weight as doubles would be 822 MB, allocated fresh at
+   * every call). Both buffers are kept for the next call: fresh pages cost
+   * more than the products here. Every D element is still one dot
+   * product over K in the same order. */
+  static thread_local std::vector<double> a, b;
+  const size_t rows = std::max<size_t>(1, std::min<size_t>(M, ((size_t)1 << 21) / K));
+  if (a.size() < rows * K) a.resize(rows * K);
+  if (b.size() < N * K) b.resize(N * K);
   for (int bt = 0; bt < p.d.batch; bt++) {
     const size_t oa = (size_t)p.a.stride * bt, ob = (size_t)p.b.stride * bt;
     const size_t oc = (size_t)p.c.stride * bt, od = (size_t)p.d.stride * bt;
-    for (size_t i = 0; i < M; i++)
-      for (size_t q = 0; q < K; q++) {
-        size_t idx = oa + (p.desc.ta == CUBLAS_OP_N ? q * p.a.ld + i : i * p.a.ld + q);
-        double v = read_elem(j.A, idx, p.a.type);
-        if (tf32) v = ct_emu::round_tf32((float)v);
-        a[i * K + q] = v;
-      }
     for (size_t c = 0; c < N; c++)
       for (size_t q = 0; q < K; q++) {
         size_t idx = ob + (p.desc.tb == CUBLAS_OP_N ? c * p.b.ld + q : q * p.b.ld + c);
@@ -378,40 +380,50 @@ void run_job(const Job &j) {
       }
     const bool bias = epi_has_bias(p.desc.epi), relu = epi_has_relu(p.desc.epi);
     const size_t obias = (size_t)p.desc.bias_batch_stride * bt;
-    /* Products for four columns at a time: independent sums keep the
-     * floating-point pipeline full (the order of a double sum of f32
-     * products moves the result far less than any tolerance). */
-    std::vector<double> acc4(4);
-    for (size_t c0 = 0; c0 < N; c0 += 4)
-      for (size_t i = 0; i < M; i++) {
-        const size_t nc = N - c0 < 4 ? N - c0 : 4;
-        const double *ar = &a[i * K];
-        if (nc == 4) {
-          const double *b0 = &b[c0 * K], *b1 = b0 + K, *b2 = b1 + K, *b3 = b2 + K;
-          double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-          for (size_t q = 0; q < K; q++) {
-            const double x = ar[q];
-            s0 += x * b0[q], s1 += x * b1[q], s2 += x * b2[q], s3 += x * b3[q];
+    for (size_t i0 = 0; i0 < M; i0 += rows) {
+      const size_t i1 = std::min(M, i0 + rows);
+      for (size_t i = i0; i < i1; i++)
+        for (size_t q = 0; q < K; q++) {
+          size_t idx = oa + (p.desc.ta == CUBLAS_OP_N ? q * p.a.ld + i : i * p.a.ld + q);
+          double v = read_elem(j.A, idx, p.a.type);
+          if (tf32) v = ct_emu::round_tf32((float)v);
+          a[(i - i0) * K + q] = v;
+        }
+      /* Products for four columns at a time: independent sums keep the
+       * floating-point pipeline full (the order of a double sum of f32
+       * products moves the result far less than any tolerance). */
+      double acc4[4];
+      for (size_t c0 = 0; c0 < N; c0 += 4)
+        for (size_t i = i0; i < i1; i++) {
+          const size_t nc = N - c0 < 4 ? N - c0 : 4;
+          const double *ar = &a[(i - i0) * K];
+          if (nc == 4) {
+            const double *b0 = &b[c0 * K], *b1 = b0 + K, *b2 = b1 + K, *b3 = b2 + K;
+            double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (size_t q = 0; q < K; q++) {
+              const double x = ar[q];
+              s0 += x * b0[q], s1 += x * b1[q], s2 += x * b2[q], s3 += x * b3[q];
+            }
+            acc4[0] = s0, acc4[1] = s1, acc4[2] = s2, acc4[3] = s3;
+          } else {
+            for (size_t u = 0; u < nc; u++) {
+              const double *bc = &b[(c0 + u) * K];
+              double t = 0;
+              for (size_t q = 0; q < K; q++) t += ar[q] * bc[q];
+              acc4[u] = t;
+            }
           }
-          acc4[0] = s0, acc4[1] = s1, acc4[2] = s2, acc4[3] = s3;
-        } else {
           for (size_t u = 0; u < nc; u++) {
-            const double *bc = &b[(c0 + u) * K];
-            double t = 0;
-            for (size_t q = 0; q < K; q++) t += ar[q] * bc[q];
-            acc4[u] = t;
+            const size_t c = c0 + u;
+            const double acc = acc4[u];
+            double v = alpha * acc;
+            if (beta != 0) v += beta * read_elem(j.C, oc + c * p.c.ld + i, p.c.type);
+            if (bias) v += read_elem(p.desc.bias, obias + i, p.bias_type);
+            if (relu) v = v > 0 ? v : 0;
+            write_elem(j.D, od + c * p.d.ld + i, p.d.type, v);
           }
         }
-        for (size_t u = 0; u < nc; u++) {
-          const size_t c = c0 + u;
-          const double acc = acc4[u];
-          double v = alpha * acc;
-          if (beta != 0) v += beta * read_elem(j.C, oc + c * p.c.ld + i, p.c.type);
-          if (bias) v += read_elem(p.desc.bias, obias + i, p.bias_type);
-          if (relu) v = v > 0 ? v : 0;
-          write_elem(j.D, od + c * p.d.ld + i, p.d.type, v);
-        }
-      }
+    }
   }
 }
 
