@@ -5,12 +5,16 @@
  * instructions (x86-64 below, ucontext elsewhere). Threads start in index
  * order; a fiber runs them one after another until one waits at a barrier,
  * which keeps that fiber while another takes over, so a kernel without
- * barriers costs one fiber per block. Once every thread has ended or
- * waits, the waits that can be released are (a warp shuffle when all 32
- * lanes wait at one, a block barrier when every thread of the block waits
- * at one), the released threads run on, and the pass repeats. CT_EMU_REVERSE=1 runs blocks and threads in reverse order: a
- * kernel whose result changes with it depends on an order the hardware
- * does not promise. */
+ * barriers costs one fiber per block. The wait that completes a release
+ * (the 32nd lane of a warp at a shuffle, the last thread of the block at a
+ * barrier) releases it and queues the released threads, and a waiting
+ * thread switches straight to the next one to run: an unstarted thread,
+ * else the next queued one, in the order a pass over the block would take
+ * them. Only when none can run does control return to the scheduler, which
+ * reports the wait that cannot be released (a shuffle with missing lanes,
+ * a barrier in divergent code). CT_EMU_REVERSE=1 runs blocks and threads
+ * in reverse order: a kernel whose result changes with it depends on an
+ * order the hardware does not promise. */
 #include <signal.h>
 #include <sys/mman.h>
 
