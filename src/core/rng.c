@@ -150,24 +150,21 @@ static void fill_blocks(uint64_t seed, uint32_t kind, uint32_t a, uint32_t b, ui
   }
 }
 
-void ct_rng_fill_uniform(float *out, int64_t n, uint64_t seed, uint32_t kind, uint32_t a, uint32_t b) {
-  const int64_t per = 4 * FILL_BLOCKS, tasks = (n + per - 1) / per;
-#pragma omp parallel for schedule(static) if (n > 65536)
+/* One task loop for both fills: a block gives 4 uniforms or 2 normals
+ * (vpb values); a task covers FILL_BLOCKS blocks. */
+static void fill(float *out, int64_t n, int normal, double scale, uint64_t seed, uint32_t kind, uint32_t a,
+                 uint32_t b) {
+  const int vpb = normal ? 2 : 4;
+  const int64_t per = (int64_t)vpb * FILL_BLOCKS, tasks = (n + per - 1) / per;
+#pragma omp parallel for schedule(static) if (n > 16384 * vpb)
   for (int64_t t = 0; t < tasks; t++) {
     uint32_t w[4 * FILL_BLOCKS];
     const int64_t i0 = t * per, m = n - i0 < per ? n - i0 : per;
-    fill_blocks(seed, kind, a, b, (uint32_t)(i0 / 4), (int)((m + 3) / 4), w);
-    for (int64_t i = 0; i < m; i++) out[i0 + i] = word_uniform(w[i]);
-  }
-}
-
-void ct_rng_fill_normal(float *out, int64_t n, double scale, uint64_t seed, uint32_t kind, uint32_t a, uint32_t b) {
-  const int64_t per = 2 * FILL_BLOCKS, tasks = (n + per - 1) / per;
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t t = 0; t < tasks; t++) {
-    uint32_t w[4 * FILL_BLOCKS];
-    const int64_t i0 = t * per, m = n - i0 < per ? n - i0 : per;
-    fill_blocks(seed, kind, a, b, (uint32_t)(i0 / 2), (int)((m + 1) / 2), w);
+    fill_blocks(seed, kind, a, b, (uint32_t)(i0 / vpb), (int)((m + vpb - 1) / vpb), w);
+    if (!normal) {
+      for (int64_t i = 0; i < m; i++) out[i0 + i] = word_uniform(w[i]);
+      continue;
+    }
     for (int64_t i = 0; i < m; i += 2) {
       double z0, z1;
       box_muller(w + 2 * i, &z0, &z1);
@@ -175,6 +172,14 @@ void ct_rng_fill_normal(float *out, int64_t n, double scale, uint64_t seed, uint
       if (i + 1 < m) out[i0 + i + 1] = (float)(z1 * scale);
     }
   }
+}
+
+void ct_rng_fill_uniform(float *out, int64_t n, uint64_t seed, uint32_t kind, uint32_t a, uint32_t b) {
+  fill(out, n, 0, 1.0, seed, kind, a, b);
+}
+
+void ct_rng_fill_normal(float *out, int64_t n, double scale, uint64_t seed, uint32_t kind, uint32_t a, uint32_t b) {
+  fill(out, n, 1, scale, seed, kind, a, b);
 }
 
 uint32_t ct_rng_below(ct_rng *r, uint32_t n) {
