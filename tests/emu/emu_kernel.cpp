@@ -264,10 +264,7 @@ void fiber_entry_uc() { fiber_main(nullptr); }
 
 void fiber_init(Sched &s, int fi) {
   Fiber &f = s.fibers[fi];
-  /* Stack tops 64 bytes apart modulo 4 KiB: at one offset in their pages,
-   * the tops of a block's fibers would all fall in one L1 cache set and
-   * evict each other at every switch. */
-  char *top = s.stacks + (size_t)fi * (kStack + kGuard) + kGuard + kStack - (size_t)(fi & 63) * 64;
+  char *top = s.stacks + (size_t)fi * (kStack + kGuard) + kGuard + kStack;
 #if defined(__x86_64__)
   uint64_t *sp = (uint64_t *)((uintptr_t)top & ~(uintptr_t)15) - 7;
   sp[0] = sp[1] = 0;                        /* r15, r14 */
@@ -308,7 +305,7 @@ bool reverse_order() {
   return g_reverse;
 }
 
-/* Runs one block to the end; false (after ct_emu::fail) on a barrier the
+/* Runs one block to the end; false (after ct_emu::fail) on a wait the
  * block cannot pass. */
 bool run_block(Sched &s, const char *name, int nt) {
   const uintptr_t sh0 = (uintptr_t)__start_ct_emu_shared, sh1 = (uintptr_t)__stop_ct_emu_shared;
@@ -332,65 +329,32 @@ bool run_block(Sched &s, const char *name, int nt) {
       if (s.t[i].state == WAIT_BLOCK || s.t[i].state == WAIT_WARP) s.free_fibers.push_back(s.t[i].fiber);
     return false;
   };
-  for (;;) {
-    /* Start what has not started: the threads then pass control among
-     * themselves (switch_to_next) and come back here when none can run. */
-    while (s.next < nt) switch_to_next(s, &s.main);
-    /* Resume what a release below made ready. */
-    for (int k = 0; k < nt; k++) {
-      Thread &th = s.t[s.rev ? nt - 1 - k : k];
-      if (th.state != READY) continue;
-      s.cur = &th;
-      s.cur_fiber = th.fiber;
-      jump(&s.main, &s.fibers[th.fiber]);
-    }
-    int done = 0, wblock = 0;
-    for (int i = 0; i < nt; i++) {
-      done += s.t[i].state == DONE;
-      wblock += s.t[i].state == WAIT_BLOCK;
-    }
-    if (done == nt) return true;
-    bool released = false;
-    for (int w = 0; w * 32 < nt; w++) {
-      int lo = w * 32, hi = lo + 32 < nt ? lo + 32 : nt, waiting = 0;
-      for (int i = lo; i < hi; i++) waiting += s.t[i].state == WAIT_WARP;
-      if (!waiting) continue;
-      if (hi - lo < 32) return where("warp shuffle", "a full mask in a warp of " + std::to_string(hi - lo) + " lanes");
-      if (waiting < 32)
-        return where("warp shuffle", std::to_string(32 - waiting) + " lanes of warp " + std::to_string(w) +
-                                         " exited or wait at __syncthreads");
-      for (int i = lo; i < hi; i++) {
-        Thread &th = s.t[i];
-        if (th.mask != 0xffffffffu || th.src < 0 || th.src >= 32)
-          return where("warp shuffle", "mask or source lane the emulator does not model");
-        th.out = s.t[lo + th.src].val;
-      }
-      for (int i = lo; i < hi; i++) s.t[i].state = READY;
-      s.warp_wait[w] = 0;
-      released = true;
-    }
-    if (released) continue;
-    if (wblock && wblock == nt) {
-      int op = s.t[0].op, any = 0, all = 1, count = 0;
-      for (int i = 0; i < nt; i++) {
-        if (s.t[i].op != op) return where("__syncthreads", "threads wait at different barrier kinds");
-        any |= s.t[i].pred;
-        all &= s.t[i].pred;
-        count += s.t[i].pred;
-      }
-      int r = op == 1 ? any : op == 2 ? all : op == 3 ? count : 0;
-      for (int i = 0; i < nt; i++) {
-        s.t[i].result = r;
-        s.t[i].state = READY;
-      }
-      s.wait_block = 0;
-      continue;
-    }
-    if (wblock)
-      return where("__syncthreads", std::to_string(wblock) + " threads wait while " + std::to_string(done) +
-                                        " have exited (a barrier in divergent code)");
-    return where("scheduler", "no thread can run");
+  /* Start the first thread: the threads then pass control among
+   * themselves (switch_to_next), every release done by the wait that
+   * completes it, and control comes back here only when none can run:
+   * every thread has ended, or the waits left cannot be released. */
+  while (s.next < nt) switch_to_next(s, &s.main);
+  int done = 0, wblock = 0;
+  for (int i = 0; i < nt; i++) {
+    done += s.t[i].state == DONE;
+    wblock += s.t[i].state == WAIT_BLOCK;
   }
+  if (done == nt) return true;
+  for (int w = 0; w * 32 < nt; w++) {
+    int lo = w * 32, hi = lo + 32 < nt ? lo + 32 : nt, waiting = 0;
+    for (int i = lo; i < hi; i++) waiting += s.t[i].state == WAIT_WARP;
+    if (!waiting) continue;
+    if (hi - lo < 32) return where("warp shuffle", "a full mask in a warp of " + std::to_string(hi - lo) + " lanes");
+    if (waiting < 32)
+      return where("warp shuffle", std::to_string(32 - waiting) + " lanes of warp " + std::to_string(w) +
+                                       " exited or wait at __syncthreads");
+    return where("warp shuffle", "mask or source lane the emulator does not model");
+  }
+  if (wblock == nt) return where("__syncthreads", "threads wait at different barrier kinds");
+  if (wblock)
+    return where("__syncthreads", std::to_string(wblock) + " threads wait while " + std::to_string(done) +
+                                      " have exited (a barrier in divergent code)");
+  return where("scheduler", "no thread can run");
 }
 
 }  // namespace
