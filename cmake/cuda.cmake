@@ -65,7 +65,12 @@ if(CTRAIN_WITH_CUDA AND CTRAIN_CUDA_SOURCES)
       endif()
       target_include_directories(ctrain_cuda PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src
                                  ${CUDNN_INCLUDE_DIR})
-      target_link_libraries(ctrain_cuda PRIVATE CUDA::cudart CUDA::cublasLt)
+      # cuBLASLt is loaded when a CUDA device opens, not linked
+      # (src/backend/cuda/cuda_lt.h: linking it costs every process ~150 MB
+      # of RSS); the directory found here is the loader's last resort.
+      get_filename_component(ctrain_cublaslt_dir "${CUDA_cublasLt_LIBRARY}" DIRECTORY)
+      target_compile_definitions(ctrain_cuda PRIVATE CTRAIN_CUBLASLT_DIR="${ctrain_cublaslt_dir}")
+      target_link_libraries(ctrain_cuda PRIVATE CUDA::cudart)
       set_target_properties(ctrain_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON)
       target_sources(ctrain PRIVATE $<TARGET_OBJECTS:ctrain_cuda>)
       # ctrain was created before CUDA was enabled, so it missed the default.
@@ -73,7 +78,7 @@ if(CTRAIN_WITH_CUDA AND CTRAIN_CUDA_SOURCES)
       target_compile_definitions(ctrain_core PRIVATE CTRAIN_HAVE_CUDA)
       # Runtime API only (never CUDA::cuda_driver): the library loads
       # without libcuda.so and reports "no CUDA driver" when asked for a GPU.
-      target_link_libraries(ctrain PUBLIC CUDA::cudart CUDA::cublasLt ${CUDNN_LIBRARY})
+      target_link_libraries(ctrain PUBLIC CUDA::cudart ${CUDNN_LIBRARY} ${CMAKE_DL_LIBS})
       message(STATUS "ctrain: cuDNN ${CUDNN_LIBRARY}, CUDA archs ${CMAKE_CUDA_ARCHITECTURES}")
     else()
       message(WARNING "ctrain: nvcc found but cuDNN (cudnn.h / libcudnn) or cuBLASLt not: CUDA backend disabled. "

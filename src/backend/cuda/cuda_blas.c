@@ -85,10 +85,10 @@ struct cuda_blas_cache {
 };
 
 static void plan_destroy(blas_plan *p) {
-  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
-  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+  if (p->ld) cuda_lt.MatrixLayoutDestroy(p->ld);
+  if (p->lb) cuda_lt.MatrixLayoutDestroy(p->lb);
+  if (p->la) cuda_lt.MatrixLayoutDestroy(p->la);
+  if (p->desc) cuda_lt.MatmulDescDestroy(p->desc);
 }
 
 void cuda_blas_cache_free(ct_device *d) {
@@ -114,40 +114,40 @@ static ct_status plan_build(ct_device *d, const gemm_args *g, blas_plan *p) {
   ct_status s = CT_OK;
   cublasLtMatmulPreference_t pref = NULL;
   cublasComputeType_t ct = (g->at == CT_F32 && cd->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  LT(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F));
-  LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta));
-  LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb));
+  LT(cuda_lt.MatmulDescCreate(&p->desc, ct, CUDA_R_32F));
+  LT(cuda_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta));
+  LT(cuda_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb));
   if (g->epi != CUBLASLT_EPILOGUE_DEFAULT) {
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epi, sizeof g->epi));
-    if (g->bias) LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+    LT(cuda_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epi, sizeof g->epi));
+    if (g->bias) LT(cuda_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
   }
   /* Layouts describe the stored matrices, before op(). */
   int na = g->ta == CUBLAS_OP_N, nb = g->tb == CUBLAS_OP_N;
-  LT(cublasLtMatrixLayoutCreate(&p->la, lt_type(g->at), na ? g->m : g->k, na ? g->k : g->m, g->lda));
-  LT(cublasLtMatrixLayoutCreate(&p->lb, lt_type(g->bt), nb ? g->k : g->n, nb ? g->n : g->k, g->ldb));
-  LT(cublasLtMatrixLayoutCreate(&p->ld, lt_type(g->dt), g->m, g->n, g->ldd));
-  LT(cublasLtMatmulPreferenceCreate(&pref));
+  LT(cuda_lt.MatrixLayoutCreate(&p->la, lt_type(g->at), na ? g->m : g->k, na ? g->k : g->m, g->lda));
+  LT(cuda_lt.MatrixLayoutCreate(&p->lb, lt_type(g->bt), nb ? g->k : g->n, nb ? g->n : g->k, g->ldb));
+  LT(cuda_lt.MatrixLayoutCreate(&p->ld, lt_type(g->dt), g->m, g->n, g->ldd));
+  LT(cuda_lt.MatmulPreferenceCreate(&pref));
   uint64_t wsmax = LT_WORKSPACE;
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsmax, sizeof wsmax));
+  LT(cuda_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsmax, sizeof wsmax));
   /* Views into arenas may be less aligned than cudaMalloc's 256 bytes;
    * telling the heuristic keeps it from picking a kernel that needs more.
    * The alignments are part of the key, so a plan never meets a pointer
    * less aligned than the one it was chosen for. */
   uint32_t al_a = align_of(g->A), al_b = align_of(g->B), al_d = align_of(g->D);
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
-  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+  LT(cuda_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+  LT(cuda_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+  LT(cuda_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+  LT(cuda_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
   int nres = 0;
   /* "No algorithm" comes back as NOT_SUPPORTED or as a count of 0. */
-  cublasStatus_t he = cublasLtMatmulAlgoGetHeuristic(cd->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->res, &nres);
+  cublasStatus_t he = cuda_lt.MatmulAlgoGetHeuristic(cd->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref, 1, &p->res, &nres);
   if (he != CUBLAS_STATUS_SUCCESS && he != CUBLAS_STATUS_NOT_SUPPORTED) {
     s = cuda_lt_fail(he, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
     goto done;
   }
   p->none = he != CUBLAS_STATUS_SUCCESS || nres < 1;
 done:
-  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (pref) cuda_lt.MatmulPreferenceDestroy(pref);
   if (s != CT_OK) plan_destroy(p);
   return s;
 }
@@ -196,10 +196,10 @@ static ct_status gemm(ct_device *d, const gemm_args *g, const char *op) {
                     op, (unsigned long long)g->m, (unsigned long long)g->n, (unsigned long long)g->k,
                     ct_dtype_name(g->at), ct_dtype_name(g->bt), ct_dtype_name(g->dt),
                     g->epi != CUBLASLT_EPILOGUE_DEFAULT ? ", with an epilogue" : "");
-  if (g->bias) LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
+  if (g->bias) LT(cuda_lt.MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias));
   void *ws = NULL;
   if (p->res.workspaceSize > 0) CT_TRY(cuda_scratch(d, p->res.workspaceSize, &ws));
-  LT(cublasLtMatmul(cd->lt, p->desc, &g->alpha, g->A, p->la, g->B, p->lb, &g->beta, g->D, p->ld, g->D, p->ld,
+  LT(cuda_lt.Matmul(cd->lt, p->desc, &g->alpha, g->A, p->la, g->B, p->lb, &g->beta, g->D, p->ld, g->D, p->ld,
                     &p->res.algo, ws, p->res.workspaceSize, cd->stream));
 done:
   return s;

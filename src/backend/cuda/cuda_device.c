@@ -150,8 +150,10 @@ ct_status cuda_open(ct_device *d) {
   if (ce != cudaSuccess) {
     s = ct_error(CT_ERR_NO_DEVICE, "device '%s': cannot start a CUDA context: %s (%s)", spec, cudaGetErrorString(ce),
                  cudaGetErrorName(ce));
+  } else if ((s = cuda_lt_load()) != CT_OK) {
+    s = ct_error_wrap(s, "device '%s': ", spec);
   } else {
-    cublasStatus_t be = cublasLtCreate(&cd->lt);
+    cublasStatus_t be = cuda_lt.Create(&cd->lt);
     if (be != CUBLAS_STATUS_SUCCESS) s = cuda_lt_fail(be, __FILE__, __LINE__, "cublasLtCreate(&cd->lt)");
   }
   if (s == CT_OK) {
@@ -180,7 +182,7 @@ void cuda_close(ct_device *d) {
   if (cd->copy_stream) (void)cudaStreamDestroy(cd->copy_stream);
   if (cd->bn_relu) cudnnDestroyActivationDescriptor(cd->bn_relu);
   if (cd->dnn) cudnnDestroy(cd->dnn);
-  if (cd->lt) cublasLtDestroy(cd->lt);
+  if (cd->lt) cuda_lt.Destroy(cd->lt);
   if (cd->scratch) {
     (void)cudaFree(cd->scratch);
     ct_device_account(d, -(long long)cd->scratch_bytes);

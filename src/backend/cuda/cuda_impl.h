@@ -25,6 +25,7 @@ extern "C" {
 #endif
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_lt.h"
 
 /* The device object (core/device_impl.h) uses C11 atomics, which C++17
  * does not have, so only the C files see it; kernels reach the device's
