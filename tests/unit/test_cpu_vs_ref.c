@@ -113,6 +113,13 @@ static const conv_case conv_cases[] = {
     {4, 32, 13, 13, 64, 5, 5, {1, 1, 0, 0, 1, 1, 1}, 1, CT_ACT_RELU},     /* torchkeras conv2 */
     {2, 17, 8, 8, 33, 1, 1, {1, 1, 0, 0, 1, 1, 1}, 1, CT_ACT_NONE},       /* 1x1, odd channels */
     {2, 24, 10, 10, 24, 3, 3, {2, 2, 1, 1, 1, 1, 24}, 0, CT_ACT_RELU},    /* depthwise stride 2 */
+    /* Maps small enough that some taps read only padding: the cpu device
+     * crops them (dnnl_conv.c, used_taps); dw keeps beta * old there. */
+    {2, 16, 1, 1, 8, 3, 3, {1, 1, 1, 1, 1, 1, 1}, 1, CT_ACT_RELU},        /* 1x1 map: the centre tap only */
+    {3, 8, 2, 2, 16, 3, 3, {2, 2, 1, 1, 1, 1, 1}, 1, CT_ACT_NONE},        /* 2x2 map, stride 2: taps 1..2 */
+    {2, 6, 3, 2, 4, 5, 5, {1, 1, 2, 2, 1, 1, 1}, 0, CT_ACT_NONE},         /* W cropped to taps 1..3, H not */
+    {2, 8, 1, 3, 8, 3, 3, {1, 1, 1, 1, 1, 1, 2}, 1, CT_ACT_GELU},         /* groups 2, H cropped */
+    {2, 4, 2, 2, 4, 3, 3, {1, 1, 2, 2, 2, 2, 1}, 0, CT_ACT_NONE},         /* dilation 2: one tap reads, kept whole */
 };
 
 typedef struct lin_case {

@@ -10,9 +10,16 @@
  * OIhw16i16o...) and its direct JIT kernels; the entry owns the reorders
  * between those and the tensors' layouts (none for a C16 activation the
  * kernel also wants as nChw16c). cpu_conv_set_blocked(0) forces plain
- * layouts (gemm-based kernels, no reorders) so the two can be measured. */
+ * layouts (gemm-based kernels, no reorders) so the two can be measured.
+ *
+ * Kernel taps that read only padding at every output position (a 3x3
+ * kernel on a 1x1 map) are cropped away before oneDNN sees the shape
+ * (used_taps); the weights are then a strided view of the full kernel,
+ * and the dropped taps' weight gradients are zero (beta times the old
+ * value when accumulating). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/cpu_conv.h"
@@ -23,11 +30,40 @@ static int use_blocked = 1;
 void cpu_conv_set_blocked(int on) { use_blocked = on; }
 int cpu_conv_blocked(void) { return use_blocked; }
 
+/* The primitive's geometry. Kernel taps that read only padding for every
+ * output position are cropped away (see used_taps): wd then holds the
+ * cropped kernel, and the weights (and the weight gradient) are the view
+ * of the caller's full kernel at element offset woff with the full
+ * kernel's strides wstr. */
 typedef struct conv_geom {
   int64_t xd[4], wd[5], yd[4];
   int wnd; /* 4, or 5 with a leading groups dim */
+  int cropped;
+  int64_t woff;
+  dnnl_dims_t wstr;
   dnnl_dims_t strides, dil, pl, pr;
 } conv_geom;
+
+/* The taps [*t0, *t1] of one kernel dimension (extent k, stride s, left
+ * padding p, dilation d; input extent n, output extent o) that read the
+ * input at some output position. Tap t does iff some output j in [0, o)
+ * has 0 <= j*s - p + t*d < n. A small input with a large kernel leaves
+ * taps that read padding only (ResNet-18 at 32x32: its last 3x3
+ * convolutions see 1x1 maps, and only the centre tap reads data); oneDNN
+ * would compute them, and on AVX2 it falls back to im2col + GEMM for such
+ * shapes, 8x slower than the 1x1 convolution they are. Sets *t0 > *t1
+ * when no tap reads data. */
+static void used_taps(int64_t n, int64_t o, int64_t k, int64_t s, int64_t p, int64_t d, int64_t *t0, int64_t *t1) {
+  *t0 = k, *t1 = -1;
+  for (int64_t t = 0; t < k; t++) {
+    int64_t lo = t * d - p;                     /* the input row output 0 reads */
+    int64_t j = lo >= 0 ? 0 : (-lo + s - 1) / s; /* the first output that reads a row >= 0 */
+    if (j < o && lo + j * s < n) {
+      if (t < *t0) *t0 = t;
+      *t1 = t;
+    }
+  }
+}
 
 static void conv_geom_init(conv_geom *g, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w,
                            const ct_tensor *y) {
@@ -42,18 +78,45 @@ static void conv_geom_init(conv_geom *g, const ct_conv2d_params *p, const ct_ten
     g->wnd = 4;
     for (int i = 0; i < 4; i++) g->wd[i] = w->shape[i];
   }
-  int64_t kh = w->shape[2], kw = w->shape[3];
-  int dh = p->dil_h > 0 ? p->dil_h : 1, dw = p->dil_w > 0 ? p->dil_w : 1;
-  g->strides[0] = p->stride_h;
-  g->strides[1] = p->stride_w;
-  g->dil[0] = dh - 1; /* oneDNN counts the gaps, PyTorch the step */
-  g->dil[1] = dw - 1;
-  g->pl[0] = p->pad_h;
-  g->pl[1] = p->pad_w;
-  /* PyTorch floors the output size; oneDNN wants the right padding that
-   * yields exactly that size (it may be smaller than the left one). */
-  g->pr[0] = (y->shape[2] - 1) * p->stride_h + (kh - 1) * dh + 1 - x->shape[2] - p->pad_h;
-  g->pr[1] = (y->shape[3] - 1) * p->stride_w + (kw - 1) * dw + 1 - x->shape[3] - p->pad_w;
+  g->wstr[g->wnd - 1] = 1;
+  for (int i = g->wnd - 2; i >= 0; i--) g->wstr[i] = g->wstr[i + 1] * g->wd[i + 1];
+  const int64_t stride[2] = {p->stride_h, p->stride_w}, pad[2] = {p->pad_h, p->pad_w};
+  const int64_t dil[2] = {p->dil_h > 0 ? p->dil_h : 1, p->dil_w > 0 ? p->dil_w : 1};
+  g->cropped = 0;
+  g->woff = 0;
+  for (int a = 0; a < 2; a++) {
+    int64_t *k = &g->wd[g->wnd - 2 + a], t0, t1;
+    used_taps(x->shape[2 + a], y->shape[2 + a], *k, stride[a], pad[a], dil[a], &t0, &t1);
+    g->pl[a] = pad[a];
+    /* Dilation 1 only: then the cropped left padding p - t0 is never
+     * negative (the tap before t0 would otherwise read data). */
+    if (dil[a] == 1 && t0 <= t1 && (t0 > 0 || t1 < *k - 1)) {
+      g->pl[a] = pad[a] - t0;
+      g->woff += t0 * g->wstr[g->wnd - 2 + a];
+      *k = t1 - t0 + 1;
+      g->cropped = 1;
+    }
+    g->strides[a] = stride[a];
+    g->dil[a] = dil[a] - 1; /* oneDNN counts the gaps, PyTorch the step */
+    /* PyTorch floors the output size; oneDNN wants the right padding that
+     * yields exactly that size (it may be smaller than the left one). */
+    g->pr[a] = (y->shape[2 + a] - 1) * stride[a] + (*k - 1) * dil[a] + 1 - x->shape[2 + a] - g->pl[a];
+  }
+}
+
+/* The caller's weights (or weight gradient) as the primitive sees them:
+ * plain, or the cropped view into the full kernel. */
+static ct_status weights_md(dnnl_memory_desc_t *md, const conv_geom *g, ct_dtype t, const char *what) {
+  if (!g->cropped) return cpu_md_plain(md, g->wnd, g->wd, t, what);
+  dnnl_dims_t dd;
+  for (int i = 0; i < g->wnd; i++) dd[i] = g->wd[i];
+  CPU_DNNL(dnnl_memory_desc_init_by_strides(md, g->wnd, dd, cpu_dnnl_dtype(t), g->wstr), what);
+  return CT_OK;
+}
+
+/* The address of the first kept tap in a full kernel of dtype t. */
+static void *weights_at(const conv_geom *g, void *w, ct_dtype t) {
+  return (char *)w + (size_t)g->woff * ct_dtype_size(t);
 }
 
 static void key_params(cpu_key *k, const ct_conv2d_params *p) {
@@ -114,7 +177,7 @@ static ct_status make_fwd(cpu_dev *cd, cpu_entry *e, const conv_geom *g, const c
   CT_TRY(cpu_entry_finish(cd, e, what));
   dnnl_memory_desc_t xm, wm, ym, bm;
   CT_TRY(cpu_md_of(&xm, x, what));
-  CT_TRY(cpu_md_plain(&wm, g->wnd, g->wd, w->dtype, what));
+  CT_TRY(weights_md(&wm, g, w->dtype, what));
   CT_TRY(cpu_md_of(&ym, y, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_SRC, &xm, dnnl_query_src_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_WEIGHTS, &wm, dnnl_query_weights_md, 0, what));
@@ -165,7 +228,7 @@ ct_status cpu_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tenso
   CONV_ENTRY(cd, k, e, make_fwd(cd, e, &g, x, w, b, act, y, what));
   if (s == CT_OK) {
     cpu_entry_set(e, DNNL_ARG_SRC, x->data);
-    cpu_entry_set(e, DNNL_ARG_WEIGHTS, w->data);
+    cpu_entry_set(e, DNNL_ARG_WEIGHTS, weights_at(&g, w->data, w->dtype));
     if (b) cpu_entry_set(e, DNNL_ARG_BIAS, b->data);
     cpu_entry_set(e, DNNL_ARG_DST, y->data);
     s = cpu_entry_run(cd, e, what);
@@ -202,7 +265,7 @@ static ct_status make_bwd_data(cpu_dev *cd, cpu_entry *e, const conv_geom *g, co
   CT_TRY(cpu_entry_finish(cd, e, what));
   dnnl_memory_desc_t dxm, wm, dym;
   CT_TRY(cpu_md_of(&dxm, dx, what));
-  CT_TRY(cpu_md_plain(&wm, g->wnd, g->wd, w->dtype, what));
+  CT_TRY(weights_md(&wm, g, w->dtype, what));
   CT_TRY(cpu_md_of(&dym, dy, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_DIFF_DST, &dym, dnnl_query_diff_dst_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_WEIGHTS, &wm, dnnl_query_weights_md, 0, what));
@@ -234,7 +297,7 @@ ct_status cpu_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_
   CONV_ENTRY(cd, k, e, make_bwd_data(cd, e, &g, dy, w, dx, what));
   if (s == CT_OK) {
     cpu_entry_set(e, DNNL_ARG_DIFF_DST, dy->data);
-    cpu_entry_set(e, DNNL_ARG_WEIGHTS, w->data);
+    cpu_entry_set(e, DNNL_ARG_WEIGHTS, weights_at(&g, w->data, w->dtype));
     cpu_entry_set(e, DNNL_ARG_DIFF_SRC, dx->data);
     s = cpu_entry_run(cd, e, what);
   }
@@ -268,16 +331,18 @@ static ct_status make_bwd_w(cpu_dev *cd, cpu_entry *e, const conv_geom *g, const
   CT_TRY(cpu_entry_finish(cd, e, what));
   dnnl_memory_desc_t xm, dwm, dym;
   CT_TRY(cpu_md_of(&xm, x, what));
-  CT_TRY(cpu_md_plain(&dwm, g->wnd, g->wd, CT_F32, what));
+  CT_TRY(weights_md(&dwm, g, CT_F32, what));
   CT_TRY(cpu_md_of(&dym, dy, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_SRC, &xm, dnnl_query_src_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_DIFF_DST, &dym, dnnl_query_diff_dst_md, 0, what));
   CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_DIFF_WEIGHTS, &dwm, dnnl_query_diff_weights_md, 1, what));
   if (db) CT_TRY(cpu_entry_add_arg(cd, e, DNNL_ARG_DIFF_BIAS, &bm, 0, 1, what));
-  size_t wn = 1;
-  for (int i = 0; i < g->wnd; i++) wn *= (size_t)g->wd[i];
+  /* The full kernel's gradient: a cropped one writes only its view, and
+   * the dropped taps' zeros stay. */
+  size_t wn = (size_t)(g->wd[0] * g->wstr[0]);
   if (!cpu_entry_tmp(e, 0, wn * sizeof(float)) || (db && !cpu_entry_tmp(e, 1, (size_t)O * sizeof(float))))
     return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: cannot allocate gradient temporaries", what);
+  memset(e->tmp[0], 0, wn * sizeof(float));
   return CT_OK;
 }
 
@@ -307,7 +372,7 @@ ct_status cpu_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const 
   if (s == CT_OK) {
     cpu_entry_set(e, DNNL_ARG_SRC, x->data);
     cpu_entry_set(e, DNNL_ARG_DIFF_DST, dy->data);
-    cpu_entry_set(e, DNNL_ARG_DIFF_WEIGHTS, e->tmp[0]);
+    cpu_entry_set(e, DNNL_ARG_DIFF_WEIGHTS, weights_at(&g, e->tmp[0], CT_F32));
     if (db) cpu_entry_set(e, DNNL_ARG_DIFF_BIAS, e->tmp[1]);
     s = cpu_entry_run(cd, e, what);
   }
