@@ -1,31 +1,51 @@
-/* The cpu backend's max pooling fast path for non-overlapping windows
- * (kernel == stride, no padding; src/backend/cpu/cpu_maxpool_tiles.c)
- * against the reference backend in f32 and bf16 (the reference widens
- * bf16 to f32 and rounds back): outputs and input gradients must be equal
- * bit for bit, including ties (inputs quantised to a few levels, so many
- * windows hold equal maxima: the first must win), NaN (wins) and -inf, and
- * sizes with a border no window covers (its gradient must be 0 even when
- * dx held garbage). The workspace size tells the fast path was taken. */
+/* The cpu backend's own max pooling loops against the reference backend
+ * in f32 and bf16 (the reference widens bf16 to f32 and rounds back):
+ * non-overlapping windows (kernel == stride, no padding:
+ * src/backend/cpu/cpu_maxpool_tiles.c) and any other window on plain NCHW
+ * (overlapping, padded, ceil_mode: cpu_maxpool_windows.c). Outputs and
+ * input gradients must be equal bit for bit, including ties (inputs
+ * quantised to a few levels, so many windows hold equal maxima: the first
+ * must win), NaN (wins) and -inf, inputs under several windows (their
+ * gradients summed as the reference sums them), and sizes with a border no
+ * window covers (its gradient must be 0 even when dx held garbage). The
+ * workspace size tells a fast path was taken. */
 #include "backend/backend.h"
 #include "test_util.h"
 
 typedef struct pcase {
   int64_t N, C, H, W;
-  int kh, kw;
+  int kh, kw, sh, sw, ph, pw, ceil;
 } pcase;
 
 static const pcase cases[] = {
-    {3, 5, 9, 9, 2, 2},    /* odd: last row/column uncovered */
-    {4, 32, 26, 26, 2, 2}, /* torchkeras CNN's first pool */
-    {2, 3, 10, 11, 3, 2},  /* rectangular window, generic loop */
-    {1, 2, 7, 7, 3, 3},
-    {2, 2, 4, 6, 1, 3},
+    {3, 5, 9, 9, 2, 2, 2, 2, 0, 0, 0},    /* odd: last row/column uncovered */
+    {4, 32, 26, 26, 2, 2, 2, 2, 0, 0, 0}, /* torchkeras CNN's first pool */
+    {2, 3, 10, 11, 3, 2, 3, 2, 0, 0, 0},  /* rectangular window, generic loop */
+    {1, 2, 7, 7, 3, 3, 3, 3, 0, 0, 0},
+    {2, 2, 4, 6, 1, 3, 1, 3, 0, 0, 0},
+    /* overlapping and padded windows */
+    {2, 8, 16, 16, 3, 3, 2, 2, 1, 1, 0},  /* ResNet's stem pool */
+    {3, 4, 9, 7, 3, 3, 2, 2, 1, 1, 1},    /* ceil_mode: the last window overhangs */
+    {2, 3, 6, 8, 3, 2, 1, 1, 1, 0, 0},    /* stride 1 (every input under several windows) */
+    {1, 5, 5, 5, 2, 2, 2, 2, 1, 1, 0},    /* non-overlapping but padded */
+    {2, 2, 11, 5, 5, 3, 3, 2, 2, 1, 1},
+    {2, 4, 1, 1, 3, 3, 2, 2, 1, 1, 0},    /* a 1x1 map */
 };
+
+/* PyTorch's output extent. */
+static int64_t out_extent(int64_t n, int k, int s, int p, int ceil) {
+  int64_t o = (n + 2 * p - k + (ceil ? s - 1 : 0)) / s + 1;
+  if (ceil && (o - 1) * s >= n + p) o--;
+  return o;
+}
 
 static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, ct_dtype dt) {
   const ct_backend *C = ct_device_backend(cpu), *R = ct_device_backend(ref);
-  ct_pool2d_params p = {c->kh, c->kw, c->kh, c->kw, 0, 0, 0, 1};
-  int64_t OH = c->H / c->kh, OW = c->W / c->kw;
+  ct_pool2d_params p = {c->kh, c->kw, c->sh, c->sw, c->ph, c->pw, c->ceil, 1};
+  int64_t OH = out_extent(c->H, c->kh, c->sh, c->ph, c->ceil), OW = out_extent(c->W, c->kw, c->sw, c->pw, c->ceil);
+  char nm[96];
+  snprintf(nm, sizeof nm, "%s k%dx%d s%d,%d p%d,%d ceil%d %lldx%lld", ct_dtype_name(dt), c->kh, c->kw, c->sh, c->sw,
+           c->ph, c->pw, c->ceil, (long long)c->H, (long long)c->W);
   int64_t nx = c->N * c->C * c->H * c->W, ny = c->N * c->C * OH * OW;
   const size_t es = ct_dtype_size(dt);
   float *x = malloc(sizeof(float) * (size_t)nx), *dy = malloc(sizeof(float) * (size_t)ny);
@@ -53,8 +73,7 @@ static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, c
   dyc.device = cpu, dyr.device = ref;
   xr.device = yt2.device = dxt2.device = ref;
   size_t wsb = C->maxpool2d_workspace_bytes(cpu, &p, &xt, &yt1);
-  CHECK_MSG(wsb == (size_t)ny, "k%dx%d %lldx%lld: workspace %zu bytes, fast path expects %lld", c->kh, c->kw,
-            (long long)c->H, (long long)c->W, wsb, (long long)ny);
+  CHECK_MSG(wsb == (size_t)ny, "%s: workspace %zu bytes, a fast path expects %lld", nm, wsb, (long long)ny);
   void *ws1 = malloc(wsb + 1), *ws2 = malloc(R->maxpool2d_workspace_bytes(ref, &p, &xr, &yt2) + 1);
   CHECK_OK(C->maxpool2d_fwd(cpu, &p, &xt, &yt1, ws1));
   CHECK_OK(R->maxpool2d_fwd(ref, &p, &xr, &yt2, ws2));
@@ -70,16 +89,14 @@ static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, c
     bad_y += memcmp(&y1[i], &y2[i], sizeof(float)) != 0 && !(isnan(y1[i]) && isnan(y2[i]));
   }
   for (int64_t i = 0; i < nx; i++) bad_dx += memcmp(&dx1[i], &dx2[i], sizeof(float)) != 0;
-  CHECK_MSG(bad_y == 0, "%s k%dx%d %lldx%lld: %lld outputs differ from the reference", ct_dtype_name(dt), c->kh, c->kw,
-            (long long)c->H, (long long)c->W, (long long)bad_y);
-  CHECK_MSG(bad_dx == 0, "k%dx%d %lldx%lld: %lld input gradients differ from the reference", c->kh, c->kw,
-            (long long)c->H, (long long)c->W, (long long)bad_dx);
-  CHECK_MSG(nans > 0 || ny < 20, "k%dx%d: no NaN reached an output; the NaN rule went untested", c->kh, c->kw);
+  CHECK_MSG(bad_y == 0, "%s: %lld outputs differ from the reference", nm, (long long)bad_y);
+  CHECK_MSG(bad_dx == 0, "%s: %lld input gradients differ from the reference", nm, (long long)bad_dx);
+  CHECK_MSG(nans > 0 || ny < 20, "%s: no NaN reached an output; the NaN rule went untested", nm);
   /* Inference (no workspace) gives the same output. */
   CHECK_OK(C->maxpool2d_fwd(cpu, &p, &xt, &yt1, NULL));
   ct_convert(y1h, dt, y1, CT_F32, (size_t)ny);
   for (int64_t i = 0; i < ny; i++) bad_y += memcmp(&y1[i], &y2[i], sizeof(float)) != 0 && !(isnan(y1[i]) && isnan(y2[i]));
-  CHECK_MSG(bad_y == 0, "k%dx%d: inference output differs", c->kh, c->kw);
+  CHECK_MSG(bad_y == 0, "%s: inference output differs", nm);
   free(x), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(ws1), free(ws2);
   free(xh), free(dyh), free(y1h), free(y2h), free(dx1h), free(dx2h);
 }
@@ -100,5 +117,5 @@ int main(void) {
   }
   ct_device_close(cpu);
   ct_device_close(ref);
-  return test_summary("cpu_maxpool_tiles");
+  return test_summary("cpu_maxpool_fast");
 }

@@ -239,6 +239,12 @@ ct_status cpu_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const in
 int cpu_maxpool_tiles_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y);
 void cpu_maxpool_tiles_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws);
 void cpu_maxpool_tiles_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx);
+/* Any other max pooling on plain NCHW (cpu_maxpool_windows.c: overlapping
+ * windows, padding), with the same one-byte workspace; the backward fails
+ * only when it cannot allocate its per-thread accumulator. */
+int cpu_maxpool_windows_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y);
+void cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws);
+ct_status cpu_maxpool_windows_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx);
 
 ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
                             const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,

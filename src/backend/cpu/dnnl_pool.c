@@ -175,7 +175,7 @@ size_t cpu_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, co
   int prev = cpu_op_begin(d);
   cpu_entry *e;
   size_t bytes = 0;
-  if (cpu_maxpool_tiles_ok(p, x, y)) {
+  if (cpu_maxpool_tiles_ok(p, x, y) || cpu_maxpool_windows_ok(p, x, y)) {
     cpu_op_end(d, prev);
     return (size_t)ct_tensor_numel(y);
   }
@@ -198,6 +198,12 @@ ct_status cpu_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_te
     cpu_op_end(d, prev);
     return CT_OK;
   }
+  if (cpu_maxpool_windows_ok(p, x, y)) {
+    int prev = cpu_op_begin(d);
+    cpu_maxpool_windows_fwd(p, x, y, ws);
+    cpu_op_end(d, prev);
+    return CT_OK;
+  }
   return pool_fwd(d, dnnl_pooling_max, p, x, y, ws, "maxpool2d_fwd");
 }
 
@@ -213,6 +219,12 @@ ct_status cpu_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_te
     cpu_maxpool_tiles_bwd(p, dy, ws, dx);
     cpu_op_end(d, prev);
     return CT_OK;
+  }
+  if (cpu_maxpool_windows_ok(p, dx, dy)) {
+    int prev = cpu_op_begin(d);
+    ct_status s = cpu_maxpool_windows_bwd(p, dy, ws, dx);
+    cpu_op_end(d, prev);
+    return s;
   }
   return pool_bwd(d, dnnl_pooling_max, p, dy, ws, dx, "maxpool2d_bwd");
 }
