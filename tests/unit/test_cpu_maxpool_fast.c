@@ -20,6 +20,8 @@ typedef struct pcase {
 static const pcase cases[] = {
     {3, 5, 9, 9, 2, 2, 2, 2, 0, 0, 0},    /* odd: last row/column uncovered */
     {4, 32, 26, 26, 2, 2, 2, 2, 0, 0, 0}, /* torchkeras CNN's first pool */
+    {2, 4, 16, 16, 2, 2, 2, 2, 0, 0, 0},  /* rows of whole vectors (8 and 16 windows) */
+    {2, 3, 33, 35, 2, 2, 2, 2, 0, 0, 0},  /* 17 windows a row, odd sizes */
     {2, 3, 10, 11, 3, 2, 3, 2, 0, 0, 0},  /* rectangular window, generic loop */
     {1, 2, 7, 7, 3, 3, 3, 3, 0, 0, 0},
     {2, 2, 4, 6, 1, 3, 1, 3, 0, 0, 0},
