@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Training throughput of the cpu device in each memory format (activation
-# layout, --memory-format): contiguous (NCHW), auto (nChw16c on AVX-512)
+# layout, --memory-format): contiguous (NCHW), auto (nChw16c on AVX-512,
+# nChw8c below it)
 # and channels-last (NHWC), alternating the formats in each round so drift
 # of a shared machine spreads over all of them; median img/s per format.
 # Writes bench/results/<date>-cpu-memory-format.md (OUT to override).

@@ -25,11 +25,13 @@ typedef struct ct_device ct_device;
  * nChw16c; C a multiple of 16): the executor keeps activations between
  * consecutive convolutions and max pools of the cpu device in it, so the
  * oneDNN kernels, which compute in that order, need no reorders.
+ * CT_LAYOUT_C8 is [N][C/8][H][W][8] (nChw8c; C a multiple of 8), the same
+ * for a cpu without AVX-512, where oneDNN blocks channels by 8.
  * CT_LAYOUT_NHWC is [N][H][W][C] (channels last, any C; PyTorch's
  * torch.channels_last): the cuda device keeps such activations in it,
  * the order cuDNN's tensor-core convolutions compute in. The shape stays
  * [N, C, H, W] either way; only the element order differs. */
-typedef enum ct_layout { CT_LAYOUT_PLAIN = 0, CT_LAYOUT_C16 = 1, CT_LAYOUT_NHWC = 2 } ct_layout;
+typedef enum ct_layout { CT_LAYOUT_PLAIN = 0, CT_LAYOUT_C16 = 1, CT_LAYOUT_NHWC = 2, CT_LAYOUT_C8 = 3 } ct_layout;
 
 typedef struct ct_tensor {
   void *data;

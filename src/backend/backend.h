@@ -5,7 +5,7 @@
  * reference, virtual CPU devices and CUDA plug in the same way.
  *
  * Conventions for every op:
- *  - tensors are dense row-major; images are NCHW (or CT_LAYOUT_C16 /
+ *  - tensors are dense row-major; images are NCHW (or CT_LAYOUT_C16 / C8 /
  *    CT_LAYOUT_NHWC where the backend's act_layouts say it accepts it); shapes are taken from
  *    the descriptors and checked by the caller (layers), not re-validated;
  *  - outputs are overwritten, except weight/bias gradients, which are
@@ -72,7 +72,7 @@ struct ct_backend {
   /* Activation layouts (src/nn/layout.h). act_layout is the one the
    * executor keeps activations between convolutions, pools, batch norms,
    * elementwise activations and residual adds in by default (memory
-   * format `auto`): CT_LAYOUT_C16 on an AVX-512 cpu, CT_LAYOUT_NHWC on
+   * format `auto`): CT_LAYOUT_C16 on an AVX-512 cpu, C8 on other x86 cpus, CT_LAYOUT_NHWC on
    * cuda, CT_LAYOUT_PLAIN for none. act_layouts is the set (bit
    * 1u << ct_layout) of non-plain layouts those ops accept here, for
    * activations whose dtype is in act_layout_dtypes (bit 1u << ct_dtype);

@@ -29,6 +29,7 @@ static int candidate(const ct_model *m, int i, ct_layout want, unsigned dtypes) 
   if (!(l->cls == &ct_layer_conv2d || keeps_layout(l)) || i == m->output || l->out_ndim != 3) return 0;
   if (!(dtypes >> dt & 1u)) return 0;
   if (want == CT_LAYOUT_C16) return l->out_shape[0] % 16 == 0;
+  if (want == CT_LAYOUT_C8) return l->out_shape[0] % 8 == 0;
   return want == CT_LAYOUT_NHWC;
 }
 

@@ -7,13 +7,13 @@
  * channels-last (NHWC) and transpose NCHW operands around every call. The
  * executor therefore stores an activation in the layout `want` (the
  * model's memory format: `auto` takes the backend's act_layout, C16 on an
- * AVX-512 cpu and NHWC on cuda; `channels-last` NHWC; `contiguous` plain)
+ * AVX-512 cpu, C8 on other x86 cpus and NHWC on cuda; `channels-last` NHWC; `contiguous` plain)
  * when every layer that touches it accepts it: it is produced by a
  * convolution, a max or average pool, an elementwise activation, a batch
  * norm or a residual add, it has 4 dims, it is not the model's output, its
  * dtype is one the backend keeps in that layout (act_layout_dtypes: f32
- * and bf16 on the cpu, also f16 on cuda), for C16 its channels are a
- * multiple of 16, and every reader is a convolution or a global adaptive
+ * and bf16 on the cpu, also f16 on cuda), for C16 (C8) its channels are a
+ * multiple of 16 (8), and every reader is a convolution or a global adaptive
  * pool (1x1 output: ResNet's avgpool; both read any input layout) or one
  * of those layers whose own output takes the same layout (and, for a
  * layer with two inputs, whose inputs all do). An average pool that counts

@@ -162,14 +162,16 @@ static int add_state(out_list *o, ct_model *m, const char *prefix, int grads, co
 }
 
 /* Where plain NCHW element j of t lies in memory: the executor may keep an
- * activation channel-blocked ([N][C/16][H][W][16] on the cpu device) or
- * channels-last ([N][H][W][C] on CUDA); see src/nn/layout.h. */
+ * activation channel-blocked ([N][C/16][H][W][16] or, without AVX-512,
+ * [N][C/8][H][W][8] on the cpu device) or channels-last ([N][H][W][C] on
+ * CUDA); see src/nn/layout.h. */
 static int64_t blocked_index(const ct_tensor *t, int64_t j) {
   if (t->layout == CT_LAYOUT_PLAIN) return j;
   int64_t C = t->shape[1], HW = t->shape[2] * t->shape[3];
   int64_t n = j / (C * HW), c = j / HW % C, p = j % HW;
   if (t->layout == CT_LAYOUT_NHWC) return (n * HW + p) * C + c;
-  return ((n * (C / 16) + c / 16) * HW + p) * 16 + c % 16;
+  const int64_t b = t->layout == CT_LAYOUT_C8 ? 8 : 16;
+  return ((n * (C / b) + c / b) * HW + p) * b + c % b;
 }
 
 /* Adds "<prefix>.NNNN": host data h of dtype dt, shaped like y, in plain

@@ -2,7 +2,9 @@
  * in f32 and bf16 (the reference widens bf16 to f32 and rounds back):
  * non-overlapping windows (kernel == stride, no padding:
  * src/backend/cpu/cpu_maxpool_tiles.c) and any other window on plain NCHW
- * (overlapping, padded, ceil_mode: cpu_maxpool_windows.c). Outputs and
+ * (overlapping, padded, ceil_mode: cpu_maxpool_windows.c), and any window
+ * on C8 (nChw8c) tensors, f32, where the channel count allows
+ * (cpu_maxpool_windows.c; compared after converting back). Outputs and
  * input gradients must be equal bit for bit, including ties (inputs
  * quantised to a few levels, so many windows hold equal maxima: the first
  * must win), NaN (wins) and -inf, inputs under several windows (their
@@ -31,6 +33,8 @@ static const pcase cases[] = {
     {2, 3, 6, 8, 3, 2, 1, 1, 1, 0, 0},    /* stride 1 (every input under several windows) */
     {1, 5, 5, 5, 2, 2, 2, 2, 1, 1, 0},    /* non-overlapping but padded */
     {2, 2, 11, 5, 5, 3, 3, 2, 2, 1, 1},
+    {2, 16, 9, 7, 3, 3, 2, 2, 1, 1, 1},  /* C8 below: two blocks, overlapping, ceil_mode */
+    {3, 8, 6, 10, 2, 3, 2, 1, 0, 1, 0},  /* C8: stride 1 across the width */
     {2, 4, 1, 1, 3, 3, 2, 2, 1, 1, 0},    /* a 1x1 map */
 };
 
@@ -41,13 +45,23 @@ static int64_t out_extent(int64_t n, int k, int s, int p, int ceil) {
   return o;
 }
 
-static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, ct_dtype dt) {
+/* Plain NCHW <-> C8 ([N][C/8][HW][8]), elements of es bytes. */
+static void relayout(const void *src, void *dst, size_t es, int64_t N, int64_t C, int64_t HW, int to_c8) {
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t q = 0; q < HW; q++) {
+        const int64_t pl = (n * C + c) * HW + q, b8 = ((n * (C / 8) + c / 8) * HW + q) * 8 + c % 8;
+        memcpy((char *)dst + (size_t)(to_c8 ? b8 : pl) * es, (const char *)src + (size_t)(to_c8 ? pl : b8) * es, es);
+      }
+}
+
+static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, ct_dtype dt, int c8) {
   const ct_backend *C = ct_device_backend(cpu), *R = ct_device_backend(ref);
   ct_pool2d_params p = {c->kh, c->kw, c->sh, c->sw, c->ph, c->pw, c->ceil, 1};
   int64_t OH = out_extent(c->H, c->kh, c->sh, c->ph, c->ceil), OW = out_extent(c->W, c->kw, c->sw, c->pw, c->ceil);
   char nm[96];
-  snprintf(nm, sizeof nm, "%s k%dx%d s%d,%d p%d,%d ceil%d %lldx%lld", ct_dtype_name(dt), c->kh, c->kw, c->sh, c->sw,
-           c->ph, c->pw, c->ceil, (long long)c->H, (long long)c->W);
+  snprintf(nm, sizeof nm, "%s%s k%dx%d s%d,%d p%d,%d ceil%d %lldx%lld", ct_dtype_name(dt), c8 ? " C8" : "", c->kh,
+           c->kw, c->sh, c->sw, c->ph, c->pw, c->ceil, (long long)c->H, (long long)c->W);
   int64_t nx = c->N * c->C * c->H * c->W, ny = c->N * c->C * OH * OW;
   const size_t es = ct_dtype_size(dt);
   float *x = malloc(sizeof(float) * (size_t)nx), *dy = malloc(sizeof(float) * (size_t)ny);
@@ -74,6 +88,18 @@ static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, c
   ct_tensor dyc = dyt, dyr = dyt;
   dyc.device = cpu, dyr.device = ref;
   xr.device = yt2.device = dxt2.device = ref;
+  /* C8: the cpu side gets laid-out copies (outputs converted back below). */
+  void *x8 = NULL, *y8 = NULL, *dy8 = NULL, *dx8 = NULL;
+  const int64_t HW = c->H * c->W, OHW = OH * OW;
+  if (c8) {
+    x8 = malloc(es * (size_t)nx), y8 = malloc(es * (size_t)ny), dy8 = malloc(es * (size_t)ny);
+    dx8 = malloc(es * (size_t)nx);
+    relayout(xh, x8, es, c->N, c->C, HW, 1);
+    relayout(dyh, dy8, es, c->N, c->C, OHW, 1);
+    relayout(dx1h, dx8, es, c->N, c->C, HW, 1);
+    xt.data = x8, yt1.data = y8, dyc.data = dy8, dxt1.data = dx8;
+    xt.layout = yt1.layout = dyc.layout = dxt1.layout = CT_LAYOUT_C8;
+  }
   size_t wsb = C->maxpool2d_workspace_bytes(cpu, &p, &xt, &yt1);
   CHECK_MSG(wsb == (size_t)ny, "%s: workspace %zu bytes, a fast path expects %lld", nm, wsb, (long long)ny);
   void *ws1 = malloc(wsb + 1), *ws2 = malloc(R->maxpool2d_workspace_bytes(ref, &p, &xr, &yt2) + 1);
@@ -81,6 +107,7 @@ static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, c
   CHECK_OK(R->maxpool2d_fwd(ref, &p, &xr, &yt2, ws2));
   CHECK_OK(C->maxpool2d_bwd(cpu, &p, &dyc, ws1, &dxt1));
   CHECK_OK(R->maxpool2d_bwd(ref, &p, &dyr, ws2, &dxt2));
+  if (c8) relayout(y8, y1h, es, c->N, c->C, OHW, 0), relayout(dx8, dx1h, es, c->N, c->C, HW, 0);
   ct_convert(y1h, dt, y1, CT_F32, (size_t)ny);
   ct_convert(y2h, dt, y2, CT_F32, (size_t)ny);
   ct_convert(dx1h, dt, dx1, CT_F32, (size_t)nx);
@@ -96,11 +123,13 @@ static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, c
   CHECK_MSG(nans > 0 || ny < 20, "%s: no NaN reached an output; the NaN rule went untested", nm);
   /* Inference (no workspace) gives the same output. */
   CHECK_OK(C->maxpool2d_fwd(cpu, &p, &xt, &yt1, NULL));
+  if (c8) relayout(y8, y1h, es, c->N, c->C, OHW, 0);
   ct_convert(y1h, dt, y1, CT_F32, (size_t)ny);
   for (int64_t i = 0; i < ny; i++) bad_y += memcmp(&y1[i], &y2[i], sizeof(float)) != 0 && !(isnan(y1[i]) && isnan(y2[i]));
   CHECK_MSG(bad_y == 0, "%s: inference output differs", nm);
   free(x), free(dy), free(y1), free(y2), free(dx1), free(dx2), free(ws1), free(ws2);
   free(xh), free(dyh), free(y1h), free(y2h), free(dx1h), free(dx2h);
+  free(x8), free(y8), free(dy8), free(dx8);
 }
 
 int main(void) {
@@ -114,8 +143,9 @@ int main(void) {
     return 1;
   }
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    one(cpu, ref, &cases[i], 100 + i, CT_F32);
-    one(cpu, ref, &cases[i], 200 + i, CT_BF16);
+    one(cpu, ref, &cases[i], 100 + i, CT_F32, 0);
+    one(cpu, ref, &cases[i], 200 + i, CT_BF16, 0);
+    if (cases[i].C % 8 == 0) one(cpu, ref, &cases[i], 300 + i, CT_F32, 1);
   }
   ct_device_close(cpu);
   ct_device_close(ref);

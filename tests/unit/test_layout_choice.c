@@ -2,8 +2,9 @@
  * the CPU: ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, cuda's dtypes,
  * ...) is what a cuda device gets, so its rules can be checked without a
  * GPU.
- *  - C16 through the generic entry equals what the cpu device chose when
- *    the model was prepared (the cpu rules did not move);
+ *  - the cpu's own layout (C16, or C8 without AVX-512) through the generic
+ *    entry equals what the cpu device chose when the model was prepared
+ *    (the cpu rules did not move), and C8 keeps every C16 activation;
  *  - every NHWC activation obeys the rules, checked here independently
  *    of layout.c (producer kind, 4-D, dtype, never the output, every
  *    reader a convolution or a same-layout keeper, a keeper's inputs NHWC,
@@ -89,9 +90,9 @@ static ct_model *prepared(ct_device *dev, const char *name, int c, int h, int w)
 }
 
 /* The generic entry with the cpu backend's layout and dtypes = the cpu
- * device's own choice (C16 with AVX-512, plain below it); NHWC obeys the
- * rules and keeps at least `min_nhwc` activations, and at least as many
- * as C16. */
+ * device's own choice (C16 with AVX-512, C8 below it); C8 keeps at least
+ * the C16 activations; NHWC obeys the rules and keeps at least `min_nhwc`
+ * activations, and at least as many as C16. */
 static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int min_nhwc) {
   ct_model *m = prepared(dev, name, c, h, w);
   if (!m) return;
@@ -104,6 +105,16 @@ static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int
   CHECK_MSG(same, "%s: the generic choice differs from the cpu device's", name);
   ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, lay);
   int c16 = count(m, lay, CT_LAYOUT_C16);
+  int *lay16 = malloc(sizeof *lay16 * (size_t)L);
+  memcpy(lay16, lay, sizeof *lay16 * (size_t)L);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_C8, CPU_DTYPES, lay);
+  int c8 = 0, c8_lost = 0;
+  for (int i = 0; i < L; i++) {
+    c8 += lay[i] == CT_LAYOUT_C8 && !ct_layer_is_fused(&m->layers[i]);
+    c8_lost += lay16[i] == CT_LAYOUT_C16 && lay[i] != CT_LAYOUT_C8;
+  }
+  CHECK_MSG(c8_lost == 0, "%s: %d C16 activations not C8", name, c8_lost);
+  free(lay16);
   ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
   int nhwc = count(m, lay, CT_LAYOUT_NHWC);
   CHECK_MSG(nhwc_violations(name, m, lay, CUDA_DTYPES) == 0, "%s: NHWC rules broken", name);
@@ -112,7 +123,7 @@ static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int
   ct_model_choose_layouts_for(m, CT_LAYOUT_PLAIN, CUDA_DTYPES, lay);
   CHECK_MSG(count(m, lay, CT_LAYOUT_NHWC) == 0 && count(m, lay, CT_LAYOUT_C16) == 0,
             "%s: PLAIN capability chose a layout", name);
-  printf("%-10s C16 %d, NHWC %d activations\n", name, c16, nhwc);
+  printf("%-10s C16 %d, C8 %d, NHWC %d activations\n", name, c16, c8, nhwc);
   free(lay);
   ct_model_destroy(m);
 }
@@ -120,7 +131,7 @@ static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int
 /* Hand-analysed: see the expected set below. */
 static const char *model_text =
     "input 3x20x20\n"
-    "conv2d 3 8 3 padding=1\n"    /* 0: NHWC (8 channels: never C16) */
+    "conv2d 3 8 3 padding=1\n"    /* 0: NHWC and C8 (8 channels: never C16) */
     "leakyrelu 0.1\n"             /* 1: NHWC, a keeper of 0 */
     "avgpool2d 2\n"               /* 2: NHWC */
     "conv2d 8 24 3\n"             /* 3: NHWC, batch norm keeps it */
@@ -165,6 +176,12 @@ int main(void) {
     for (int i = 0; i < 12 && i < L; i++)
       CHECK_MSG((lay[i] == CT_LAYOUT_NHWC) == expect[i], "text model: layer %d (%s) NHWC %d, expected %d", i,
                 m->layers[i].cls->torch_name, lay[i] == CT_LAYOUT_NHWC, expect[i]);
+    /* C8 takes the same set: every channel count up to layer 5 is a
+     * multiple of 8. */
+    ct_model_choose_layouts_for(m, CT_LAYOUT_C8, CPU_DTYPES, lay);
+    for (int i = 0; i < 12 && i < L; i++)
+      CHECK_MSG((lay[i] == CT_LAYOUT_C8) == expect[i], "text model: layer %d (%s) C8 %d, expected %d", i,
+                m->layers[i].cls->torch_name, lay[i] == CT_LAYOUT_C8, expect[i]);
     /* f16 activations: cuda's NHWC keeps them, the cpu's dtypes do not. */
     if (m->act_dt) {
       for (int i = 0; i < L; i++) m->act_dt[i] = CT_F16;

@@ -1,7 +1,7 @@
 /* Adaptive pooling on the cpu. Plain NCHW tensors go to the reference
  * (ref_pool.inc through ref_half.c), as before. A global pool (a 1x1
  * output, ResNet's avgpool and the fast CIFAR network's max pool) may read
- * an input laid out C16 or NHWC (src/nn/layout.h lets its producer keep
+ * an input laid out C16, C8 or NHWC (src/nn/layout.h lets its producer keep
  * the layout, so a residual stage ending in one needs no reorders); its
  * output and dy are plain, which for 1x1 are the same bytes in every
  * layout. The global loops give the reference's numbers bit for bit: the
@@ -24,7 +24,8 @@ typedef struct planes {
 static int64_t first(const planes *g, int64_t nc) {
   const int64_t n = nc / g->C, c = nc % g->C;
   if (g->lay == CT_LAYOUT_NHWC) return n * g->HW * g->C + c;
-  return (n * (g->C / 16) + c / 16) * g->HW * 16 + c % 16; /* C16 */
+  const int64_t b = g->step; /* C16, C8: the block's width */
+  return (n * (g->C / b) + c / b) * g->HW * b + c % b;
 }
 
 static float ld(const void *p, ct_dtype t, int64_t i) {
@@ -45,9 +46,10 @@ static ct_status check_global(const char *op, const ct_tensor *big, const ct_ten
                     "cpu %s: a %s input is pooled only to a plain [N, C, 1, 1] output (global pooling); plain "
                     "inputs take any output size",
                     op, big->layout == CT_LAYOUT_NHWC ? "NHWC" : "channel-blocked");
-  if (big->layout != CT_LAYOUT_NHWC && !(big->layout == CT_LAYOUT_C16 && big->shape[1] % 16 == 0))
-    return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: input layout %d with %lld channels; expected NHWC or C16 (channels a "
-                    "multiple of 16)", op, (int)big->layout, (long long)big->shape[1]);
+  if (big->layout != CT_LAYOUT_NHWC && !(big->layout == CT_LAYOUT_C16 && big->shape[1] % 16 == 0) &&
+      !(big->layout == CT_LAYOUT_C8 && big->shape[1] % 8 == 0))
+    return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: input layout %d with %lld channels; expected NHWC, C16 (channels a "
+                    "multiple of 16) or C8 (of 8)", op, (int)big->layout, (long long)big->shape[1]);
   if ((big->dtype != CT_F32 && big->dtype != CT_BF16) || big->dtype != small->dtype)
     return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: dtypes %s and %s; a laid-out input takes f32 or bf16, both alike", op,
                     ct_dtype_name(big->dtype) ? ct_dtype_name(big->dtype) : "?",
@@ -56,7 +58,7 @@ static ct_status check_global(const char *op, const ct_tensor *big, const ct_ten
     return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: a plane of %lld elements exceeds int32 indices", op,
                     (long long)(big->shape[2] * big->shape[3]));
   g->C = big->shape[1], g->NC = big->shape[0] * g->C, g->HW = big->shape[2] * big->shape[3];
-  g->lay = big->layout, g->step = g->lay == CT_LAYOUT_NHWC ? g->C : 16;
+  g->lay = big->layout, g->step = g->lay == CT_LAYOUT_NHWC ? g->C : g->lay == CT_LAYOUT_C8 ? 8 : 16;
   return CT_OK;
 }
 

@@ -73,12 +73,12 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void init_table(void) {
   ct_backend_fill_defaults(&cpu_table);
 #if CTRAIN_HAVE_DNNL
-  /* oneDNN blocks channels by 16 with AVX-512 and by 8 below it; C16
-   * activations on an AVX2 machine would only add reorders. (oneDNN's
-   * effective ISA never exceeds what the CPU has.) */
+  /* oneDNN blocks channels by 16 with AVX-512 and by 8 below it, so the
+   * activations follow: C16 there, C8 here. (oneDNN's effective ISA never
+   * exceeds what the CPU has; ONEDNN_MAX_CPU_ISA=AVX2 caps it.) */
   if (!cpu_dnnl_avx512()) {
-    cpu_table.act_layout = CT_LAYOUT_PLAIN;
-    cpu_table.act_layouts = 1u << CT_LAYOUT_NHWC;
+    cpu_table.act_layout = CT_LAYOUT_C8;
+    cpu_table.act_layouts = 1u << CT_LAYOUT_C8 | 1u << CT_LAYOUT_NHWC;
   }
   /* Without oneDNN's bf16 the bf16 ops widen to plain f32 temporaries;
    * laying bf16 activations out would buy nothing. */

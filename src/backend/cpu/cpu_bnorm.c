@@ -9,11 +9,11 @@
  * forward for 128x32x28x28).
  *
  * Plain tensors are walked a channel at a time. Channel-blocked
- * (CT_LAYOUT_C16, [N][C/16][HW][16]) and channels-last (CT_LAYOUT_NHWC,
- * [N][HW][C]) tensors are walked a block of 16 channels at a time, the
- * channel as the vector lane: both are "16 (or, for NHWC's last block,
- * fewer) adjacent channels at a fixed pixel stride", so one set of loops
- * (cpu_bnorm_blocked.inc) serves both. There a partial sum over one image
+ * (CT_LAYOUT_C16, [N][C/16][HW][16]; CT_LAYOUT_C8 likewise by 8) and
+ * channels-last (CT_LAYOUT_NHWC, [N][HW][C]) tensors are walked a block of
+ * 16 (C8: 8) channels at a time, the channel as the vector lane: all are
+ * "16 or 8 (or, for NHWC's last block, fewer) adjacent channels at a fixed
+ * pixel stride", so one set of loops (cpu_bnorm_blocked.inc) serves them. There a partial sum over one image
  * runs in order along its lane rather than as a 16-way tree, so it
  * accumulates in double: in float, the sequential sums made ResNet-50's
  * gradients 2x less accurate against PyTorch (1.75e-4 against 8.2e-5). */
@@ -44,24 +44,28 @@ static void bn_stats(int64_t c, double shift, double s, double ss, double cnt, f
 }
 
 /* Where block cb of image n starts (n * img + cb * blk), the stride from
- * one pixel to the next (pix) and the number of blocks (CB). */
+ * one pixel to the next (pix), the channels a block holds (bw, the last
+ * NHWC block fewer) and the number of blocks (CB). */
 typedef struct bn_geom {
-  int64_t N, C, HW, CB, img, blk, pix;
+  int64_t N, C, HW, CB, img, blk, pix, bw;
 } bn_geom;
 
 static bn_geom blocked_geom(const ct_tensor *x) {
   bn_geom g;
   dims3(x, &g.N, &g.C, &g.HW);
-  g.CB = (g.C + 15) / 16;
-  if (x->layout == CT_LAYOUT_C16) {
-    g.img = g.C * g.HW, g.blk = 16 * g.HW, g.pix = 16;
-  } else { /* NHWC */
+  g.bw = x->layout == CT_LAYOUT_C8 ? 8 : 16;
+  g.CB = (g.C + g.bw - 1) / g.bw;
+  if (x->layout == CT_LAYOUT_NHWC) {
     g.img = g.HW * g.C, g.blk = 16, g.pix = g.C;
+  } else { /* C16, C8 */
+    g.img = g.C * g.HW, g.blk = g.bw * g.HW, g.pix = g.bw;
   }
   return g;
 }
 
-static inline int bn_width(const bn_geom *g, int64_t cb) { return g->C - cb * 16 < 16 ? (int)(g->C - cb * 16) : 16; }
+static inline int bn_width(const bn_geom *g, int64_t cb) {
+  return g->C - cb * g->bw < g->bw ? (int)(g->C - cb * g->bw) : (int)g->bw;
+}
 
 /* The per-channel f32 vectors of one call (any may be NULL where the op
  * allows). */
@@ -97,7 +101,9 @@ static const void *data_of(const ct_tensor *t) { return t ? t->data : NULL; }
  * every per-channel vector is f32. */
 static int blocked_ok(const ct_tensor *x, const ct_tensor *const *acts, const ct_tensor *const *vecs, int nvec) {
   if (x->layout == CT_LAYOUT_PLAIN || x->ndim != 4 || (x->dtype != CT_F32 && x->dtype != CT_BF16)) return 0;
-  if (x->layout != CT_LAYOUT_NHWC && (x->layout != CT_LAYOUT_C16 || x->shape[1] % 16)) return 0;
+  if (x->layout != CT_LAYOUT_NHWC && (x->layout != CT_LAYOUT_C16 || x->shape[1] % 16) &&
+      (x->layout != CT_LAYOUT_C8 || x->shape[1] % 8))
+    return 0;
   for (; *acts; acts++)
     if ((*acts)->layout != x->layout || (*acts)->dtype != x->dtype) return 0;
   for (int i = 0; i < nvec; i++)
@@ -138,8 +144,8 @@ ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, cons
   }
   if (x->layout != CT_LAYOUT_PLAIN || y->layout != CT_LAYOUT_PLAIN)
     return ct_error(CT_ERR_UNSUPPORTED,
-                    "batchnorm_fwd: x and y must share a layout (C16: 4-D, channels a multiple of 16; C16 and NHWC: "
-                    "f32 or bf16 activations with f32 statistics)");
+                    "batchnorm_fwd: x and y must share a layout (C16 / C8: 4-D, channels a multiple of 16 / 8; C16, C8 "
+                    "and NHWC: f32 or bf16 activations with f32 statistics)");
   const float *X = x->data, *G = gamma ? gamma->data : NULL, *B = beta ? beta->data : NULL;
   float *Y = y->data, *rm = running_mean ? running_mean->data : NULL, *rv = running_var ? running_var->data : NULL;
   float *sm = save_mean ? save_mean->data : NULL, *si = save_invstd ? save_invstd->data : NULL;
@@ -206,8 +212,8 @@ ct_status cpu_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *d
   }
   if (x->layout != CT_LAYOUT_PLAIN || dy->layout != CT_LAYOUT_PLAIN || (dx && dx->layout != CT_LAYOUT_PLAIN))
     return ct_error(CT_ERR_UNSUPPORTED,
-                    "batchnorm_bwd: x, dy and dx must share a layout (C16: 4-D, channels a multiple of 16; C16 and "
-                    "NHWC: f32 or bf16 activations with f32 statistics)");
+                    "batchnorm_bwd: x, dy and dx must share a layout (C16 / C8: 4-D, channels a multiple of 16 / 8; "
+                    "C16, C8 and NHWC: f32 or bf16 activations with f32 statistics)");
   int64_t N, C, HW;
   dims3(x, &N, &C, &HW);
   const float *X = x->data, *DY = dy->data, *G = gamma ? gamma->data : NULL;

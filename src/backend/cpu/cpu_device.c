@@ -51,7 +51,7 @@ static int laid_out_f32(const ct_tensor *t) {
 
 ct_status cpu_need_plain(const ct_tensor *a, const ct_tensor *b, const char *what) {
   if (laid_out_f32(a) || laid_out_f32(b))
-    return ct_error(CT_ERR_UNSUPPORTED, "%s: C16 and NHWC f32 tensors need the oneDNN path", what);
+    return ct_error(CT_ERR_UNSUPPORTED, "%s: C16, C8 and NHWC f32 tensors need the oneDNN path", what);
   return CT_OK;
 }
 

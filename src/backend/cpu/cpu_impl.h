@@ -100,7 +100,7 @@ void cpu_dev_close(ct_device *d);
 int cpu_op_begin(ct_device *d);
 void cpu_op_end(ct_device *d, int prev_threads);
 
-/* Refuses a C16 or NHWC f32 tensor on a path that only reads plain ones
+/* Refuses a C16, C8 or NHWC f32 tensor on a path that only reads plain ones
  * (the reference fallbacks): the executor only picks those layouts where
  * the fast path runs. A 16-bit tensor passes in any layout: its fallback
  * (ref_half.c) widens it and runs the op on this backend in f32, which
@@ -168,7 +168,7 @@ dnnl_data_type_t cpu_dnnl_dtype(ct_dtype t);
 /* A plain row-major memory descriptor for dims (tag abcd... by ndims). */
 ct_status cpu_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, ct_dtype t, const char *what);
 /* The descriptor of t as it lies in memory: plain, nChw16c for a
- * CT_LAYOUT_C16 tensor, nhwc for a CT_LAYOUT_NHWC one. */
+ * CT_LAYOUT_C16 tensor, nChw8c for a C8 one, nhwc for a CT_LAYOUT_NHWC one. */
 ct_status cpu_md_of(dnnl_memory_desc_t *md, const ct_tensor *t, const char *what);
 /* Same shape with dtype/format `any`, letting oneDNN choose. */
 ct_status cpu_md_any(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, ct_dtype t, const char *what);
@@ -227,7 +227,7 @@ ct_status cpu_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_te
 #endif /* CTRAIN_HAVE_DNNL */
 
 /* Adaptive pooling (cpu_adaptive_pool.c): the reference's on plain
- * tensors; global (1x1 output) pooling also reads C16 and NHWC inputs. */
+ * tensors; global (1x1 output) pooling also reads C16, C8 and NHWC inputs. */
 ct_status cpu_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y);
 ct_status cpu_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tensor *dx);
 ct_status cpu_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y, int32_t *idx);
@@ -239,9 +239,9 @@ ct_status cpu_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const in
 int cpu_maxpool_tiles_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y);
 void cpu_maxpool_tiles_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws);
 void cpu_maxpool_tiles_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx);
-/* Any other max pooling on plain NCHW (cpu_maxpool_windows.c: overlapping
- * windows, padding), with the same one-byte workspace; the backward fails
- * only when it cannot allocate its per-thread accumulator. */
+/* Any other max pooling on plain NCHW, and any on C8 (cpu_maxpool_windows.c:
+ * overlapping windows, padding), with the same one-byte workspace; the
+ * backward fails only when it cannot allocate its per-thread accumulator. */
 int cpu_maxpool_windows_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y);
 void cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws);
 ct_status cpu_maxpool_windows_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx);

@@ -285,13 +285,16 @@ ct_status cpu_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, c
 
 ct_status cpu_md_of(dnnl_memory_desc_t *md, const ct_tensor *t, const char *what) {
   if (t->layout == CT_LAYOUT_PLAIN) return cpu_md_plain(md, t->ndim, t->shape, t->dtype, what);
-  if (t->ndim != 4 || (t->layout == CT_LAYOUT_C16 && t->shape[1] % 16) ||
-      (t->layout != CT_LAYOUT_C16 && t->layout != CT_LAYOUT_NHWC))
-    return ct_error(CT_ERR_INTERNAL, "%s: a C16 or NHWC tensor must be 4-D (C16: channels a multiple of 16)", what);
+  if (t->ndim != 4 || (t->layout == CT_LAYOUT_C16 && t->shape[1] % 16) || (t->layout == CT_LAYOUT_C8 && t->shape[1] % 8) ||
+      (t->layout != CT_LAYOUT_C16 && t->layout != CT_LAYOUT_C8 && t->layout != CT_LAYOUT_NHWC))
+    return ct_error(CT_ERR_INTERNAL,
+                    "%s: a C16, C8 or NHWC tensor must be 4-D (C16 / C8: channels a multiple of 16 / 8)", what);
   dnnl_dims_t dd;
   for (int i = 0; i < 4; i++) dd[i] = t->shape[i];
   CPU_DNNL(dnnl_memory_desc_init_by_tag(md, 4, dd, cpu_dnnl_dtype(t->dtype),
-                                        t->layout == CT_LAYOUT_C16 ? dnnl_aBcd16b : dnnl_acdb),
+                                        t->layout == CT_LAYOUT_C16  ? dnnl_aBcd16b
+                                        : t->layout == CT_LAYOUT_C8 ? dnnl_aBcd8b
+                                                                    : dnnl_acdb),
            what);
   return CT_OK;
 }

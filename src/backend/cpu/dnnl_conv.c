@@ -5,10 +5,10 @@
  * AVX-512, take the widening path (ref_half.c).
  *
  * Layouts: weights are plain OIHW; activations are plain NCHW or, when the
- * executor chose CT_LAYOUT_C16, nChw16c. By default the primitive is
+ * executor chose CT_LAYOUT_C16 / C8, nChw16c / nChw8c. By default the primitive is
  * created with format `any` so oneDNN picks its blocked layouts (nChw16c,
  * OIhw16i16o...) and its direct JIT kernels; the entry owns the reorders
- * between those and the tensors' layouts (none for a C16 activation the
+ * between those and the tensors' layouts (none for a C16 or C8 activation the
  * kernel also wants as nChw16c). cpu_conv_set_blocked(0) forces plain
  * layouts (gemm-based kernels, no reorders) so the two can be measured.
  *

@@ -1,6 +1,7 @@
 /* Max and average 2-D pooling through oneDNN (pooling_v2), forward and
  * backward, f32 or bf16 (where oneDNN implements it: cpu_dnnl_bf16), NCHW
- * or nChw16c (CT_LAYOUT_C16, source and destination alike).
+ * or channel-blocked (nChw16c / nChw8c: CT_LAYOUT_C16 / C8, source and
+ * destination alike).
  *
  * PyTorch's output size (floor or ceil_mode) is taken from y; oneDNN is
  * given the right padding that produces exactly that size, which for
