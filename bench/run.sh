@@ -186,7 +186,7 @@ main() {
     echo "- fp32 GEMM ceiling (2048^3, oneDNN, best of runs): $(calc %.1f "$CEIL") GFLOP/s;" \
       "triad bandwidth (best): $(calc %.1f "$TRIAD") GB/s; load avg during this: $MACHINE_LOAD"
     echo "- date: $(date -Iseconds); commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    echo "- command: OMP_NUM_THREADS=$THREADS bench/run.sh $*  (BUILD_DIR=$BUILD)"
+    echo "- command: OMP_NUM_THREADS=$THREADS$([[ ${QUICK:-0} == 1 ]] && echo " QUICK=1") bench/run.sh $*  (BUILD_DIR=$BUILD)"
     echo "- PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.set_num_threads($THREADS)"
     echo "- load average at the end: $(cat /proc/loadavg)"
     echo
