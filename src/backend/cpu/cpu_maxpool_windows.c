@@ -48,6 +48,15 @@ int cpu_maxpool_windows_ok(const ct_pool2d_params *p, const ct_tensor *x, const 
          y->shape[0] == x->shape[0] && y->shape[1] == x->shape[1];
 }
 
+/* Output position o's window along one axis (stride s, padding pad,
+ * kernel k, input extent n): it starts at input *at, and its taps
+ * [*t0, *t1) lie inside the input. */
+static inline void window(int64_t o, int s, int pad, int k, int64_t n, int64_t *at, int *t0, int *t1) {
+  *at = o * s - pad;
+  *t0 = *at < 0 ? (int)-*at : 0;
+  *t1 = *at + k > n ? (int)(n - *at) : k;
+}
+
 #define F32_LD(v) (v)
 #define F32_ST(v) ((float)(v))
 
@@ -57,11 +66,13 @@ int cpu_maxpool_windows_ok(const ct_pool2d_params *p, const ct_tensor *x, const 
                    int64_t H, int64_t W, int64_t OH, int64_t OW) {                                                \
     const int kh = p->kernel_h, kw = p->kernel_w;                                                                 \
     for (int64_t oh = 0; oh < OH; oh++) {                                                                         \
-      const int64_t h0 = oh * p->stride_h - p->pad_h;                                                             \
-      const int i0 = h0 < 0 ? (int)-h0 : 0, i1 = h0 + kh > H ? (int)(H - h0) : kh;                                \
+      int64_t h0;                                                                                                 \
+      int i0, i1;                                                                                                 \
+      window(oh, p->stride_h, p->pad_h, kh, H, &h0, &i0, &i1);                                                    \
       for (int64_t ow = 0; ow < OW; ow++) {                                                                       \
-        const int64_t w0 = ow * p->stride_w - p->pad_w;                                                           \
-        const int j0 = w0 < 0 ? (int)-w0 : 0, j1 = w0 + kw > W ? (int)(W - w0) : kw;                              \
+        int64_t w0;                                                                                               \
+        int j0, j1;                                                                                               \
+        window(ow, p->stride_w, p->pad_w, kw, W, &w0, &j0, &j1);                                                  \
         float m = -INFINITY;                                                                                      \
         int k = NO_ARG;                                                                                           \
         if (i0 < i1 && j0 < j1) {                                                                                 \
@@ -112,11 +123,13 @@ static void fwd8_f32_avx2(const ct_pool2d_params *p, const float *restrict xp, f
                           uint8_t *restrict wp, int64_t H, int64_t W, int64_t OH, int64_t OW) {
   const int kh = p->kernel_h, kw = p->kernel_w;
   for (int64_t oh = 0; oh < OH; oh++) {
-    const int64_t h0 = oh * p->stride_h - p->pad_h;
-    const int i0 = h0 < 0 ? (int)-h0 : 0, i1 = h0 + kh > H ? (int)(H - h0) : kh;
+    int64_t h0;
+    int i0, i1;
+    window(oh, p->stride_h, p->pad_h, kh, H, &h0, &i0, &i1);
     for (int64_t ow = 0; ow < OW; ow++) {
-      const int64_t w0 = ow * p->stride_w - p->pad_w;
-      const int j0 = w0 < 0 ? (int)-w0 : 0, j1 = w0 + kw > W ? (int)(W - w0) : kw;
+      int64_t w0;
+      int j0, j1;
+      window(ow, p->stride_w, p->pad_w, kw, W, &w0, &j0, &j1);
       __m256 m = _mm256_set1_ps(-INFINITY);
       __m256i k = _mm256_set1_epi32(NO_ARG);
       if (i0 < i1 && j0 < j1) {
@@ -146,11 +159,13 @@ static void bwd8_f32_avx2(const ct_pool2d_params *p, const float *restrict gp, c
   const int kh = p->kernel_h, kw = p->kernel_w;
   memset(acc, 0, sizeof(double) * (size_t)(H * W * 8));
   for (int64_t oh = 0; oh < OH; oh++) {
-    const int64_t h0 = oh * p->stride_h - p->pad_h;
-    const int i0 = h0 < 0 ? (int)-h0 : 0, i1 = h0 + kh > H ? (int)(H - h0) : kh;
+    int64_t h0;
+    int i0, i1;
+    window(oh, p->stride_h, p->pad_h, kh, H, &h0, &i0, &i1);
     for (int64_t ow = 0; ow < OW; ow++) {
-      const int64_t w0 = ow * p->stride_w - p->pad_w;
-      const int j0 = w0 < 0 ? (int)-w0 : 0, j1 = w0 + kw > W ? (int)(W - w0) : kw;
+      int64_t w0;
+      int j0, j1;
+      window(ow, p->stride_w, p->pad_w, kw, W, &w0, &j0, &j1);
       const __m256 g = _mm256_loadu_ps(gp + (oh * OW + ow) * 8);
       const __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(wp + (oh * OW + ow) * 8)));
       for (int i = i0; i < i1; i++)
