@@ -217,7 +217,7 @@ static void bwd2x2_avx512(const void *gp, const uint8_t *wp, void *dp, int bf, i
 }
 #define HAVE_AVX512_TILES 1
 #elif defined(__AVX2__)
-#include <immintrin.h>
+#include "backend/cpu/cpu_pool_avx2.h"
 
 /* The AVX2 2x2 kernels: 8 windows of one output row at a time (a row's
  * last OW % 8 windows as the block of its last 8, which redoes some with
@@ -250,19 +250,6 @@ static inline __m256 odds(__m256 lo, __m256 hi) {
       _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))), 0xd8));
 }
 
-/* Replace (m, k) by (v, idx) where v > m or v is NaN. */
-static inline void sel(__m256 v, int idx, __m256 *m, __m256i *k) {
-  __m256 t = _mm256_or_ps(_mm256_cmp_ps(v, *m, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  *m = _mm256_blendv_ps(*m, v, t);
-  *k = _mm256_blendv_epi8(*k, _mm256_set1_epi32(idx), _mm256_castps_si256(t));
-}
-
-/* 8 int32 lanes (values 0..3) as 8 bytes at p. */
-static inline void store_k8(uint8_t *p, __m256i k) {
-  __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
-  _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
-}
-
 /* 8 windows: inputs at r0 / r1 (16 elements each), 8 outputs to y, 8
  * argmax bytes to w (if any). */
 static inline void fwd_block8(const char *r0, const char *r1, int bf, void *y, uint8_t *w) {
@@ -271,9 +258,9 @@ static inline void fwd_block8(const char *r0, const char *r1, int bf, void *y, u
   load16(r1, bf, &l1, &h1);
   __m256 m = evens(l0, h0);
   __m256i k = _mm256_setzero_si256();
-  sel(odds(l0, h0), 1, &m, &k);
-  sel(evens(l1, h1), 2, &m, &k);
-  sel(odds(l1, h1), 3, &m, &k);
+  pool_sel8(odds(l0, h0), 1, &m, &k);
+  pool_sel8(evens(l1, h1), 2, &m, &k);
+  pool_sel8(odds(l1, h1), 3, &m, &k);
   if (bf) {
     /* m is a bf16 value widened: its high half, NaN kept quiet as
      * cpu_bf16_st does. */
@@ -284,7 +271,7 @@ static inline void fwd_block8(const char *r0, const char *r1, int bf, void *y, u
   } else {
     _mm256_storeu_ps((float *)y, m);
   }
-  if (w) store_k8(w, k);
+  if (w) pool_store_k8(w, k);
 }
 
 /* The backward of 8 windows: g (8 gradients) and k (8 argmax bytes) to

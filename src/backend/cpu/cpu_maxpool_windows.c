@@ -115,7 +115,7 @@ WINDOWS_BWD(bwd_f32, float, F32_LD, F32_ST)
 WINDOWS_BWD(bwd_bf16, uint16_t, cpu_bf16_ld, cpu_bf16_st)
 
 #ifdef __AVX2__
-#include <immintrin.h>
+#include "backend/cpu/cpu_pool_avx2.h"
 
 /* fwd8_f32 with AVX2: a pixel's 8 lanes as one vector, the selection rule
  * as blends, the argmax packed to bytes. */
@@ -137,18 +137,10 @@ static void fwd8_f32_avx2(const ct_pool2d_params *p, const float *restrict xp, f
         m = _mm256_loadu_ps(c + (i0 * W + j0) * 8);
         k = _mm256_set1_epi32(i0 * kw + j0);
         for (int i = i0; i < i1; i++)
-          for (int j = j0; j < j1; j++) {
-            __m256 v = _mm256_loadu_ps(c + (i * W + j) * 8);
-            __m256 t = _mm256_or_ps(_mm256_cmp_ps(v, m, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-            m = _mm256_blendv_ps(m, v, t);
-            k = _mm256_blendv_epi8(k, _mm256_set1_epi32(i * kw + j), _mm256_castps_si256(t));
-          }
+          for (int j = j0; j < j1; j++) pool_sel8(_mm256_loadu_ps(c + (i * W + j) * 8), i * kw + j, &m, &k);
       }
       _mm256_storeu_ps(yp + (oh * OW + ow) * 8, m);
-      if (wp) {
-        __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
-        _mm_storel_epi64((__m128i *)(wp + (oh * OW + ow) * 8), _mm_packus_epi16(w16, w16));
-      }
+      if (wp) pool_store_k8(wp + (oh * OW + ow) * 8, k);
     }
   }
 }
