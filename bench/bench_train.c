@@ -15,7 +15,8 @@
  * Usage: bench_train --model NAME [--batch 128] [--input CxHxW]
  *                    [--classes 10] [--steps 20] [--warmup 3]
  *                    [--threads 2] [--precision fp32|bf16|fp16] [--profile]
- *                    [--no-fuse] [--memory-format auto|contiguous|channels-last]
+ *                    [--no-fuse] [--no-conv-gemm]
+ *                    [--memory-format auto|contiguous|channels-last]
  *                    [--recompute auto|cheap|N|off] [--optim adam|sgd]
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
  * --profile adds per-layer forward/backward medians (layers re-run one by
@@ -23,6 +24,8 @@
  * --no-fuse turns off the ReLU folding of src/nn/fuse.c (and with it
  * cuDNN's fused batch norm + ReLU), the residual adds' gradient sharing
  * and the accumulating convolution backward-data (src/nn/exec_plan.c);
+ * --no-conv-gemm sends the cpu's small-map convolutions to oneDNN's
+ * primitives instead of batched GEMMs (src/backend/cpu/dnnl_conv_gemm.c);
  * --memory-format
  * picks the activation layouts (src/nn/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);
@@ -51,6 +54,7 @@
 #include "bench_util.h"
 #include "ctrain/ctrain.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu_conv.h"
 #include "nn/device_state.h"
 #include "nn/fuse.h"
 #include "nn/model_impl.h"
@@ -222,6 +226,12 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(a, "--no-fuse")) {
       ct_fuse_set_enabled(0);
+      continue;
+    }
+    if (!strcmp(a, "--no-conv-gemm")) {
+#if CTRAIN_HAVE_DNNL
+      cpu_conv_set_gemm(0);
+#endif
       continue;
     }
     if (!strcmp(a, "--plain-layouts")) {

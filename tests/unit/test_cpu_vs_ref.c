@@ -1,6 +1,8 @@
 /* The cpu device (oneDNN) against the reference device on the same random
  * inputs: convolution, linear and matmul (forward, backward data, backward
- * weights with beta 0 and 1), fp32 and bf16. (In a build without oneDNN
+ * weights with beta 0 and 1), fp32 and bf16; f32 convolutions also with
+ * C16, C8 and NHWC activations, and with the small-map GEMM path
+ * (dnnl_conv_gemm.c) on and off. (In a build without oneDNN
  * both sides are the reference kernels.) Metric and tolerances: see
  * test_cpu_common.h (normwise relative error vs the f64 reference; fp32
  * 1e-5, bf16 1e-2). */
@@ -33,8 +35,51 @@ static const char *act_name(ct_act a) {
   return n[a];
 }
 
-/* bf16: 0 = f32 run; 1 = bf16 inputs, f32 outputs; 2 = bf16 inputs and outputs. */
-static void conv_one(const conv_case *c, int bf16, const char *layout) {
+/* The offset of (n, c, h, w) of a [N, C, H, W] tensor in layout lay. */
+static int64_t at(const ct_tensor *t, int64_t n, int64_t c, int64_t h, int64_t w) {
+  int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3], b = t->layout == CT_LAYOUT_C16 ? 16 : 8;
+  switch (t->layout) {
+    case CT_LAYOUT_C16:
+    case CT_LAYOUT_C8: return (((n * (C / b) + c / b) * H + h) * W + w) * b + c % b;
+    case CT_LAYOUT_NHWC: return ((n * H + h) * W + w) * C + c;
+    default: return ((n * C + c) * H + h) * W + w;
+  }
+}
+
+/* A copy of the plain f32 tensor t in layout lay (t itself when plain),
+ * and the way back: lay_back copies a laid-out result into its plain
+ * buffer and frees the copy. */
+static ct_tensor lay_copy(ct_tensor t, ct_layout lay) {
+  if (lay == CT_LAYOUT_PLAIN) return t;
+  ct_tensor o = t;
+  o.layout = lay;
+  o.data = malloc((size_t)ct_tensor_numel(&t) * sizeof(float));
+  for (int64_t n = 0; n < t.shape[0]; n++)
+    for (int64_t c = 0; c < t.shape[1]; c++)
+      for (int64_t h = 0; h < t.shape[2]; h++)
+        for (int64_t w = 0; w < t.shape[3]; w++) ((float *)o.data)[at(&o, n, c, h, w)] = ((float *)t.data)[at(&t, n, c, h, w)];
+  return o;
+}
+static void lay_free(ct_tensor o) {
+  if (o.layout != CT_LAYOUT_PLAIN) free(o.data);
+}
+static void lay_back(ct_tensor o, ct_tensor plain) {
+  if (o.layout == CT_LAYOUT_PLAIN) return;
+  for (int64_t n = 0; n < o.shape[0]; n++)
+    for (int64_t c = 0; c < o.shape[1]; c++)
+      for (int64_t h = 0; h < o.shape[2]; h++)
+        for (int64_t w = 0; w < o.shape[3]; w++)
+          ((float *)plain.data)[at(&plain, n, c, h, w)] = ((float *)o.data)[at(&o, n, c, h, w)];
+  lay_free(o);
+}
+
+static const char *layout_name(ct_layout l) {
+  return l == CT_LAYOUT_C16 ? "C16" : l == CT_LAYOUT_C8 ? "C8" : l == CT_LAYOUT_NHWC ? "NHWC" : "NCHW";
+}
+
+/* bf16: 0 = f32 run; 1 = bf16 inputs, f32 outputs; 2 = bf16 inputs and
+ * outputs. lay: the activations' layout on the cpu side (f32 only). */
+static void conv_one(const conv_case *c, int bf16, ct_layout lay, const char *mode) {
   const ct_conv2d_params *p = &c->p;
   int G = p->groups;
   int64_t OH = out_dim(c->H, (int)c->KH, p->stride_h, p->pad_h, p->dil_h);
@@ -53,26 +98,28 @@ static void conv_one(const conv_case *c, int bf16, const char *layout) {
   }
   double tol = bf16 ? TOL16 : TOL32;
   char nm[200];
-  snprintf(nm, sizeof nm, "conv N%lld C%lld %lldx%lld O%lld k%lldx%lld s%d,%d p%d,%d d%d,%d g%d bias%d %s %s %s",
+  snprintf(nm, sizeof nm, "conv N%lld C%lld %lldx%lld O%lld k%lldx%lld s%d,%d p%d,%d d%d,%d g%d bias%d %s %s %s %s",
            (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->O, (long long)c->KH,
            (long long)c->KW, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->dil_h, p->dil_w, G, c->bias,
-           act_name(c->act), bf16 == 0 ? "f32" : bf16 == 1 ? "bf16->f32" : "bf16->bf16", layout);
+           act_name(c->act), bf16 == 0 ? "f32" : bf16 == 1 ? "bf16->f32" : "bf16->bf16", mode, layout_name(lay));
 
-  ct_tensor xc = bf16 ? tb_cpu16(&x) : tb_cpu(&x), wc = bf16 ? tb_cpu16(&w) : tb_cpu(&w);
-  ct_tensor dyc = bf16 ? tb_cpu16(&dy) : tb_cpu(&dy);
+  ct_tensor xc = bf16 ? tb_cpu16(&x) : lay_copy(tb_cpu(&x), lay), wc = bf16 ? tb_cpu16(&w) : tb_cpu(&w);
+  ct_tensor dyc = bf16 ? tb_cpu16(&dy) : lay_copy(tb_cpu(&dy), lay);
   ct_tensor bc = tb_cpu(&b), xr = tb_ref(&x), wr = tb_ref(&w), br = tb_ref(&b), dyr = tb_ref(&dy);
   int out16 = bf16 == 2;
 
   /* forward */
-  ct_tensor yc = out16 ? tb_cpu16(&y) : tb_cpu(&y), yr = tb_ref(&y);
+  ct_tensor yc = out16 ? tb_cpu16(&y) : lay_copy(tb_cpu(&y), lay), yr = tb_ref(&y);
   CHECK_OK(C_->conv2d_fwd(g_cpu, p, &xc, &wc, c->bias ? &bc : NULL, c->act, &yc));
+  if (!bf16) lay_back(yc, tb_cpu(&y));
   CHECK_OK(R_->conv2d_fwd(g_ref, p, &xr, &wr, c->bias ? &br : NULL, c->act, &yr));
   double e = out16 ? tb_err16(&y) : tb_err(&y);
   CHECK_TOL(e, tol, "%s fwd: err %.3g", nm, e);
 
   /* backward data */
-  ct_tensor dxc = out16 ? tb_cpu16(&dx) : tb_cpu(&dx), dxr = tb_ref(&dx);
+  ct_tensor dxc = out16 ? tb_cpu16(&dx) : lay_copy(tb_cpu(&dx), lay), dxr = tb_ref(&dx);
   CHECK_OK(C_->conv2d_bwd_data(g_cpu, p, &dyc, &wc, &dxc));
+  if (!bf16) lay_back(dxc, tb_cpu(&dx));
   CHECK_OK(R_->conv2d_bwd_data(g_ref, p, &dyr, &wr, &dxr));
   e = out16 ? tb_err16(&dx) : tb_err(&dx);
   CHECK_TOL(e, tol, "%s bwd_data: err %.3g", nm, e);
@@ -96,6 +143,7 @@ static void conv_one(const conv_case *c, int bf16, const char *layout) {
       CHECK_TOL(e, tol, "%s bwd_weights beta=%d db: err %.3g", nm, beta, e);
     }
   }
+  if (!bf16) lay_free(xc), lay_free(dyc);
   tb_free(&x), tb_free(&w), tb_free(&b), tb_free(&y), tb_free(&dy), tb_free(&dx), tb_free(&dw), tb_free(&db);
 }
 
@@ -120,6 +168,15 @@ static const conv_case conv_cases[] = {
     {2, 6, 3, 2, 4, 5, 5, {1, 1, 2, 2, 1, 1, 1}, 0, CT_ACT_NONE},         /* W cropped to taps 1..3, H not */
     {2, 8, 1, 3, 8, 3, 3, {1, 1, 1, 1, 1, 1, 2}, 1, CT_ACT_GELU},         /* groups 2, H cropped */
     {2, 4, 2, 2, 4, 3, 3, {1, 1, 2, 2, 2, 2, 1}, 0, CT_ACT_NONE},         /* dilation 2: one tap reads, kept whole */
+    /* At most 4 output positions: the batched-GEMM path (dnnl_conv_gemm.c),
+     * run in every activation layout below, and with oneDNN's path. */
+    {4, 16, 2, 2, 32, 3, 3, {1, 1, 1, 1, 1, 1, 1}, 1, CT_ACT_RELU},       /* ResNet-18's layer3 at 32x32 */
+    {3, 16, 4, 4, 16, 3, 3, {2, 2, 1, 1, 1, 1, 1}, 1, CT_ACT_NONE},       /* stride 2 onto 2x2 */
+    {5, 32, 2, 2, 16, 3, 3, {2, 2, 1, 1, 1, 1, 1}, 0, CT_ACT_RELU},       /* onto 1x1, taps 1..2 */
+    {2, 16, 2, 3, 16, 3, 2, {1, 1, 1, 0, 1, 1, 1}, 1, CT_ACT_NONE},       /* non-square kernel and map */
+    {2, 16, 2, 2, 16, 1, 1, {1, 1, 0, 0, 1, 1, 1}, 1, CT_ACT_RELU},       /* 1x1 kernel */
+    {3, 16, 1, 1, 16, 3, 3, {1, 1, 1, 1, 1, 1, 1}, 1, CT_ACT_NONE},       /* 1x1 map: the centre tap */
+    {2, 16, 5, 5, 16, 3, 3, {2, 2, 0, 0, 1, 1, 1}, 1, CT_ACT_RELU},       /* 2x2 output, no padding */
 };
 
 typedef struct lin_case {
@@ -165,6 +222,7 @@ static void linear_one(const lin_case *c, int bf16) {
       CHECK_TOL(e, tol, "%s bwd_weights beta=%d db: err %.3g", nm, beta, e);
     }
   }
+  if (!bf16) lay_free(xc), lay_free(dyc);
   tb_free(&x), tb_free(&w), tb_free(&b), tb_free(&y), tb_free(&dy), tb_free(&dx), tb_free(&dw), tb_free(&db);
 }
 
@@ -201,18 +259,34 @@ int main(void) {
 #if CTRAIN_HAVE_DNNL
   for (int blocked = 1; blocked >= 0; blocked--) {
     cpu_conv_set_blocked(blocked);
-    for (size_t i = 0; i < nconv; i++) conv_one(&conv_cases[i], 0, blocked ? "blocked" : "plain");
+    for (size_t i = 0; i < nconv; i++) conv_one(&conv_cases[i], 0, CT_LAYOUT_PLAIN, blocked ? "blocked" : "plain");
   }
   cpu_conv_set_blocked(1);
+  /* Activations in the executor's layouts, through the GEMM path where it
+   * applies and through oneDNN's primitives. */
+  const ct_layout lays[] = {CT_LAYOUT_C16, CT_LAYOUT_C8, CT_LAYOUT_NHWC};
+  for (int gemm = 1; gemm >= 0; gemm--) {
+    cpu_conv_set_gemm(gemm);
+    for (size_t l = 0; l < 3; l++)
+      for (size_t i = 0; i < nconv; i++) {
+        const conv_case *c = &conv_cases[i];
+        int64_t b = lays[l] == CT_LAYOUT_C16 ? 16 : lays[l] == CT_LAYOUT_C8 ? 8 : 1;
+        if (c->C % b == 0 && c->O % b == 0 && c->p.groups == 1)
+          conv_one(c, 0, lays[l], gemm ? "gemm" : "no-gemm");
+      }
+    if (!gemm)
+      for (size_t i = 0; i < nconv; i++) conv_one(&conv_cases[i], 0, CT_LAYOUT_PLAIN, "no-gemm");
+  }
+  cpu_conv_set_gemm(1);
 #else
   /* Built without oneDNN the cpu device's conv is the reference's (through
    * the table's defaults), so there is one path; this still checks that
    * the cpu table routes every conv, linear and matmul entry to it. */
-  for (size_t i = 0; i < nconv; i++) conv_one(&conv_cases[i], 0, "plain");
+  for (size_t i = 0; i < nconv; i++) conv_one(&conv_cases[i], 0, CT_LAYOUT_PLAIN, "plain");
 #endif
   for (size_t i = 0; i < nconv; i++) {
-    conv_one(&conv_cases[i], 1, "blocked");
-    conv_one(&conv_cases[i], 2, "blocked");
+    conv_one(&conv_cases[i], 1, CT_LAYOUT_PLAIN, "blocked");
+    conv_one(&conv_cases[i], 2, CT_LAYOUT_PLAIN, "blocked");
   }
   for (size_t i = 0; i < sizeof lin_cases / sizeof lin_cases[0]; i++)
     for (int bf = 0; bf <= 2; bf++) linear_one(&lin_cases[i], bf);

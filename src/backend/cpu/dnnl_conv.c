@@ -14,7 +14,7 @@
  *
  * Kernel taps that read only padding at every output position (a 3x3
  * kernel on a 1x1 map) are cropped away before oneDNN sees the shape
- * (used_taps); the weights are then a strided view of the full kernel,
+ * (cpu_conv_used_taps); the weights are then a strided view of the full kernel,
  * and the dropped taps' weight gradients are zero (beta times the old
  * value when accumulating). */
 #include <stdio.h>
@@ -31,7 +31,7 @@ void cpu_conv_set_blocked(int on) { use_blocked = on; }
 int cpu_conv_blocked(void) { return use_blocked; }
 
 /* The primitive's geometry. Kernel taps that read only padding for every
- * output position are cropped away (see used_taps): wd then holds the
+ * output position are cropped away (see cpu_conv_used_taps): wd then holds the
  * cropped kernel, and the weights (and the weight gradient) are the view
  * of the caller's full kernel at element offset woff with the full
  * kernel's strides wstr. */
@@ -53,7 +53,7 @@ typedef struct conv_geom {
  * would compute them, and on AVX2 it falls back to im2col + GEMM for such
  * shapes, 8x slower than the 1x1 convolution they are. Sets *t0 > *t1
  * when no tap reads data. */
-static void used_taps(int64_t n, int64_t o, int64_t k, int64_t s, int64_t p, int64_t d, int64_t *t0, int64_t *t1) {
+void cpu_conv_used_taps(int64_t n, int64_t o, int64_t k, int64_t s, int64_t p, int64_t d, int64_t *t0, int64_t *t1) {
   *t0 = k, *t1 = -1;
   for (int64_t t = 0; t < k; t++) {
     int64_t lo = t * d - p;                     /* the input row output 0 reads */
@@ -86,7 +86,7 @@ static void conv_geom_init(conv_geom *g, const ct_conv2d_params *p, const ct_ten
   g->woff = 0;
   for (int a = 0; a < 2; a++) {
     int64_t *k = &g->wd[g->wnd - 2 + a], t0, t1;
-    used_taps(x->shape[2 + a], y->shape[2 + a], *k, stride[a], pad[a], dil[a], &t0, &t1);
+    cpu_conv_used_taps(x->shape[2 + a], y->shape[2 + a], *k, stride[a], pad[a], dil[a], &t0, &t1);
     g->pl[a] = pad[a];
     /* Dilation 1 only: then the cropped left padding p - t0 is never
      * negative (the tap before t0 would otherwise read data). */
@@ -213,6 +213,11 @@ ct_status cpu_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tenso
            ct_shape_str(4, w->shape, sw, sizeof sw));
   int prev = cpu_op_begin(d);
   cpu_dev *cd = cpu_dev_of(d);
+  if (cpu_conv_gemm_ok(p, x, w, y, act, 0)) {
+    ct_status s = cpu_conv_gemm_fwd(cd, p, x, w, b, act, y, what);
+    cpu_op_end(d, prev);
+    return s;
+  }
   cpu_key k;
   cpu_key_init(&k, OP_CONV_FWD);
   key_params(&k, p);
@@ -284,6 +289,11 @@ ct_status cpu_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_
            ct_shape_str(4, w->shape, sw, sizeof sw));
   int prev = cpu_op_begin(d);
   cpu_dev *cd = cpu_dev_of(d);
+  if (cpu_conv_gemm_ok(p, dx, w, dy, CT_ACT_NONE, 1)) {
+    ct_status s = cpu_conv_gemm_bwd_data(cd, p, dy, w, dx, what);
+    cpu_op_end(d, prev);
+    return s;
+  }
   cpu_key k;
   cpu_key_init(&k, OP_CONV_BWD_DATA);
   key_params(&k, p);
@@ -357,6 +367,11 @@ ct_status cpu_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const 
            ct_shape_str(4, dw->shape, sw, sizeof sw));
   int prev = cpu_op_begin(d);
   cpu_dev *cd = cpu_dev_of(d);
+  if (cpu_conv_gemm_ok(p, x, dw, dy, CT_ACT_NONE, 0) && (!db || db->dtype == CT_F32)) {
+    ct_status s = cpu_conv_gemm_bwd_weights(cd, p, x, dy, dw, db, beta, what);
+    cpu_op_end(d, prev);
+    return s;
+  }
   cpu_key k;
   cpu_key_init(&k, OP_CONV_BWD_W);
   key_params(&k, p);
