@@ -15,7 +15,7 @@
  * Usage: bench_train --model NAME [--batch 128] [--input CxHxW]
  *                    [--classes 10] [--steps 20] [--warmup 3]
  *                    [--threads 2] [--precision fp32|bf16|fp16] [--profile]
- *                    [--no-fuse] [--no-conv-gemm]
+ *                    [--no-fuse] [--no-conv-gemm] [--no-conv-thin]
  *                    [--memory-format auto|contiguous|channels-last]
  *                    [--recompute auto|cheap|N|off] [--optim adam|sgd]
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
@@ -25,7 +25,9 @@
  * cuDNN's fused batch norm + ReLU), the residual adds' gradient sharing
  * and the accumulating convolution backward-data (src/nn/exec_plan.c);
  * --no-conv-gemm sends the cpu's small-map convolutions to oneDNN's
- * primitives instead of batched GEMMs (src/backend/cpu/dnnl_conv_gemm.c);
+ * primitives instead of batched GEMMs (src/backend/cpu/dnnl_conv_gemm.c),
+ * --no-conv-thin the first layers' weight gradients
+ * (src/backend/cpu/dnnl_conv_thin.c);
  * --memory-format
  * picks the activation layouts (src/nn/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);
@@ -231,6 +233,12 @@ int main(int argc, char **argv) {
     if (!strcmp(a, "--no-conv-gemm")) {
 #if CTRAIN_HAVE_DNNL
       cpu_conv_set_gemm(0);
+#endif
+      continue;
+    }
+    if (!strcmp(a, "--no-conv-thin")) {
+#if CTRAIN_HAVE_DNNL
+      cpu_conv_set_thin(0);
 #endif
       continue;
     }

@@ -1,8 +1,9 @@
 /* The cpu device (oneDNN) against the reference device on the same random
  * inputs: convolution, linear and matmul (forward, backward data, backward
  * weights with beta 0 and 1), fp32 and bf16; f32 convolutions also with
- * C16, C8 and NHWC activations, and with the small-map GEMM path
- * (dnnl_conv_gemm.c) on and off. (In a build without oneDNN
+ * C16, C8 and NHWC activations (a one-channel input stays plain, as the
+ * executor leaves it), with the small-map GEMM path (dnnl_conv_gemm.c)
+ * and the first-layer weight gradient (dnnl_conv_thin.c) on and off. (In a build without oneDNN
  * both sides are the reference kernels.) Metric and tolerances: see
  * test_cpu_common.h (normwise relative error vs the f64 reference; fp32
  * 1e-5, bf16 1e-2). */
@@ -103,7 +104,11 @@ static void conv_one(const conv_case *c, int bf16, ct_layout lay, const char *mo
            (long long)c->KW, p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->dil_h, p->dil_w, G, c->bias,
            act_name(c->act), bf16 == 0 ? "f32" : bf16 == 1 ? "bf16->f32" : "bf16->bf16", mode, layout_name(lay));
 
-  ct_tensor xc = bf16 ? tb_cpu16(&x) : lay_copy(tb_cpu(&x), lay), wc = bf16 ? tb_cpu16(&w) : tb_cpu(&w);
+  /* The executor's choice: an input whose channels do not fill a block
+   * (a first layer) stays plain; the output takes the layout. */
+  int64_t blk = lay == CT_LAYOUT_C16 ? 16 : lay == CT_LAYOUT_C8 ? 8 : 1;
+  ct_layout xlay = c->C % blk ? CT_LAYOUT_PLAIN : lay;
+  ct_tensor xc = bf16 ? tb_cpu16(&x) : lay_copy(tb_cpu(&x), xlay), wc = bf16 ? tb_cpu16(&w) : tb_cpu(&w);
   ct_tensor dyc = bf16 ? tb_cpu16(&dy) : lay_copy(tb_cpu(&dy), lay);
   ct_tensor bc = tb_cpu(&b), xr = tb_ref(&x), wr = tb_ref(&w), br = tb_ref(&b), dyr = tb_ref(&dy);
   int out16 = bf16 == 2;
@@ -117,7 +122,7 @@ static void conv_one(const conv_case *c, int bf16, ct_layout lay, const char *mo
   CHECK_TOL(e, tol, "%s fwd: err %.3g", nm, e);
 
   /* backward data */
-  ct_tensor dxc = out16 ? tb_cpu16(&dx) : lay_copy(tb_cpu(&dx), lay), dxr = tb_ref(&dx);
+  ct_tensor dxc = out16 ? tb_cpu16(&dx) : lay_copy(tb_cpu(&dx), xlay), dxr = tb_ref(&dx);
   CHECK_OK(C_->conv2d_bwd_data(g_cpu, p, &dyc, &wc, &dxc));
   if (!bf16) lay_back(dxc, tb_cpu(&dx));
   CHECK_OK(R_->conv2d_bwd_data(g_ref, p, &dyr, &wr, &dxr));
@@ -177,6 +182,11 @@ static const conv_case conv_cases[] = {
     {2, 16, 2, 2, 16, 1, 1, {1, 1, 0, 0, 1, 1, 1}, 1, CT_ACT_RELU},       /* 1x1 kernel */
     {3, 16, 1, 1, 16, 3, 3, {1, 1, 1, 1, 1, 1, 1}, 1, CT_ACT_NONE},       /* 1x1 map: the centre tap */
     {2, 16, 5, 5, 16, 3, 3, {2, 2, 0, 0, 1, 1, 1}, 1, CT_ACT_RELU},       /* 2x2 output, no padding */
+    /* One input channel: the first-layer weight gradient (dnnl_conv_thin.c),
+     * with the output gradient in every layout. */
+    {3, 1, 11, 9, 16, 5, 3, {2, 1, 2, 1, 1, 1, 1}, 1, CT_ACT_RELU},       /* strides and padding differ */
+    {2, 1, 8, 10, 8, 3, 3, {3, 3, 1, 0, 1, 1, 1}, 0, CT_ACT_NONE},        /* stride 3, last rows unread */
+    {2, 1, 6, 7, 13, 3, 3, {1, 1, 1, 1, 1, 1, 1}, 1, CT_ACT_NONE},        /* 8 + 5 output channels */
 };
 
 typedef struct lin_case {
@@ -267,17 +277,18 @@ int main(void) {
   const ct_layout lays[] = {CT_LAYOUT_C16, CT_LAYOUT_C8, CT_LAYOUT_NHWC};
   for (int gemm = 1; gemm >= 0; gemm--) {
     cpu_conv_set_gemm(gemm);
+    cpu_conv_set_thin(gemm);
     for (size_t l = 0; l < 3; l++)
       for (size_t i = 0; i < nconv; i++) {
         const conv_case *c = &conv_cases[i];
         int64_t b = lays[l] == CT_LAYOUT_C16 ? 16 : lays[l] == CT_LAYOUT_C8 ? 8 : 1;
-        if (c->C % b == 0 && c->O % b == 0 && c->p.groups == 1)
-          conv_one(c, 0, lays[l], gemm ? "gemm" : "no-gemm");
+        if (c->O % b == 0 && c->p.groups == 1) conv_one(c, 0, lays[l], gemm ? "gemm+thin" : "oneDNN");
       }
     if (!gemm)
-      for (size_t i = 0; i < nconv; i++) conv_one(&conv_cases[i], 0, CT_LAYOUT_PLAIN, "no-gemm");
+      for (size_t i = 0; i < nconv; i++) conv_one(&conv_cases[i], 0, CT_LAYOUT_PLAIN, "oneDNN");
   }
   cpu_conv_set_gemm(1);
+  cpu_conv_set_thin(1);
 #else
   /* Built without oneDNN the cpu device's conv is the reference's (through
    * the table's defaults), so there is one path; this still checks that

@@ -1,7 +1,8 @@
 /* The cpu device's convolution path (internal): its tuning switches, for
  * benchmarks and tests that compare variants, and what dnnl_conv.c (the
  * oneDNN primitives) shares with dnnl_conv_gemm.c (small output maps as
- * one batched GEMM). */
+ * one batched GEMM) and dnnl_conv_thin.c (first layers' weight
+ * gradients). */
 #ifndef CTRAIN_CPU_CONV_H
 #define CTRAIN_CPU_CONV_H
 
@@ -17,6 +18,9 @@ int cpu_conv_blocked(void);
 /* 1 (default): convolutions that cpu_conv_gemm_ok accepts run as batched
  * GEMMs; 0: every convolution goes to oneDNN's primitives. */
 void cpu_conv_set_gemm(int on);
+/* 1 (default): backward weights that cpu_conv_thin_ok accepts run in
+ * dnnl_conv_thin.c; 0: in oneDNN. */
+void cpu_conv_set_thin(int on);
 
 #if CTRAIN_HAVE_DNNL
 /* The taps [*t0, *t1] of one kernel dimension (extent k, stride s, left
@@ -41,6 +45,15 @@ ct_status cpu_conv_gemm_bwd_data(cpu_dev *cd, const ct_conv2d_params *p, const c
                                  ct_tensor *dx, const char *what);
 ct_status cpu_conv_gemm_bwd_weights(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
                                     ct_tensor *dw, ct_tensor *db, float beta, const char *what);
+
+/* Whether dnnl_conv_thin.c takes this backward weights: f32, groups 1,
+ * dilation 1 and a plain input of one channel (a network's first layer).
+ * The op has conv2d_bwd_weights'
+ * contract; callers hold the device. */
+int cpu_conv_thin_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *dw,
+                     const ct_tensor *db);
+ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
+                              ct_tensor *dw, ct_tensor *db, float beta, const char *what);
 #endif
 
 #endif

@@ -140,6 +140,10 @@ void cpu_key_add_tensor(cpu_key *k, const ct_tensor *t); /* dtype, ndim, dims; N
 cpu_entry *cpu_cache_find(cpu_dev *cd, const cpu_key *k);
 cpu_entry *cpu_cache_new(const cpu_key *k);
 void cpu_cache_insert(cpu_dev *cd, cpu_entry *e);
+/* The entry keyed by op alone (and the thread count), created empty on
+ * first use: for ops whose only cached state is scratch (cpu_entry_tmp).
+ * NULL when out of memory. */
+cpu_entry *cpu_scratch_entry(cpu_dev *cd, int op);
 void cpu_entry_destroy(cpu_entry *e);
 
 /* Creates the primitive of e from a descriptor (scratchpad in user mode,

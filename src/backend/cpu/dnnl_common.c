@@ -147,6 +147,14 @@ void cpu_cache_insert(cpu_dev *cd, cpu_entry *e) {
   cd->entries++;
 }
 
+cpu_entry *cpu_scratch_entry(cpu_dev *cd, int op) {
+  cpu_key k;
+  cpu_key_init(&k, op);
+  cpu_entry *e = cpu_cache_find(cd, &k);
+  if (!e && (e = cpu_cache_new(&k))) cpu_cache_insert(cd, e);
+  return e;
+}
+
 void cpu_entry_destroy(cpu_entry *e) {
   if (!e) return;
   for (int i = 0; i < e->nargs; i++) {

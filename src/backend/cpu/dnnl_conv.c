@@ -367,6 +367,11 @@ ct_status cpu_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const 
            ct_shape_str(4, dw->shape, sw, sizeof sw));
   int prev = cpu_op_begin(d);
   cpu_dev *cd = cpu_dev_of(d);
+  if (cpu_conv_thin_ok(p, x, dy, dw, db)) {
+    ct_status s = cpu_conv_thin_wgrad(cd, p, x, dy, dw, db, beta, what);
+    cpu_op_end(d, prev);
+    return s;
+  }
   if (cpu_conv_gemm_ok(p, x, dw, dy, CT_ACT_NONE, 0) && (!db || db->dtype == CT_F32)) {
     ct_status s = cpu_conv_gemm_bwd_weights(cd, p, x, dy, dw, db, beta, what);
     cpu_op_end(d, prev);

@@ -174,13 +174,8 @@ static const float *packed_weights(const gg *g, const float *w, float *buf) {
 
 /* The per-device scratch entry, its buffers grown to the sizes asked. */
 static ct_status scratch(cpu_dev *cd, const size_t bytes[3], float *buf[3], const char *what) {
-  cpu_key k;
-  cpu_key_init(&k, OP_CONV_GEMM_SCRATCH);
-  cpu_entry *e = cpu_cache_find(cd, &k);
-  if (!e) {
-    if (!(e = cpu_cache_new(&k))) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: cannot allocate the GEMM scratch", what);
-    cpu_cache_insert(cd, e);
-  }
+  cpu_entry *e = cpu_scratch_entry(cd, OP_CONV_GEMM_SCRATCH);
+  if (!e) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: cannot allocate the GEMM scratch", what);
   for (int i = 0; i < 3; i++)
     if (!(buf[i] = cpu_entry_tmp(e, i, bytes[i] ? bytes[i] : 1)))
       return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes of GEMM scratch", what, bytes[i]);

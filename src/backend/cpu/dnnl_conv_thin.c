@@ -1,0 +1,158 @@
+/* Backward weights of convolutions with one input channel (a network's
+ * first layer on grey images), f32, the input plain NCHW (as the executor
+ * leaves a one-channel tensor) and the output gradient in any layout.
+ *
+ * Why: oneDNN 2.6's AVX2 backward-weights kernel pads a 1-channel input to
+ * a block of 8 (it reorders x into nChw8c and computes eight channels, seven
+ * of them zero): 3.6-6 ms of the torchkeras cnn's 28 ms step on a 2-core
+ * AVX2 EPYC for a convolution of 50 MFLOP. Here each output-gradient row
+ * is taken as vectors of 8 channels, so a tap's gradient is a sum over the
+ * row of such a vector times one input element: FMAs on whole vectors, no
+ * padded channels. The C8 and C16 layouts are read in place, plain and NHWC
+ * gathered a row at a time; the sums are the same in all four, so a model
+ * gives the same bits whatever its memory format (test_layout).
+ *
+ * Each thread takes whole images, copies its image into a zero-padded
+ * buffer (no bounds tests in the loops), sums each row in float and adds
+ * the rows into its own double accumulators; the threads' sums are added
+ * in thread order at the end, so the result depends on the thread count
+ * only. Buffers come from a per-device scratch entry of the primitive
+ * cache. */
+#include <string.h>
+
+#include "backend/cpu/cpu_conv.h"
+#include "backend/cpu/cpu_impl.h"
+
+enum { OP_CONV_THIN_SCRATCH = 151 };
+
+static int thin_on = 1;
+void cpu_conv_set_thin(int on) { thin_on = on; }
+
+/* Input channels up to which this path is taken. One: oneDNN pads only
+ * that to a block. With three (RGB) it reads the input plain, and its
+ * kernel beat this one: ResNet-18's 7x7 stem at 32x32, batch 128, 4.4-6.4
+ * ms against 20-22 here, where each row's short dot products and the
+ * double accumulation of 147 taps dominate. */
+#define THIN_MAX_C 1
+
+int cpu_conv_thin_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *dw,
+                     const ct_tensor *db) {
+  if (!thin_on || p->groups > 1 || (p->dil_h > 1) || (p->dil_w > 1)) return 0;
+  if (x->dtype != CT_F32 || dy->dtype != CT_F32 || dw->dtype != CT_F32 || (db && db->dtype != CT_F32)) return 0;
+  if (x->ndim != 4 || dy->ndim != 4 || dw->layout != CT_LAYOUT_PLAIN) return 0;
+  /* One channel lies the same plain and NHWC. */
+  if (x->layout != CT_LAYOUT_PLAIN && !(x->layout == CT_LAYOUT_NHWC && x->shape[1] == 1)) return 0;
+  return x->shape[1] <= THIN_MAX_C;
+}
+
+typedef struct thin {
+  int64_t N, C, H, W, K, OH, OW, KH, KW, sh, sw, ph, pw;
+  int64_t Hp, Wp, taps; /* padded image; C*KH*KW */
+} thin;
+
+/* 8 floats, one AVX register; unaligned loads through memcpy. */
+typedef float v8 __attribute__((vector_size(32)));
+static inline v8 ld8(const float *p) {
+  v8 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* One output row oh of 8 output channels k0 .. k0+nk-1 (the lanes; nk <=
+ * 8): adds its weight and bias gradients into acc ([K][taps] then [K],
+ * double). dr is the row, lane j of position ow at dr[ow*ls + j]; xp the
+ * image, zero-padded. Four accumulators per tap so the FMAs of a row do
+ * not wait on each other. The arithmetic of a lane does not depend on ls,
+ * so every layout of dy gives the same bits. */
+static void row(const thin *g, const float *dr, int64_t ls, int64_t oh, const float *xp, double *acc, int64_t k0,
+                int nk) {
+  v8 bs = {0};
+  for (int64_t ow = 0; ow < g->OW; ow++) bs += ld8(dr + ow * ls);
+  for (int j = 0; j < nk; j++) acc[g->K * g->taps + k0 + j] += bs[j];
+  for (int64_t c = 0; c < g->C; c++)
+    for (int64_t kh = 0; kh < g->KH; kh++) {
+      const float *xr = xp + (c * g->Hp + oh * g->sh + kh) * g->Wp;
+      for (int64_t kw = 0; kw < g->KW; kw++) {
+        v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        int64_t ow = 0;
+        for (; ow + 4 <= g->OW; ow += 4) {
+          a0 += ld8(dr + ow * ls) * xr[ow * g->sw + kw];
+          a1 += ld8(dr + (ow + 1) * ls) * xr[(ow + 1) * g->sw + kw];
+          a2 += ld8(dr + (ow + 2) * ls) * xr[(ow + 2) * g->sw + kw];
+          a3 += ld8(dr + (ow + 3) * ls) * xr[(ow + 3) * g->sw + kw];
+        }
+        for (; ow < g->OW; ow++) a0 += ld8(dr + ow * ls) * xr[ow * g->sw + kw];
+        v8 a = (a0 + a1) + (a2 + a3);
+        int64_t t = (c * g->KH + kh) * g->KW + kw;
+        for (int j = 0; j < nk; j++) acc[(k0 + j) * g->taps + t] += a[j];
+      }
+    }
+}
+
+/* Image n: its padded copy in xp, then every row of every group of 8
+ * output channels. A C8 / C16 gradient is read in place; a plain or NHWC
+ * one is gathered a row at a time into rbuf ([OW][8], zeros past K). */
+static void image(const thin *g, const float *x, const ct_tensor *dy, int64_t n, float *xp, float *rbuf,
+                  double *acc) {
+  /* Only the interior is written: the padding stays zero between images. */
+  for (int64_t c = 0; c < g->C; c++)
+    for (int64_t h = 0; h < g->H; h++)
+      memcpy(xp + (c * g->Hp + h + g->ph) * g->Wp + g->pw, x + ((n * g->C + c) * g->H + h) * g->W,
+             (size_t)g->W * sizeof(float));
+  const float *ds = dy->data;
+  int B = dy->layout == CT_LAYOUT_C16 ? 16 : dy->layout == CT_LAYOUT_C8 ? 8 : 0;
+  int nhwc = dy->layout == CT_LAYOUT_NHWC;
+  for (int64_t k0 = 0; k0 < g->K; k0 += 8) {
+    int nk = g->K - k0 < 8 ? (int)(g->K - k0) : 8;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+      if (B) {
+        row(g, ds + ((n * (g->K / B) + k0 / B) * g->OH + oh) * g->OW * B + k0 % B, B, oh, xp, acc, k0, nk);
+        continue;
+      }
+      for (int64_t ow = 0; ow < g->OW; ow++)
+        for (int j = 0; j < 8; j++)
+          rbuf[ow * 8 + j] = j >= nk ? 0.f
+                             : nhwc  ? ds[((n * g->OH + oh) * g->OW + ow) * g->K + k0 + j]
+                                     : ds[((n * g->K + k0 + j) * g->OH + oh) * g->OW + ow];
+      row(g, rbuf, 8, oh, xp, acc, k0, nk);
+    }
+  }
+}
+
+ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
+                              ct_tensor *dw, ct_tensor *db, float beta, const char *what) {
+  thin g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], dy->shape[1], dy->shape[2], dy->shape[3],
+            dw->shape[2], dw->shape[3], p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 0};
+  /* Rows past the image that a stride can reach stay zero too. */
+  g.Hp = (g.OH - 1) * g.sh + g.KH > g.H + 2 * g.ph ? (g.OH - 1) * g.sh + g.KH : g.H + 2 * g.ph;
+  g.Wp = (g.OW - 1) * g.sw + g.KW > g.W + 2 * g.pw ? (g.OW - 1) * g.sw + g.KW : g.W + 2 * g.pw;
+  g.taps = g.C * g.KH * g.KW;
+  int nt = omp_get_max_threads();
+  size_t img = (size_t)(g.C * g.Hp * g.Wp), accn = (size_t)(g.K * g.taps + g.K), rown = (size_t)g.OW * 8;
+
+  cpu_entry *e = cpu_scratch_entry(cd, OP_CONV_THIN_SCRATCH);
+  float *xp = e ? cpu_entry_tmp(e, 0, (size_t)nt * img * sizeof(float)) : NULL;
+  double *acc = e ? cpu_entry_tmp(e, 1, (size_t)nt * accn * sizeof(double)) : NULL;
+  float *rbuf = e ? cpu_entry_tmp(e, 2, (size_t)nt * rown * sizeof(float)) : NULL;
+  if (!xp || !acc || !rbuf) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: cannot allocate its scratch", what);
+  memset(xp, 0, (size_t)nt * img * sizeof(float));
+  memset(acc, 0, (size_t)nt * accn * sizeof(double));
+
+  const float *xs = x->data;
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num();
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.N; n++)
+      image(&g, xs, dy, n, xp + (size_t)t * img, rbuf + (size_t)t * rown, acc + (size_t)t * accn);
+  }
+  for (int t = 1; t < nt; t++)
+    for (size_t i = 0; i < accn; i++) acc[i] += acc[(size_t)t * accn + i];
+  float *o = dw->data;
+  for (int64_t i = 0; i < g.K * g.taps; i++) o[i] = (float)(beta == 0.f ? acc[i] : beta * o[i] + acc[i]);
+  if (db) {
+    float *ob = db->data;
+    for (int64_t i = 0; i < g.K; i++) ob[i] = (float)(beta == 0.f ? acc[g.K * g.taps + i] : beta * ob[i] + acc[g.K * g.taps + i]);
+  }
+  return CT_OK;
+}
