@@ -48,8 +48,7 @@ ct_status cpu_conv_gemm_bwd_weights(cpu_dev *cd, const ct_conv2d_params *p, cons
 
 /* Whether dnnl_conv_thin.c takes this backward weights: f32, groups 1,
  * dilation 1 and a plain input of one channel (a network's first layer).
- * The op has conv2d_bwd_weights'
- * contract; callers hold the device. */
+ * The op has conv2d_bwd_weights' contract; callers hold the device. */
 int cpu_conv_thin_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *dw,
                      const ct_tensor *db);
 ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
