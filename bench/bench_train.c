@@ -26,8 +26,8 @@
  * and the accumulating convolution backward-data (src/nn/exec_plan.c);
  * --no-conv-gemm sends the cpu's small-map convolutions to oneDNN's
  * primitives instead of batched GEMMs (src/backend/cpu/dnnl_conv_gemm.c),
- * --no-conv-thin the first layers' weight gradients
- * (src/backend/cpu/dnnl_conv_thin.c);
+ * --no-conv-thin the first layers' paths (one-channel weight gradients,
+ * large-kernel forwards: src/backend/cpu/dnnl_conv_thin.c);
  * --memory-format
  * picks the activation layouts (src/nn/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);

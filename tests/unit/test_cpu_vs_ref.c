@@ -3,7 +3,7 @@
  * weights with beta 0 and 1), fp32 and bf16; f32 convolutions also with
  * C16, C8 and NHWC activations (a one-channel input stays plain, as the
  * executor leaves it), with the small-map GEMM path (dnnl_conv_gemm.c)
- * and the first-layer weight gradient (dnnl_conv_thin.c) on and off. (In a build without oneDNN
+ * and the first-layer paths (dnnl_conv_thin.c) on and off. (In a build without oneDNN
  * both sides are the reference kernels.) Metric and tolerances: see
  * test_cpu_common.h (normwise relative error vs the f64 reference; fp32
  * 1e-5, bf16 1e-2). */
@@ -187,6 +187,12 @@ static const conv_case conv_cases[] = {
     {3, 1, 11, 9, 16, 5, 3, {2, 1, 2, 1, 1, 1, 1}, 1, CT_ACT_RELU},       /* strides and padding differ */
     {2, 1, 8, 10, 8, 3, 3, {3, 3, 1, 0, 1, 1, 1}, 0, CT_ACT_NONE},        /* stride 3, last rows unread */
     {2, 1, 6, 7, 13, 3, 3, {1, 1, 1, 1, 1, 1, 1}, 1, CT_ACT_NONE},        /* 8 + 5 output channels */
+    /* Up to 4 input channels and a kernel larger than 7x7: the forward in
+     * dnnl_conv_thin.c (AlexNet's first layer). */
+    {2, 3, 35, 31, 16, 11, 11, {4, 4, 2, 2, 1, 1, 1}, 1, CT_ACT_RELU},    /* AlexNet's conv1, smaller */
+    {2, 2, 20, 17, 8, 8, 7, {2, 3, 3, 1, 1, 1, 1}, 0, CT_ACT_NONE},       /* non-square everything */
+    {1, 4, 12, 12, 13, 9, 9, {1, 1, 4, 4, 1, 1, 1}, 1, CT_ACT_RELU},      /* 13 channels, wide padding */
+    {2, 1, 30, 30, 8, 9, 9, {3, 3, 2, 2, 1, 1, 1}, 1, CT_ACT_NONE},       /* one channel: NHWC output too */
 };
 
 typedef struct lin_case {

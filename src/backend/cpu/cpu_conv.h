@@ -18,8 +18,8 @@ int cpu_conv_blocked(void);
 /* 1 (default): convolutions that cpu_conv_gemm_ok accepts run as batched
  * GEMMs; 0: every convolution goes to oneDNN's primitives. */
 void cpu_conv_set_gemm(int on);
-/* 1 (default): backward weights that cpu_conv_thin_ok accepts run in
- * dnnl_conv_thin.c; 0: in oneDNN. */
+/* 1 (default): what cpu_conv_thin_ok and cpu_conv_thin_fwd_ok accept
+ * runs in dnnl_conv_thin.c; 0: in oneDNN. */
 void cpu_conv_set_thin(int on);
 
 #if CTRAIN_HAVE_DNNL
@@ -53,6 +53,13 @@ int cpu_conv_thin_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_ten
                      const ct_tensor *db);
 ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
                               ct_tensor *dw, ct_tensor *db, float beta, const char *what);
+/* Whether dnnl_conv_thin.c takes this forward: the same, with up to 4
+ * input channels, a kernel larger than 7x7 (AlexNet's 11x11 first layer)
+ * and a fused activation of none or ReLU. conv2d_fwd's contract. */
+int cpu_conv_thin_fwd_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w, const ct_tensor *y,
+                         ct_act act);
+ct_status cpu_conv_thin_fwd(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w,
+                            const ct_tensor *b, ct_act act, ct_tensor *y, const char *what);
 #endif
 
 #endif

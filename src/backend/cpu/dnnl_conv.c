@@ -18,10 +18,10 @@
  * kernel, and the dropped taps' weight gradients are zero (beta times the
  * old value when accumulating).
  *
- * Two kinds of f32 convolution do not reach oneDNN, where it was measured
- * slow: those onto maps of a few positions (dnnl_conv_gemm.c, batched
- * GEMMs) and the weight gradient of a one-channel input
- * (dnnl_conv_thin.c). */
+ * Some f32 convolutions do not reach oneDNN, where it was measured slow:
+ * those onto maps of a few positions (dnnl_conv_gemm.c, batched GEMMs),
+ * and in dnnl_conv_thin.c the weight gradient of a one-channel input and
+ * the forward of large kernels on few channels (AlexNet's first layer). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +220,11 @@ ct_status cpu_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tenso
   cpu_dev *cd = cpu_dev_of(d);
   if (cpu_conv_gemm_ok(p, x, w, y, act, 0)) {
     ct_status s = cpu_conv_gemm_fwd(cd, p, x, w, b, act, y, what);
+    cpu_op_end(d, prev);
+    return s;
+  }
+  if (cpu_conv_thin_fwd_ok(p, x, w, y, act)) {
+    ct_status s = cpu_conv_thin_fwd(cd, p, x, w, b, act, y, what);
     cpu_op_end(d, prev);
     return s;
   }

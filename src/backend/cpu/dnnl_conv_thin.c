@@ -1,8 +1,10 @@
-/* Backward weights of convolutions with one input channel (a network's
- * first layer on grey images), f32, the input plain NCHW (as the executor
- * leaves a one-channel tensor) and the output gradient in any layout.
+/* First layers: convolutions on few input channels where oneDNN 2.6 was
+ * measured slow, f32, the input plain NCHW (as the executor leaves a
+ * tensor of fewer channels than a block). Two of them: the backward
+ * weights of a one-channel input (a network on grey images), here, and
+ * the forward of large kernels (AlexNet's 11x11), at the end of the file.
  *
- * Why: oneDNN 2.6's AVX2 backward-weights kernel pads a 1-channel input to
+ * Backward weights, why: oneDNN 2.6's AVX2 backward-weights kernel pads a 1-channel input to
  * a block of 8 (it reorders x into nChw8c and computes eight channels, seven
  * of them zero): 3.6-6 ms of the torchkeras cnn's 28 ms step on a 2-core
  * AVX2 EPYC for a convolution of 50 MFLOP. Here each output-gradient row
@@ -23,7 +25,7 @@
 #include "backend/cpu/cpu_conv.h"
 #include "backend/cpu/cpu_impl.h"
 
-enum { OP_CONV_THIN_SCRATCH = 151 };
+enum { OP_CONV_THIN_SCRATCH = 151, OP_CONV_THIN_FWD_SCRATCH };
 
 static int thin_on = 1;
 void cpu_conv_set_thin(int on) { thin_on = on; }
@@ -35,20 +37,44 @@ void cpu_conv_set_thin(int on) { thin_on = on; }
  * double accumulation of 147 taps dominate. */
 #define THIN_MAX_C 1
 
+/* What both directions need: f32, groups 1, dilation 1, 4-D, plain
+ * weights and a plain input (one channel lies the same plain and NHWC). */
+static int thin_shapes(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w, const ct_tensor *y) {
+  if (!thin_on || p->groups > 1 || p->dil_h > 1 || p->dil_w > 1) return 0;
+  if (x->dtype != CT_F32 || w->dtype != CT_F32 || y->dtype != CT_F32) return 0;
+  if (x->ndim != 4 || y->ndim != 4 || w->ndim != 4 || w->layout != CT_LAYOUT_PLAIN) return 0;
+  return x->layout == CT_LAYOUT_PLAIN || (x->layout == CT_LAYOUT_NHWC && x->shape[1] == 1);
+}
+
 int cpu_conv_thin_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *dw,
                      const ct_tensor *db) {
-  if (!thin_on || p->groups > 1 || (p->dil_h > 1) || (p->dil_w > 1)) return 0;
-  if (x->dtype != CT_F32 || dy->dtype != CT_F32 || dw->dtype != CT_F32 || (db && db->dtype != CT_F32)) return 0;
-  if (x->ndim != 4 || dy->ndim != 4 || dw->layout != CT_LAYOUT_PLAIN) return 0;
-  /* One channel lies the same plain and NHWC. */
-  if (x->layout != CT_LAYOUT_PLAIN && !(x->layout == CT_LAYOUT_NHWC && x->shape[1] == 1)) return 0;
-  return x->shape[1] <= THIN_MAX_C;
+  return thin_shapes(p, x, dw, dy) && (!db || db->dtype == CT_F32) && x->shape[1] <= THIN_MAX_C;
 }
 
 typedef struct thin {
   int64_t N, C, H, W, K, OH, OW, KH, KW, sh, sw, ph, pw;
   int64_t Hp, Wp, taps; /* padded image; C*KH*KW */
 } thin;
+
+/* The geometry of input x, weights w and output y (or their gradients). */
+static thin thin_init(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w, const ct_tensor *y) {
+  thin g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], y->shape[1], y->shape[2], y->shape[3],
+            w->shape[2], w->shape[3], p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 0};
+  /* Rows past the image that a stride can reach stay zero too. */
+  g.Hp = (g.OH - 1) * g.sh + g.KH > g.H + 2 * g.ph ? (g.OH - 1) * g.sh + g.KH : g.H + 2 * g.ph;
+  g.Wp = (g.OW - 1) * g.sw + g.KW > g.W + 2 * g.pw ? (g.OW - 1) * g.sw + g.KW : g.W + 2 * g.pw;
+  g.taps = g.C * g.KH * g.KW;
+  return g;
+}
+
+/* Image n of x into xp with its padding as zeros. Only the interior is
+ * written: the padding stays zero from the scratch's clearing on. */
+static void pad_image(const thin *g, const float *x, int64_t n, float *xp) {
+  for (int64_t c = 0; c < g->C; c++)
+    for (int64_t h = 0; h < g->H; h++)
+      memcpy(xp + (c * g->Hp + h + g->ph) * g->Wp + g->pw, x + ((n * g->C + c) * g->H + h) * g->W,
+             (size_t)g->W * sizeof(float));
+}
 
 /* 8 floats, one AVX register; unaligned loads through memcpy. */
 typedef float v8 __attribute__((vector_size(32)));
@@ -94,11 +120,7 @@ static void row(const thin *g, const float *dr, int64_t ls, int64_t oh, const fl
  * one is gathered a row at a time into rbuf ([OW][8], zeros past K). */
 static void image(const thin *g, const float *x, const ct_tensor *dy, int64_t n, float *xp, float *rbuf,
                   double *acc) {
-  /* Only the interior is written: the padding stays zero between images. */
-  for (int64_t c = 0; c < g->C; c++)
-    for (int64_t h = 0; h < g->H; h++)
-      memcpy(xp + (c * g->Hp + h + g->ph) * g->Wp + g->pw, x + ((n * g->C + c) * g->H + h) * g->W,
-             (size_t)g->W * sizeof(float));
+  pad_image(g, x, n, xp);
   const float *ds = dy->data;
   int B = dy->layout == CT_LAYOUT_C16 ? 16 : dy->layout == CT_LAYOUT_C8 ? 8 : 0;
   int nhwc = dy->layout == CT_LAYOUT_NHWC;
@@ -121,12 +143,7 @@ static void image(const thin *g, const float *x, const ct_tensor *dy, int64_t n,
 
 ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
                               ct_tensor *dw, ct_tensor *db, float beta, const char *what) {
-  thin g = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], dy->shape[1], dy->shape[2], dy->shape[3],
-            dw->shape[2], dw->shape[3], p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 0};
-  /* Rows past the image that a stride can reach stay zero too. */
-  g.Hp = (g.OH - 1) * g.sh + g.KH > g.H + 2 * g.ph ? (g.OH - 1) * g.sh + g.KH : g.H + 2 * g.ph;
-  g.Wp = (g.OW - 1) * g.sw + g.KW > g.W + 2 * g.pw ? (g.OW - 1) * g.sw + g.KW : g.W + 2 * g.pw;
-  g.taps = g.C * g.KH * g.KW;
+  thin g = thin_init(p, x, dw, dy);
   int nt = omp_get_max_threads();
   size_t img = (size_t)(g.C * g.Hp * g.Wp), accn = (size_t)(g.K * g.taps + g.K), rown = (size_t)g.OW * 8;
 
@@ -154,5 +171,84 @@ ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_t
     float *ob = db->data;
     for (int64_t i = 0; i < g.K; i++) ob[i] = (float)(beta == 0.f ? acc[g.K * g.taps + i] : beta * ob[i] + acc[g.K * g.taps + i]);
   }
+  return CT_OK;
+}
+
+/* ---- Forward: large kernels on few channels ------------------------------
+ * oneDNN 2.6 on AVX2 runs AlexNet's first convolution (3 -> 64, 11x11,
+ * stride 4) as im2col + GEMM image by image, each GEMM on both threads:
+ * 147-200 ms of a 2.4 s step at batch 64 (57 GFLOP/s). The same scheme with
+ * whole images per thread (one single-threaded GEMM each, 64 x 3025 x 363)
+ * and an im2col from a zero-padded copy (no bounds tests) took 68-71 ms
+ * measured alone. ResNet's 7x7 stem (3 channels) was a wash (4.4 ms
+ * against oneDNN's direct 5.5 before the scatter into C8), so the kernel
+ * must be larger than 7x7. */
+#define THIN_FWD_MAX_C 4
+#define THIN_FWD_MIN_TAPS 50
+
+int cpu_conv_thin_fwd_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w, const ct_tensor *y,
+                         ct_act act) {
+  return thin_shapes(p, x, w, y) && (act == CT_ACT_NONE || act == CT_ACT_RELU) && x->shape[1] <= THIN_FWD_MAX_C &&
+         w->shape[2] * w->shape[3] >= THIN_FWD_MIN_TAPS;
+}
+
+ct_status cpu_conv_thin_fwd(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w,
+                            const ct_tensor *b, ct_act act, ct_tensor *y, const char *what) {
+  thin g = thin_init(p, x, w, y);
+  int64_t P = g.OH * g.OW;
+  int nt = omp_get_max_threads(), plain = y->layout == CT_LAYOUT_PLAIN;
+  size_t img = (size_t)(g.C * g.Hp * g.Wp), coln = (size_t)(g.taps * P), outn = plain ? 0 : (size_t)(g.K * P);
+  cpu_entry *e = cpu_scratch_entry(cd, OP_CONV_THIN_FWD_SCRATCH);
+  float *xp = e ? cpu_entry_tmp(e, 0, (size_t)nt * img * sizeof(float)) : NULL;
+  float *col = e ? cpu_entry_tmp(e, 1, (size_t)nt * coln * sizeof(float)) : NULL;
+  float *ob = e ? cpu_entry_tmp(e, 2, (size_t)nt * (outn ? outn : 1) * sizeof(float)) : NULL;
+  if (!xp || !col || !ob) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: cannot allocate its scratch", what);
+  memset(xp, 0, (size_t)nt * img * sizeof(float));
+  const float *xs = x->data, *ws = w->data, *bias = b ? b->data : NULL;
+  float *ys = y->data;
+  int64_t B = y->layout == CT_LAYOUT_C16 ? 16 : y->layout == CT_LAYOUT_C8 ? 8 : 0;
+  int relu = act == CT_ACT_RELU, nhwc = y->layout == CT_LAYOUT_NHWC;
+  dnnl_status_t bad = dnnl_success;
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num();
+    float *xpt = xp + (size_t)t * img, *ct = col + (size_t)t * coln;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.N; n++) {
+      pad_image(&g, xs, n, xpt);
+      /* col[(c, kh, kw)][(oh, ow)]: the GEMM's right-hand side. */
+      for (int64_t r = 0; r < g.taps; r++) {
+        int64_t c = r / (g.KH * g.KW), kh = r / g.KW % g.KH, kw = r % g.KW;
+        float *cr = ct + r * P;
+        for (int64_t oh = 0; oh < g.OH; oh++) {
+          const float *xr = xpt + (c * g.Hp + oh * g.sh + kh) * g.Wp + kw;
+          for (int64_t ow = 0; ow < g.OW; ow++) cr[oh * g.OW + ow] = xr[ow * g.sw];
+        }
+      }
+      /* y_n[K][P] = W[K][taps] x col: in place when y is plain. */
+      float *yn = plain ? ys + n * g.K * P : ob + (size_t)t * outn;
+      dnnl_status_t st = dnnl_sgemm('N', 'N', g.K, P, g.taps, 1.f, ws, g.taps, ct, P, 0.f, yn, P);
+      if (st != dnnl_success) {
+#pragma omp critical
+        bad = st;
+      }
+      /* Bias and ReLU on the way into y's layout (in place when plain). */
+      for (int64_t k = 0; k < g.K; k++) {
+        float bk = bias ? bias[k] : 0.f, *dst;
+        int64_t ds;
+        if (B)
+          dst = ys + ((n * (g.K / B) + k / B) * P) * B + k % B, ds = B;
+        else if (nhwc)
+          dst = ys + n * P * g.K + k, ds = g.K;
+        else
+          dst = yn + k * P, ds = 1;
+        for (int64_t i = 0; i < P; i++) {
+          float v = yn[k * P + i] + bk;
+          dst[i * ds] = relu && v < 0.f ? 0.f : v; /* NaN stays, as torch.relu */
+        }
+      }
+    }
+  }
+  if (bad != dnnl_success) return cpu_dnnl_error(bad, what, "dnnl_sgemm");
   return CT_OK;
 }
