@@ -15,18 +15,13 @@
 #include "backend/cpu/ref_ops.h"
 
 /* A laid-out [N, C, H*W] tensor as N*C planes: plane nc = n*C + c starts
- * at first(nc) and its pixels are step elements apart. */
+ * at first(nc) and its pixels are a.sw elements apart. */
 typedef struct planes {
-  int64_t C, NC, HW, step;
-  ct_layout lay;
+  int64_t C, NC, HW;
+  cpu_act_strides a;
 } planes;
 
-static int64_t first(const planes *g, int64_t nc) {
-  const int64_t n = nc / g->C, c = nc % g->C;
-  if (g->lay == CT_LAYOUT_NHWC) return n * g->HW * g->C + c;
-  const int64_t b = g->step; /* C16, C8: the block's width */
-  return (n * (g->C / b) + c / b) * g->HW * b + c % b;
-}
+static int64_t first(const planes *g, int64_t nc) { return cpu_act_chan(&g->a, nc / g->C, nc % g->C); }
 
 static float ld(const void *p, ct_dtype t, int64_t i) {
   return t == CT_BF16 ? cpu_bf16_ld(((const uint16_t *)p)[i]) : ((const float *)p)[i];
@@ -58,7 +53,7 @@ static ct_status check_global(const char *op, const ct_tensor *big, const ct_ten
     return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: a plane of %lld elements exceeds int32 indices", op,
                     (long long)(big->shape[2] * big->shape[3]));
   g->C = big->shape[1], g->NC = big->shape[0] * g->C, g->HW = big->shape[2] * big->shape[3];
-  g->lay = big->layout, g->step = g->lay == CT_LAYOUT_NHWC ? g->C : g->lay == CT_LAYOUT_C8 ? 8 : 16;
+  g->a = cpu_act_strides_of(big);
   return CT_OK;
 }
 
@@ -71,7 +66,7 @@ static ct_status global_fwd(const char *op, int is_max, const ct_tensor *x, ct_t
     double s = 0, best = -INFINITY;
     int32_t arg = 0;
     for (int64_t p = 0; p < g.HW; p++) {
-      double v = ld(x->data, x->dtype, at + p * g.step);
+      double v = ld(x->data, x->dtype, at + p * g.a.sw);
       if (!is_max) s += v;
       else if (v > best || isnan(v)) best = v, arg = (int32_t)p;
     }
@@ -91,7 +86,7 @@ static ct_status global_bwd(const char *op, const ct_tensor *dy, const int32_t *
     const double gr = ld(dy->data, dy->dtype, nc);
     const float hit = (float)(0.0 + gr), avg = (float)(0.0 + gr / (double)g.HW);
     for (int64_t p = 0; p < g.HW; p++)
-      st(dx->data, dx->dtype, at + p * g.step, idx ? (idx[nc] == p ? hit : 0.0f) : avg);
+      st(dx->data, dx->dtype, at + p * g.a.sw, idx ? (idx[nc] == p ? hit : 0.0f) : avg);
   }
   return CT_OK;
 }

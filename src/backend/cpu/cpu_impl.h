@@ -190,6 +190,31 @@ ct_status cpu_dnnl_error(dnnl_status_t st, const char *what, const char *call);
 dnnl_alg_kind_t cpu_act_alg(ct_act act, float *alpha, float *beta);
 #endif /* CTRAIN_HAVE_DNNL */
 
+/* Where the elements of a 4-D activation lie in any of its layouts (plain
+ * NCHW, C16, C8, NHWC): (n, c, h, w) is at cpu_act_chan(&a, n, c) +
+ * h*a.sh + w*a.sw. sh = W*sw in every layout, so pixel q = h*W + w of a
+ * channel is at q*sw from its start. */
+typedef struct cpu_act_strides {
+  int64_t sn, scb, sc, sh, sw, b; /* c lies at (c/b)*scb + (c%b)*sc */
+} cpu_act_strides;
+
+static inline cpu_act_strides cpu_act_strides_of(const ct_tensor *t) {
+  int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
+  cpu_act_strides a = {C * H * W, 0, H * W, W, 1, C};
+  if (t->layout == CT_LAYOUT_C16 || t->layout == CT_LAYOUT_C8) {
+    a.b = t->layout == CT_LAYOUT_C16 ? 16 : 8;
+    a.scb = H * W * a.b, a.sc = 1, a.sh = W * a.b, a.sw = a.b;
+  } else if (t->layout == CT_LAYOUT_NHWC) {
+    a.sc = 1, a.sh = W * C, a.sw = C;
+  }
+  return a;
+}
+
+/* The offset of channel c of image n, pixel (0, 0). */
+static inline int64_t cpu_act_chan(const cpu_act_strides *a, int64_t n, int64_t c) {
+  return n * a->sn + c / a->b * a->scb + c % a->b * a->sc;
+}
+
 /* bf16 <-> f32 inline, so loops over them vectorise. Rounding is
  * ct_f32_to_bf16's (nearest even, NaN kept quiet), bit for bit, so a native
  * bf16 loop gives exactly what the widening reference path gives. */

@@ -42,26 +42,6 @@ typedef struct gg {
   int64_t taps, M, Ck;        /* kept taps, rows, columns */
 } gg;
 
-/* Element strides of a 4-D activation in any layout: the offset of
- * (n, c, h, w) is n*sn + (c/b)*scb + (c%b)*sc + h*sh + w*sw. */
-typedef struct act_idx {
-  int64_t sn, scb, sc, sh, sw, b;
-} act_idx;
-
-static act_idx act_index(const ct_tensor *t) {
-  int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
-  act_idx a = {C * H * W, 0, H * W, W, 1, C};
-  if (t->layout == CT_LAYOUT_C16 || t->layout == CT_LAYOUT_C8) {
-    a.b = t->layout == CT_LAYOUT_C16 ? 16 : 8;
-    a.scb = H * W * a.b, a.sc = 1, a.sh = W * a.b, a.sw = a.b;
-  } else if (t->layout == CT_LAYOUT_NHWC) {
-    a.sc = 1, a.sh = W * C, a.sw = C;
-  }
-  return a;
-}
-
-static inline int64_t chan_off(const act_idx *a, int64_t n, int64_t c) { return n * a->sn + c / a->b * a->scb + c % a->b * a->sc; }
-
 static void gg_init(gg *g, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w, const ct_tensor *y) {
   g->N = x->shape[0], g->C = x->shape[1], g->H = x->shape[2], g->W = x->shape[3];
   g->K = y->shape[1], g->OH = y->shape[2], g->OW = y->shape[3], g->KH = w->shape[2], g->KW = w->shape[3];
@@ -97,7 +77,7 @@ int cpu_conv_gemm_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_ten
 
 /* For output position o (oh*OW + ow) and kept tap t, the offset of the
  * input element it reads within one channel plane, or -1 for padding. */
-static void tap_offsets(const gg *g, const act_idx *a, int64_t *off) {
+static void tap_offsets(const gg *g, const cpu_act_strides *a, int64_t *off) {
   int64_t nkw = g->tw1 - g->tw0 + 1;
   for (int64_t oh = 0; oh < g->OH; oh++)
     for (int64_t ow = 0; ow < g->OW; ow++)
@@ -111,7 +91,7 @@ static void tap_offsets(const gg *g, const act_idx *a, int64_t *off) {
 
 /* col[m][c*taps + t] = the input element output row m reads at (c, t). */
 static void im2col(const gg *g, const ct_tensor *x, const int64_t *off, float *col) {
-  act_idx a = act_index(x);
+  cpu_act_strides a = cpu_act_strides_of(x);
   const float *xs = x->data;
   int64_t P = g->OH * g->OW;
 #pragma omp parallel for schedule(static)
@@ -120,7 +100,7 @@ static void im2col(const gg *g, const ct_tensor *x, const int64_t *off, float *c
     const int64_t *oo = off + o * g->taps;
     float *row = col + m * g->Ck;
     for (int64_t c = 0; c < g->C; c++) {
-      const float *xc = xs + chan_off(&a, n, c);
+      const float *xc = xs + cpu_act_chan(&a, n, c);
       for (int64_t t = 0; t < g->taps; t++) row[c * g->taps + t] = oo[t] >= 0 ? xc[oo[t]] : 0.f;
     }
   }
@@ -129,13 +109,13 @@ static void im2col(const gg *g, const ct_tensor *x, const int64_t *off, float *c
 /* dx = the column gradients summed back onto the input (overwrites dx).
  * One image per iteration, so no two threads write the same element. */
 static void col2im(const gg *g, const float *dcol, const int64_t *off, ct_tensor *dx) {
-  act_idx a = act_index(dx);
+  cpu_act_strides a = cpu_act_strides_of(dx);
   float *xs = dx->data;
   int64_t P = g->OH * g->OW;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < g->N; n++) {
     for (int64_t c = 0; c < g->C; c++) {
-      float *xc = xs + chan_off(&a, n, c);
+      float *xc = xs + cpu_act_chan(&a, n, c);
       for (int64_t h = 0; h < g->H; h++)
         for (int64_t w = 0; w < g->W; w++) xc[h * a.sh + w * a.sw] = 0.f;
       for (int64_t o = 0; o < P; o++) {
@@ -150,13 +130,13 @@ static void col2im(const gg *g, const float *dcol, const int64_t *off, ct_tensor
 
 /* dyg[m][k] = dy at output row m, channel k. */
 static void gather_rows(const gg *g, const ct_tensor *dy, float *dyg) {
-  act_idx a = act_index(dy);
+  cpu_act_strides a = cpu_act_strides_of(dy);
   const float *ds = dy->data;
   int64_t P = g->OH * g->OW;
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < g->M; m++) {
     int64_t n = m / P, o = m % P, oh = o / g->OW, ow = o % g->OW;
-    for (int64_t k = 0; k < g->K; k++) dyg[m * g->K + k] = ds[chan_off(&a, n, k) + oh * a.sh + ow * a.sw];
+    for (int64_t k = 0; k < g->K; k++) dyg[m * g->K + k] = ds[cpu_act_chan(&a, n, k) + oh * a.sh + ow * a.sw];
   }
 }
 
@@ -191,7 +171,7 @@ static ct_status prepare(cpu_dev *cd, gg *g, const ct_conv2d_params *p, const ct
                      (size_t)(g->K * g->Ck) * 4};
   CT_TRY(scratch(cd, bytes, buf, what));
   *off = (int64_t *)(buf[TMP_OUT] + g->M * g->K);
-  act_idx a = act_index(in);
+  cpu_act_strides a = cpu_act_strides_of(in);
   tap_offsets(g, &a, *off);
   return CT_OK;
 }
@@ -209,7 +189,7 @@ ct_status cpu_conv_gemm_fwd(cpu_dev *cd, const ct_conv2d_params *p, const ct_ten
   int64_t *off;
   CT_TRY(prepare(cd, &g, p, x, w, y, buf, &off, what));
   float *col = buf[TMP_COL], *out = buf[TMP_OUT];
-  act_idx ay = act_index(y);
+  cpu_act_strides ay = cpu_act_strides_of(y);
   im2col(&g, x, off, col);
   const float *wk = packed_weights(&g, w->data, buf[TMP_W]);
   CT_TRY(sgemm('N', 'T', g.M, g.K, g.Ck, col, g.Ck, wk, g.Ck, out, what));
@@ -222,7 +202,7 @@ ct_status cpu_conv_gemm_fwd(cpu_dev *cd, const ct_conv2d_params *p, const ct_ten
     int64_t n = m / P, o = m % P, ypos = o / g.OW * ay.sh + o % g.OW * ay.sw;
     for (int64_t k = 0; k < g.K; k++) {
       float v = out[m * g.K + k] + (bias ? bias[k] : 0.f);
-      ys[chan_off(&ay, n, k) + ypos] = relu && v < 0.f ? 0.f : v; /* NaN stays, as torch.relu */
+      ys[cpu_act_chan(&ay, n, k) + ypos] = relu && v < 0.f ? 0.f : v; /* NaN stays, as torch.relu */
     }
   }
   return CT_OK;

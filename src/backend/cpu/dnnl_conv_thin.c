@@ -10,9 +10,9 @@
  * AVX2 EPYC for a convolution of 50 MFLOP. Here each output-gradient row
  * is taken as vectors of 8 channels, so a tap's gradient is a sum over the
  * row of such a vector times one input element: FMAs on whole vectors, no
- * padded channels. The C8 and C16 layouts are read in place, plain and NHWC
- * gathered a row at a time; the sums are the same in all four, so a model
- * gives the same bits whatever its memory format (test_layout).
+ * padded channels. C8, C16 and NHWC are read in place, plain gathered a
+ * row at a time; the sums are the same in all four, so a model gives the
+ * same bits whatever its memory format (test_layout).
  *
  * Each thread takes whole images, copies its image into a zero-padded
  * buffer (no bounds tests in the loops), sums each row in float and adds
@@ -116,26 +116,25 @@ static void row(const thin *g, const float *dr, int64_t ls, int64_t oh, const fl
 }
 
 /* Image n: its padded copy in xp, then every row of every group of 8
- * output channels. A C8 / C16 gradient is read in place; a plain or NHWC
- * one is gathered a row at a time into rbuf ([OW][8], zeros past K). */
+ * output channels. Where the 8 channels lie side by side (C8, C16, NHWC)
+ * the gradient is read in place; otherwise (plain, or fewer than 8 left)
+ * it is gathered a row at a time into rbuf ([OW][8], zeros past K). */
 static void image(const thin *g, const float *x, const ct_tensor *dy, int64_t n, float *xp, float *rbuf,
                   double *acc) {
   pad_image(g, x, n, xp);
   const float *ds = dy->data;
-  int B = dy->layout == CT_LAYOUT_C16 ? 16 : dy->layout == CT_LAYOUT_C8 ? 8 : 0;
-  int nhwc = dy->layout == CT_LAYOUT_NHWC;
+  cpu_act_strides a = cpu_act_strides_of(dy);
   for (int64_t k0 = 0; k0 < g->K; k0 += 8) {
     int nk = g->K - k0 < 8 ? (int)(g->K - k0) : 8;
+    const float *d0 = ds + cpu_act_chan(&a, n, k0);
     for (int64_t oh = 0; oh < g->OH; oh++) {
-      if (B) {
-        row(g, ds + ((n * (g->K / B) + k0 / B) * g->OH + oh) * g->OW * B + k0 % B, B, oh, xp, acc, k0, nk);
+      if (a.sc == 1 && nk == 8) { /* C8, C16, NHWC: 8 channels side by side */
+        row(g, d0 + oh * a.sh, a.sw, oh, xp, acc, k0, nk);
         continue;
       }
       for (int64_t ow = 0; ow < g->OW; ow++)
         for (int j = 0; j < 8; j++)
-          rbuf[ow * 8 + j] = j >= nk ? 0.f
-                             : nhwc  ? ds[((n * g->OH + oh) * g->OW + ow) * g->K + k0 + j]
-                                     : ds[((n * g->K + k0 + j) * g->OH + oh) * g->OW + ow];
+          rbuf[ow * 8 + j] = j < nk ? ds[cpu_act_chan(&a, n, k0 + j) + oh * a.sh + ow * a.sw] : 0.f;
       row(g, rbuf, 8, oh, xp, acc, k0, nk);
     }
   }
@@ -206,8 +205,8 @@ ct_status cpu_conv_thin_fwd(cpu_dev *cd, const ct_conv2d_params *p, const ct_ten
   memset(xp, 0, (size_t)nt * img * sizeof(float));
   const float *xs = x->data, *ws = w->data, *bias = b ? b->data : NULL;
   float *ys = y->data;
-  int64_t B = y->layout == CT_LAYOUT_C16 ? 16 : y->layout == CT_LAYOUT_C8 ? 8 : 0;
-  int relu = act == CT_ACT_RELU, nhwc = y->layout == CT_LAYOUT_NHWC;
+  cpu_act_strides ay = cpu_act_strides_of(y);
+  int relu = act == CT_ACT_RELU;
   dnnl_status_t bad = dnnl_success;
 #pragma omp parallel num_threads(nt)
   {
@@ -234,17 +233,10 @@ ct_status cpu_conv_thin_fwd(cpu_dev *cd, const ct_conv2d_params *p, const ct_ten
       }
       /* Bias and ReLU on the way into y's layout (in place when plain). */
       for (int64_t k = 0; k < g.K; k++) {
-        float bk = bias ? bias[k] : 0.f, *dst;
-        int64_t ds;
-        if (B)
-          dst = ys + ((n * (g.K / B) + k / B) * P) * B + k % B, ds = B;
-        else if (nhwc)
-          dst = ys + n * P * g.K + k, ds = g.K;
-        else
-          dst = yn + k * P, ds = 1;
+        float bk = bias ? bias[k] : 0.f, *dst = ys + cpu_act_chan(&ay, n, k);
         for (int64_t i = 0; i < P; i++) {
           float v = yn[k * P + i] + bk;
-          dst[i * ds] = relu && v < 0.f ? 0.f : v; /* NaN stays, as torch.relu */
+          dst[i * ay.sw] = relu && v < 0.f ? 0.f : v; /* NaN stays, as torch.relu */
         }
       }
     }
