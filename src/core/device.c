@@ -83,11 +83,13 @@ ct_status ct_device_open(const char *spec, ct_device **out) {
     free(d);
     return s;
   }
+  pthread_mutex_init(&d->tmp_mu, NULL);
   if (d->is_virtual) {
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     if (pthread_create(&d->worker, NULL, worker_main, d) != 0) {
       if (d->backend->close) d->backend->close(d);
+      pthread_mutex_destroy(&d->tmp_mu);
       free(d);
       return ct_error(CT_ERR_INTERNAL, "device '%s': cannot start its worker thread", spec);
     }
@@ -109,6 +111,8 @@ void ct_device_close(ct_device *d) {
     pthread_cond_destroy(&d->cv);
   }
   if (d->backend && d->backend->close) d->backend->close(d);
+  ct_device_tmp_release(d);
+  pthread_mutex_destroy(&d->tmp_mu);
   free(d);
 }
 

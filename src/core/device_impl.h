@@ -9,6 +9,9 @@
 #include "ctrain/device.h"
 #include "backend/backend.h"
 
+/* Freed host temporaries a device keeps for reuse (device_tmp.c). */
+#define CT_DEVICE_TMP_KEEP 8
+
 struct ct_device {
   ct_device_type type;
   int index;
@@ -26,6 +29,10 @@ struct ct_device {
   int worker_running, stop;
   struct ct_device_task *head, *tail;
   int pending;
+  /* Host temporaries kept between calls (device_tmp.c). */
+  pthread_mutex_t tmp_mu;
+  int tmp_n;
+  void *tmp_kept[CT_DEVICE_TMP_KEEP];
 };
 
 /* Backend tables (each complete after ct_backend_fill_defaults). */
@@ -45,5 +52,16 @@ int ct_cuda_list_devices(char *buf, size_t n);
 
 /* Memory accounting hooks for backends that allocate themselves. */
 void ct_device_account(ct_device *d, long long delta);
+
+/* Host temporaries for a single call (device_tmp.c): get returns at least
+ * `bytes`, 64-byte aligned, uninitialised (NULL when out of memory); put
+ * hands it back. With a device, blocks of 256 KiB and more are kept (up to
+ * CT_DEVICE_TMP_KEEP, the largest) and reused by later calls instead of
+ * being faulted in afresh; release frees the kept ones (ct_device_close
+ * calls it). Thread-safe; d may be NULL (plain allocation). Outside the
+ * memory plan and its accounting. */
+void *ct_device_tmp_get(ct_device *d, size_t bytes);
+void ct_device_tmp_put(ct_device *d, void *block);
+void ct_device_tmp_release(ct_device *d);
 
 #endif

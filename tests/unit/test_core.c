@@ -1,11 +1,12 @@
 /* Core: Philox known answers, the RNG helpers and bulk fills, f16/bf16 conversion (f16
  * against its definition over every half and a million floats, F16C and
  * the portable code alike),
- * device specs, per-device memory accounting and the worker thread of
- * virtual CPU devices. */
+ * device specs, per-device memory accounting, the worker thread of
+ * virtual CPU devices, and the host temporaries a device keeps for reuse. */
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/device_impl.h"
 #include "core/half_portable.h"
 #include "test_util.h"
 
@@ -222,11 +223,62 @@ static void test_devices(void) {
   }
 }
 
+/* ct_device_tmp_get / put (device_tmp.c): large blocks come back to the
+ * next call that fits (the smallest that does), small ones and the
+ * deviceless path are plain allocations, at most CT_DEVICE_TMP_KEEP are
+ * kept (the largest), and release empties the device. */
+static void test_device_tmp(void) {
+  ct_device *d = NULL;
+  CHECK_OK(ct_device_open("cpu", &d));
+  if (!d) return;
+  const size_t MB = (size_t)1 << 20;
+  unsigned char *a = ct_device_tmp_get(d, 3 * MB), *b = ct_device_tmp_get(d, 1 * MB);
+  CHECK(a && b && a != b && (uintptr_t)a % 64 == 0 && (uintptr_t)b % 64 == 0);
+  memset(a, 1, 3 * MB);
+  memset(b, 2, 1 * MB);
+  ct_device_tmp_put(d, a);
+  ct_device_tmp_put(d, b);
+  CHECK(d->tmp_n == 2);
+  CHECK(ct_device_tmp_get(d, MB / 2) == b); /* the smallest that fits */
+  CHECK(ct_device_tmp_get(d, 2 * MB) == a);
+  CHECK(d->tmp_n == 0);
+  unsigned char *c = ct_device_tmp_get(d, 5 * MB); /* nothing kept fits: new */
+  CHECK(c && c != a && c != b);
+  memset(c, 3, 5 * MB);
+  ct_device_tmp_put(d, a);
+  ct_device_tmp_put(d, b);
+  ct_device_tmp_put(d, c);
+  void *small = ct_device_tmp_get(d, 1000); /* below the kept size */
+  CHECK(small != NULL);
+  ct_device_tmp_put(d, small);
+  CHECK(d->tmp_n == 3);
+  /* Fill past the limit with larger blocks: the smallest ones go. */
+  for (int i = 0; i < CT_DEVICE_TMP_KEEP; i++) ct_device_tmp_put(d, ct_device_tmp_get(d, (size_t)(8 + i) * MB));
+  CHECK(d->tmp_n <= CT_DEVICE_TMP_KEEP);
+  size_t biggest = 0, smallest = (size_t)-1;
+  for (int i = 0; i < d->tmp_n; i++) {
+    size_t cap;
+    memcpy(&cap, (unsigned char *)d->tmp_kept[i] - 64, sizeof cap);
+    if (cap > biggest) biggest = cap;
+    if (cap < smallest) smallest = cap;
+  }
+  CHECK(biggest >= (size_t)(7 + CT_DEVICE_TMP_KEEP) * MB);
+  CHECK(smallest >= 5 * MB); /* 1 and 3 MB gave way */
+  ct_device_tmp_release(d);
+  CHECK(d->tmp_n == 0);
+  void *h = ct_device_tmp_get(NULL, 4 * MB); /* no device: plain allocation */
+  CHECK(h != NULL);
+  ct_device_tmp_put(NULL, h);
+  ct_device_tmp_put(d, ct_device_tmp_get(d, 2 * MB)); /* kept until close */
+  ct_device_close(d);
+}
+
 int main(void) {
   test_philox();
   test_rng_fill();
   test_half();
   test_half_exhaustive();
   test_devices();
+  test_device_tmp();
   return test_summary("test_core");
 }

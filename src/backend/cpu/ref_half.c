@@ -6,8 +6,9 @@
  * path of mixed precision: fp16 on a CPU without fp16 arithmetic, and bf16
  * for ops (batch norm, elementwise, softmax, adaptive pooling) whose fast
  * kernels are f32 only. Outputs accumulated with beta != 0 are widened
- * first so beta * old + new sees the old value. The temporaries are
- * allocated per call, outside the memory plan. */
+ * first so beta * old + new sees the old value. The temporaries are the
+ * device's (ct_device_tmp_get: large blocks are kept and reused, not
+ * faulted in on every call), outside the memory plan. */
 #include <stdlib.h>
 
 #include "backend/cpu/ref_ops.h"
@@ -16,6 +17,7 @@
 #define HALF_MAX 8
 
 typedef struct hscope {
+  ct_device *dev;
   int n;
   void *bufs[HALF_MAX];
   int nout;
@@ -44,7 +46,7 @@ static ct_status widen(hscope *h, const ct_tensor *t, ct_tensor *o, int keep) {
   if (!is_half(t)) return CT_OK;
   if (h->n == HALF_MAX) return ct_error(CT_ERR_INTERNAL, "ref_half: too many tensors");
   int64_t n = ct_tensor_numel(t);
-  float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  float *p = ct_device_tmp_get(h->dev, (size_t)(n > 0 ? n : 1) * sizeof(float));
   if (!p) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s op: cannot allocate %lld f32 elements to widen a %s tensor",
                           ct_dtype_name(t->dtype), (long long)n, ct_dtype_name(t->dtype));
   h->bufs[h->n++] = p;
@@ -69,7 +71,7 @@ static ct_status out(hscope *h, ct_tensor *t, ct_tensor *o, int keep) {
 static ct_status finish(hscope *h, ct_status s) {
   for (int i = 0; s == CT_OK && i < h->nout; i++)
     convert_par(h->out_f32[i].data, CT_F32, h->out_orig[i]->data, h->out_orig[i]->dtype, ct_tensor_numel(h->out_orig[i]));
-  for (int i = 0; i < h->n; i++) free(h->bufs[i]);
+  for (int i = 0; i < h->n; i++) ct_device_tmp_put(h->dev, h->bufs[i]);
   return s;
 }
 
@@ -85,7 +87,7 @@ static const ct_backend *target(ct_device *d) {
 ct_status ct_ref_half_matmul(ct_device *d, int ta, int tb, const ct_tensor *a, const ct_tensor *b, float alpha,
                              float beta, ct_tensor *c) {
   if (!is_half(a) && !is_half(b) && !is_half(c)) return ct_ref_matmul(d, ta, tb, a, b, alpha, beta, c);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_a, w_b, w_c;
   ct_status s = in(&h, a, &w_a);
   if (s == CT_OK) s = in(&h, b, &w_b);
@@ -97,7 +99,7 @@ ct_status ct_ref_half_matmul(ct_device *d, int ta, int tb, const ct_tensor *a, c
 ct_status ct_ref_half_linear_fwd(ct_device *d, const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, ct_act act,
                                  ct_tensor *y) {
   if (!is_half(x) && !is_half(w) && !is_half(b) && !is_half(y)) return ct_ref_linear_fwd(d, x, w, b, act, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_w, w_b, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = in(&h, w, &w_w);
@@ -109,7 +111,7 @@ ct_status ct_ref_half_linear_fwd(ct_device *d, const ct_tensor *x, const ct_tens
 
 ct_status ct_ref_half_linear_bwd_data(ct_device *d, const ct_tensor *dy, const ct_tensor *w, ct_tensor *dx) {
   if (!is_half(dy) && !is_half(w) && !is_half(dx)) return ct_ref_linear_bwd_data(d, dy, w, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_dy, w_w, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = in(&h, w, &w_w);
@@ -122,7 +124,7 @@ ct_status ct_ref_half_linear_bwd_weights(ct_device *d, const ct_tensor *x, const
                                          ct_tensor *db, float beta) {
   if (!is_half(x) && !is_half(dy) && !is_half(dw) && !is_half(db))
     return ct_ref_linear_bwd_weights(d, x, dy, dw, db, beta);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_dy, w_dw, w_db;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = in(&h, dy, &w_dy);
@@ -135,7 +137,7 @@ ct_status ct_ref_half_linear_bwd_weights(ct_device *d, const ct_tensor *x, const
 ct_status ct_ref_half_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w,
                                  const ct_tensor *b, ct_act act, ct_tensor *y) {
   if (!is_half(x) && !is_half(w) && !is_half(b) && !is_half(y)) return ct_ref_conv2d_fwd(d, p, x, w, b, act, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_w, w_b, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = in(&h, w, &w_w);
@@ -148,7 +150,7 @@ ct_status ct_ref_half_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const 
 ct_status ct_ref_half_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy,
                                       const ct_tensor *w, ct_tensor *dx) {
   if (!is_half(dy) && !is_half(w) && !is_half(dx)) return ct_ref_conv2d_bwd_data(d, p, dy, w, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_dy, w_w, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = in(&h, w, &w_w);
@@ -162,7 +164,7 @@ ct_status ct_ref_half_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, c
 ct_status ct_ref_half_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy,
                                           const ct_tensor *w, ct_tensor *dx) {
   if (!is_half(dy) && !is_half(w) && !is_half(dx)) return ct_ref_conv2d_bwd_data_acc(d, p, dy, w, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_dy, w_w, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = in(&h, w, &w_w);
@@ -175,7 +177,7 @@ ct_status ct_ref_half_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p
                                          const ct_tensor *dy, ct_tensor *dw, ct_tensor *db, float beta) {
   if (!is_half(x) && !is_half(dy) && !is_half(dw) && !is_half(db))
     return ct_ref_conv2d_bwd_weights(d, p, x, dy, dw, db, beta);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_dy, w_dw, w_db;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = in(&h, dy, &w_dy);
@@ -206,7 +208,7 @@ size_t ct_ref_half_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_param
 ct_status ct_ref_half_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y,
                                     void *ws) {
   if (!is_half(x) && !is_half(y)) return ct_ref_maxpool2d_fwd(d, p, x, y, ws);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
@@ -217,7 +219,7 @@ ct_status ct_ref_half_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, con
 ct_status ct_ref_half_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, const void *ws,
                                     ct_tensor *dx) {
   if (!is_half(dy) && !is_half(dx)) return ct_ref_maxpool2d_bwd(d, p, dy, ws, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_dy, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = out(&h, dx, &w_dx, 0);
@@ -227,7 +229,7 @@ ct_status ct_ref_half_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, con
 
 ct_status ct_ref_half_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y) {
   if (!is_half(x) && !is_half(y)) return ct_ref_avgpool2d_fwd(d, p, x, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
@@ -237,7 +239,7 @@ ct_status ct_ref_half_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, con
 
 ct_status ct_ref_half_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, ct_tensor *dx) {
   if (!is_half(dy) && !is_half(dx)) return ct_ref_avgpool2d_bwd(d, p, dy, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_dy, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = out(&h, dx, &w_dx, 0);
@@ -247,7 +249,7 @@ ct_status ct_ref_half_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, con
 
 ct_status ct_ref_half_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y) {
   if (!is_half(x) && !is_half(y)) return ct_ref_adaptive_avgpool2d_fwd(d, x, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
@@ -257,7 +259,7 @@ ct_status ct_ref_half_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, c
 
 ct_status ct_ref_half_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tensor *dx) {
   if (!is_half(dy) && !is_half(dx)) return ct_ref_adaptive_avgpool2d_bwd(d, dy, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_dy, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = out(&h, dx, &w_dx, 0);
@@ -267,7 +269,7 @@ ct_status ct_ref_half_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, 
 
 ct_status ct_ref_half_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y, int32_t *idx) {
   if (!is_half(x) && !is_half(y)) return ct_ref_adaptive_maxpool2d_fwd(d, x, y, idx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
@@ -277,7 +279,7 @@ ct_status ct_ref_half_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, c
 
 ct_status ct_ref_half_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx) {
   if (!is_half(dy) && !is_half(dx)) return ct_ref_adaptive_maxpool2d_bwd(d, dy, idx, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_dy, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = out(&h, dx, &w_dx, 0);
@@ -290,7 +292,7 @@ ct_status ct_ref_half_batchnorm_fwd(ct_device *d, int training, const ct_tensor 
                                     const ct_tensor *beta, ct_tensor *rm, ct_tensor *rv, float momentum, float eps,
                                     ct_tensor *y, ct_tensor *sm, ct_tensor *si) {
   if (!is_half(x) && !is_half(y)) return ct_ref_batchnorm_fwd(d, training, x, gamma, beta, rm, rv, momentum, eps, y, sm, si);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
@@ -302,7 +304,7 @@ ct_status ct_ref_half_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_t
                                     const ct_tensor *sm, const ct_tensor *si, ct_tensor *dx, ct_tensor *dgamma,
                                     ct_tensor *dbeta, float beta_acc) {
   if (!is_half(x) && !is_half(dy) && !is_half(dx)) return ct_ref_batchnorm_bwd(d, x, dy, gamma, sm, si, dx, dgamma, dbeta, beta_acc);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_dy, w_dx;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = in(&h, dy, &w_dy);
@@ -313,7 +315,7 @@ ct_status ct_ref_half_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_t
 
 ct_status ct_ref_half_act_fwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, ct_tensor *y) {
   if (!is_half(x) && !is_half(y)) return ct_ref_act_fwd(d, act, alpha, x, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
@@ -324,7 +326,7 @@ ct_status ct_ref_half_act_fwd(ct_device *d, ct_act act, float alpha, const ct_te
 ct_status ct_ref_half_act_bwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, const ct_tensor *y,
                               const ct_tensor *dy, ct_tensor *dx) {
   if (!is_half(x) && !is_half(y) && !is_half(dy) && !is_half(dx)) return ct_ref_act_bwd(d, act, alpha, x, y, dy, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y, w_dy, w_dx;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = in(&h, y, &w_y);
@@ -337,7 +339,7 @@ ct_status ct_ref_half_act_bwd(ct_device *d, ct_act act, float alpha, const ct_te
 ct_status ct_ref_half_dropout_fwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *x,
                                   ct_tensor *y) {
   if (!is_half(x) && !is_half(y)) return ct_ref_dropout_fwd(d, p, group, key, x, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
@@ -348,7 +350,7 @@ ct_status ct_ref_half_dropout_fwd(ct_device *d, float p, int64_t group, ct_dropo
 ct_status ct_ref_half_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *dy,
                                   ct_tensor *dx) {
   if (!is_half(dy) && !is_half(dx)) return ct_ref_dropout_bwd(d, p, group, key, dy, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_dy, w_dx;
   ct_status s = in(&h, dy, &w_dy);
   if (s == CT_OK) s = out(&h, dx, &w_dx, 0);
@@ -358,7 +360,7 @@ ct_status ct_ref_half_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropo
 
 ct_status ct_ref_half_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y) {
   if (!is_half(a) && !is_half(b) && !is_half(y)) return ct_ref_add(d, a, b, act, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_a, w_b, w_y;
   ct_status s = in(&h, a, &w_a);
   if (s == CT_OK) s = in(&h, b, &w_b);
@@ -369,7 +371,7 @@ ct_status ct_ref_half_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, 
 
 ct_status ct_ref_half_axpby(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y) {
   if (!is_half(x) && !is_half(y)) return ct_ref_axpby(d, alpha, x, beta, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, beta != 0.0f);
@@ -379,7 +381,7 @@ ct_status ct_ref_half_axpby(ct_device *d, float alpha, const ct_tensor *x, float
 
 ct_status ct_ref_half_softmax_fwd(ct_device *d, int log, const ct_tensor *x, ct_tensor *y) {
   if (!is_half(x) && !is_half(y)) return ct_ref_softmax_fwd(d, log, x, y);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_x, w_y;
   ct_status s = in(&h, x, &w_x);
   if (s == CT_OK) s = out(&h, y, &w_y, 0);
@@ -389,7 +391,7 @@ ct_status ct_ref_half_softmax_fwd(ct_device *d, int log, const ct_tensor *x, ct_
 
 ct_status ct_ref_half_softmax_bwd(ct_device *d, int log, const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx) {
   if (!is_half(y) && !is_half(dy) && !is_half(dx)) return ct_ref_softmax_bwd(d, log, y, dy, dx);
-  hscope h = {0};
+  hscope h = {.dev = d};
   ct_tensor w_y, w_dy, w_dx;
   ct_status s = in(&h, y, &w_y);
   if (s == CT_OK) s = in(&h, dy, &w_dy);
