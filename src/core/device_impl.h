@@ -29,10 +29,13 @@ struct ct_device {
   int worker_running, stop;
   struct ct_device_task *head, *tail;
   int pending;
-  /* Host temporaries kept between calls (device_tmp.c). */
+  /* Host temporaries kept between calls (device_tmp.c): the kept blocks,
+   * their bytes, the bytes handed out and not yet back, and the most ever
+   * handed out at once (blocks of TMP_MIN_KEEP and up only). */
   pthread_mutex_t tmp_mu;
   int tmp_n;
   void *tmp_kept[CT_DEVICE_TMP_KEEP];
+  size_t tmp_kept_bytes, tmp_live, tmp_peak;
 };
 
 /* Backend tables (each complete after ct_backend_fill_defaults). */
@@ -57,9 +60,10 @@ void ct_device_account(ct_device *d, long long delta);
  * `bytes`, 64-byte aligned, uninitialised (NULL when out of memory); put
  * hands it back. With a device, blocks of 256 KiB and more are kept (up to
  * CT_DEVICE_TMP_KEEP, the largest) and reused by later calls instead of
- * being faulted in afresh; release frees the kept ones (ct_device_close
- * calls it). Thread-safe; d may be NULL (plain allocation). Outside the
- * memory plan and its accounting. */
+ * being faulted in afresh, while kept and in-use blocks together stay
+ * within the most that was ever in use at once; release frees the kept
+ * ones (ct_device_close calls it). Thread-safe; d may be NULL (plain
+ * allocation). Outside the memory plan and its accounting. */
 void *ct_device_tmp_get(ct_device *d, size_t bytes);
 void ct_device_tmp_put(ct_device *d, void *block);
 void ct_device_tmp_release(ct_device *d);

@@ -4,12 +4,18 @@
  * copies on every call. Large ones come from glibc as fresh mmap()s, so
  * each call paid a page fault and a kernel page clear per 4 KiB: on the
  * AVX2 machine AlexNet's first linear layer took 94 ms forward in bf16
- * against 37 in f32, and a bf16 training step ran at 26-30 img/s against
- * 33-34 with the blocks reused. A device therefore keeps up to
+ * against 37 in f32, and a bf16 training step ran at 24 img/s against 31
+ * with the blocks reused. A device therefore keeps up to
  * CT_DEVICE_TMP_KEEP freed blocks of at least TMP_MIN_KEEP bytes and hands
  * out the smallest one that fits; smaller blocks go back to malloc, which
- * reuses them anyway. Kept blocks are host memory outside the memory plan
- * (not in ct_device_mem_in_use), held until the device closes. */
+ * reuses them anyway.
+ *
+ * Bound: the kept blocks plus those in use never exceed the most that was
+ * in use at once (tmp_peak), so keeping costs no more memory than the
+ * worst single call already needed. A request no kept block fits frees
+ * kept blocks, smallest first, until the new one fits under that peak.
+ * Kept blocks are host memory outside the memory plan (not in
+ * ct_device_mem_in_use), held until the device closes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,45 +41,75 @@ static void block_free(void *b) {
   if (b) free((unsigned char *)b - 64);
 }
 
+/* Index of the smallest kept block that holds cap bytes (any size when
+ * cap is 0), or -1. Under tmp_mu. */
+static int smallest_kept(const ct_device *d, size_t cap) {
+  int best = -1;
+  for (int i = 0; i < d->tmp_n; i++) {
+    size_t c = block_cap(d->tmp_kept[i]);
+    if (c >= cap && (best < 0 || c < block_cap(d->tmp_kept[best]))) best = i;
+  }
+  return best;
+}
+
+/* Takes kept block i out of the list; returns it. Under tmp_mu. */
+static void *unkeep(ct_device *d, int i) {
+  void *b = d->tmp_kept[i];
+  d->tmp_kept[i] = d->tmp_kept[--d->tmp_n];
+  d->tmp_kept_bytes -= block_cap(b);
+  return b;
+}
+
 void *ct_device_tmp_get(ct_device *d, size_t bytes) {
   size_t cap = (bytes + 63) / 64 * 64;
   if (cap == 0) cap = 64;
-  if (d && cap >= TMP_MIN_KEEP) {
-    pthread_mutex_lock(&d->tmp_mu);
-    int best = -1;
-    for (int i = 0; i < d->tmp_n; i++)
-      if (block_cap(d->tmp_kept[i]) >= cap && (best < 0 || block_cap(d->tmp_kept[i]) < block_cap(d->tmp_kept[best])))
-        best = i;
-    void *b = NULL;
-    if (best >= 0) {
-      b = d->tmp_kept[best];
-      d->tmp_kept[best] = d->tmp_kept[--d->tmp_n];
-    }
-    pthread_mutex_unlock(&d->tmp_mu);
-    if (b) return b;
+  if (!d || cap < TMP_MIN_KEEP) return block_new(cap);
+  void *gone[CT_DEVICE_TMP_KEEP];
+  int n_gone = 0;
+  pthread_mutex_lock(&d->tmp_mu);
+  int i = smallest_kept(d, cap);
+  void *b = i >= 0 ? unkeep(d, i) : NULL;
+  if (b) {
+    d->tmp_live += block_cap(b);
+  } else {
+    if (d->tmp_live + cap > d->tmp_peak) d->tmp_peak = d->tmp_live + cap;
+    while (d->tmp_n > 0 && d->tmp_kept_bytes + d->tmp_live + cap > d->tmp_peak)
+      gone[n_gone++] = unkeep(d, smallest_kept(d, 0));
+    d->tmp_live += cap;
   }
-  return block_new(cap);
+  pthread_mutex_unlock(&d->tmp_mu);
+  for (int k = 0; k < n_gone; k++) block_free(gone[k]);
+  if (b) return b;
+  b = block_new(cap);
+  if (!b) {
+    pthread_mutex_lock(&d->tmp_mu);
+    d->tmp_live -= cap;
+    pthread_mutex_unlock(&d->tmp_mu);
+  }
+  return b;
 }
 
 void ct_device_tmp_put(ct_device *d, void *b) {
   if (!b) return;
-  if (!d || block_cap(b) < TMP_MIN_KEEP) {
+  size_t cap = block_cap(b);
+  if (!d || cap < TMP_MIN_KEEP) {
     block_free(b);
     return;
   }
   pthread_mutex_lock(&d->tmp_mu);
+  d->tmp_live -= cap;
   if (d->tmp_n == CT_DEVICE_TMP_KEEP) {
     /* Full: the smallest of the kept blocks and b gives way. */
-    int small = 0;
-    for (int i = 1; i < d->tmp_n; i++)
-      if (block_cap(d->tmp_kept[i]) < block_cap(d->tmp_kept[small])) small = i;
-    if (block_cap(d->tmp_kept[small]) < block_cap(b)) {
-      void *out = d->tmp_kept[small];
-      d->tmp_kept[small] = b;
+    int s = smallest_kept(d, 0);
+    if (block_cap(d->tmp_kept[s]) < cap) {
+      void *out = unkeep(d, s);
+      d->tmp_kept[d->tmp_n++] = b;
+      d->tmp_kept_bytes += cap;
       b = out;
     }
   } else {
     d->tmp_kept[d->tmp_n++] = b;
+    d->tmp_kept_bytes += cap;
     b = NULL;
   }
   pthread_mutex_unlock(&d->tmp_mu);
@@ -82,7 +118,6 @@ void ct_device_tmp_put(ct_device *d, void *b) {
 
 void ct_device_tmp_release(ct_device *d) {
   pthread_mutex_lock(&d->tmp_mu);
-  for (int i = 0; i < d->tmp_n; i++) block_free(d->tmp_kept[i]);
-  d->tmp_n = 0;
+  while (d->tmp_n > 0) block_free(unkeep(d, d->tmp_n - 1));
   pthread_mutex_unlock(&d->tmp_mu);
 }

@@ -226,7 +226,14 @@ static void test_devices(void) {
 /* ct_device_tmp_get / put (device_tmp.c): large blocks come back to the
  * next call that fits (the smallest that does), small ones and the
  * deviceless path are plain allocations, at most CT_DEVICE_TMP_KEEP are
- * kept (the largest), and release empties the device. */
+ * kept (the largest), kept and in-use bytes together never exceed the
+ * most ever in use at once, and release empties the device. */
+static size_t tmp_cap(void *b) {
+  size_t cap;
+  memcpy(&cap, (unsigned char *)b - 64, sizeof cap);
+  return cap;
+}
+
 static void test_device_tmp(void) {
   ct_device *d = NULL;
   CHECK_OK(ct_device_open("cpu", &d));
@@ -238,34 +245,35 @@ static void test_device_tmp(void) {
   memset(b, 2, 1 * MB);
   ct_device_tmp_put(d, a);
   ct_device_tmp_put(d, b);
-  CHECK(d->tmp_n == 2);
+  CHECK(d->tmp_n == 2 && d->tmp_peak == 4 * MB && d->tmp_live == 0 && d->tmp_kept_bytes == 4 * MB);
   CHECK(ct_device_tmp_get(d, MB / 2) == b); /* the smallest that fits */
   CHECK(ct_device_tmp_get(d, 2 * MB) == a);
-  CHECK(d->tmp_n == 0);
-  unsigned char *c = ct_device_tmp_get(d, 5 * MB); /* nothing kept fits: new */
-  CHECK(c && c != a && c != b);
-  memset(c, 3, 5 * MB);
+  CHECK(d->tmp_n == 0 && d->tmp_live == 4 * MB);
+  void *small = ct_device_tmp_get(d, 1000); /* below the kept size: not counted */
+  CHECK(small != NULL && d->tmp_live == 4 * MB);
+  ct_device_tmp_put(d, small);
   ct_device_tmp_put(d, a);
   ct_device_tmp_put(d, b);
+  /* 5 MB fits no kept block and would take the total past the 4 MB peak
+   * with both kept: the smallest goes first (b, 1 MB, still too much),
+   * then a; the peak becomes 5 MB. */
+  unsigned char *c = ct_device_tmp_get(d, 5 * MB);
+  CHECK(c && d->tmp_n == 0 && d->tmp_peak == 5 * MB && d->tmp_kept_bytes == 0);
+  memset(c, 3, 5 * MB);
   ct_device_tmp_put(d, c);
-  void *small = ct_device_tmp_get(d, 1000); /* below the kept size */
-  CHECK(small != NULL);
-  ct_device_tmp_put(d, small);
-  CHECK(d->tmp_n == 3);
-  /* Fill past the limit with larger blocks: the smallest ones go. */
-  for (int i = 0; i < CT_DEVICE_TMP_KEEP; i++) ct_device_tmp_put(d, ct_device_tmp_get(d, (size_t)(8 + i) * MB));
-  CHECK(d->tmp_n <= CT_DEVICE_TMP_KEEP);
-  size_t biggest = 0, smallest = (size_t)-1;
-  for (int i = 0; i < d->tmp_n; i++) {
-    size_t cap;
-    memcpy(&cap, (unsigned char *)d->tmp_kept[i] - 64, sizeof cap);
-    if (cap > biggest) biggest = cap;
-    if (cap < smallest) smallest = cap;
-  }
-  CHECK(biggest >= (size_t)(7 + CT_DEVICE_TMP_KEEP) * MB);
-  CHECK(smallest >= 5 * MB); /* 1 and 3 MB gave way */
   ct_device_tmp_release(d);
-  CHECK(d->tmp_n == 0);
+  CHECK(d->tmp_n == 0 && d->tmp_kept_bytes == 0);
+  /* KEEP + 1 blocks in use at once (1..KEEP+1 MB), then all back: the
+   * smallest gives way. */
+  void *many[CT_DEVICE_TMP_KEEP + 1];
+  for (int i = 0; i <= CT_DEVICE_TMP_KEEP; i++) many[i] = ct_device_tmp_get(d, (size_t)(i + 1) * MB);
+  CHECK(d->tmp_kept_bytes + d->tmp_live <= d->tmp_peak);
+  for (int i = 0; i <= CT_DEVICE_TMP_KEEP; i++) ct_device_tmp_put(d, many[i]);
+  CHECK(d->tmp_n == CT_DEVICE_TMP_KEEP && d->tmp_live == 0 && d->tmp_kept_bytes + d->tmp_live <= d->tmp_peak);
+  size_t smallest = (size_t)-1;
+  for (int i = 0; i < d->tmp_n; i++)
+    if (tmp_cap(d->tmp_kept[i]) < smallest) smallest = tmp_cap(d->tmp_kept[i]);
+  CHECK(smallest == 2 * MB);
   void *h = ct_device_tmp_get(NULL, 4 * MB); /* no device: plain allocation */
   CHECK(h != NULL);
   ct_device_tmp_put(NULL, h);
