@@ -2,7 +2,8 @@
  * in f32 and bf16 (the reference widens bf16 to f32 and rounds back):
  * non-overlapping windows (kernel == stride, no padding:
  * src/backend/cpu/cpu_maxpool_tiles.c) and any other window on plain NCHW
- * (overlapping, padded, ceil_mode: cpu_maxpool_windows.c), and any window
+ * (overlapping, padded, ceil_mode: cpu_maxpool_windows.c; on AVX2 eight
+ * planes at a time through transposed tiles), and any window
  * on C8 (nChw8c) tensors, f32, where the channel count allows
  * (cpu_maxpool_windows.c; compared after converting back). Outputs and
  * input gradients must be equal bit for bit, including ties (inputs
@@ -36,6 +37,9 @@ static const pcase cases[] = {
     {2, 16, 9, 7, 3, 3, 2, 2, 1, 1, 1},  /* C8 below: two blocks, overlapping, ceil_mode */
     {3, 8, 6, 10, 2, 3, 2, 1, 0, 1, 0},  /* C8: stride 1 across the width */
     {2, 4, 1, 1, 3, 3, 2, 2, 1, 1, 0},    /* a 1x1 map */
+    /* plain planes go eight at a time through transposed tiles (AVX2):
+     * groups, planes left over, and maps whose size is no multiple of 8 */
+    {2, 9, 27, 27, 3, 3, 2, 2, 0, 0, 0},  /* AlexNet's pools: 2 groups + 2 planes */
 };
 
 /* PyTorch's output extent. */
