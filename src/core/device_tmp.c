@@ -7,15 +7,19 @@
  * against 37 in f32, and a bf16 training step ran at 24 img/s against 31
  * with the blocks reused. A device therefore keeps up to
  * CT_DEVICE_TMP_KEEP freed blocks of at least TMP_MIN_KEEP bytes and hands
- * out the smallest one that fits; smaller blocks go back to malloc, which
- * reuses them anyway.
+ * out the smallest one that fits, if it is at most twice the request
+ * (a small request does not take a large block that the next large one
+ * would then have to allocate afresh); smaller blocks go back to malloc,
+ * which reuses them anyway.
  *
- * Bound: the kept blocks plus those in use never exceed the most that was
- * in use at once (tmp_peak), so keeping costs no more memory than the
- * worst single call already needed. A request no kept block fits frees
- * kept blocks, smallest first, until the new one fits under that peak.
- * Kept blocks are host memory outside the memory plan (not in
+ * Bound: the kept blocks plus those handed out never exceed the most that
+ * was handed out at once (tmp_peak, over all calls in flight on the
+ * device), so keeping adds no memory beyond that moment's. A request no
+ * kept block serves frees kept blocks, smallest first, until it fits under
+ * that peak (after its own allocation succeeded, so a failed one changes
+ * nothing). Kept blocks are host memory outside the memory plan (not in
  * ct_device_mem_in_use), held until the device closes. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,33 +65,33 @@ static void *unkeep(ct_device *d, int i) {
 }
 
 void *ct_device_tmp_get(ct_device *d, size_t bytes) {
+  if (bytes > SIZE_MAX - 128) return NULL;
   size_t cap = (bytes + 63) / 64 * 64;
   if (cap == 0) cap = 64;
   if (!d || cap < TMP_MIN_KEEP) return block_new(cap);
+  pthread_mutex_lock(&d->tmp_mu);
+  int i = smallest_kept(d, cap);
+  void *b = NULL;
+  if (i >= 0 && block_cap(d->tmp_kept[i]) / 2 <= cap) {
+    b = unkeep(d, i);
+    d->tmp_live += block_cap(b);
+  }
+  pthread_mutex_unlock(&d->tmp_mu);
+  if (b) return b;
+  b = block_new(cap);
+  if (!b) return NULL;
   void *gone[CT_DEVICE_TMP_KEEP];
   int n_gone = 0;
   pthread_mutex_lock(&d->tmp_mu);
-  int i = smallest_kept(d, cap);
-  void *b = i >= 0 ? unkeep(d, i) : NULL;
-  if (b) {
-    d->tmp_live += block_cap(b);
-  } else {
-    if (d->tmp_live + cap > d->tmp_peak) d->tmp_peak = d->tmp_live + cap;
-    while (d->tmp_n > 0 && d->tmp_kept_bytes + d->tmp_live + cap > d->tmp_peak)
-      gone[n_gone++] = unkeep(d, smallest_kept(d, 0));
-    d->tmp_live += cap;
-  }
+  d->tmp_live += cap;
+  if (d->tmp_live > d->tmp_peak) d->tmp_peak = d->tmp_live;
+  while (d->tmp_n > 0 && d->tmp_kept_bytes + d->tmp_live > d->tmp_peak) gone[n_gone++] = unkeep(d, smallest_kept(d, 0));
   pthread_mutex_unlock(&d->tmp_mu);
   for (int k = 0; k < n_gone; k++) block_free(gone[k]);
-  if (b) return b;
-  b = block_new(cap);
-  if (!b) {
-    pthread_mutex_lock(&d->tmp_mu);
-    d->tmp_live -= cap;
-    pthread_mutex_unlock(&d->tmp_mu);
-  }
   return b;
 }
+
+size_t ct_device_tmp_capacity(const void *b) { return block_cap((void *)b); }
 
 void ct_device_tmp_put(ct_device *d, void *b) {
   if (!b) return;

@@ -1,5 +1,6 @@
 /* ct_optimizer lifecycle, hyperparameter access and checkpoint state. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,7 +54,7 @@ static ct_status check_config(const ct_optim_config *c) {
  * Adam step on the 2-core machine). The loop is an OpenMP one so that GCC
  * does not fold malloc + memset back into calloc. */
 static ct_status alloc_state(float **p, size_t n, const char *name) {
-  float *s = malloc((n ? n : 1) * sizeof(float));
+  float *s = n <= SIZE_MAX / sizeof(float) ? malloc((n ? n : 1) * sizeof(float)) : NULL;
   if (!s) return ct_error(CT_ERR_OUT_OF_MEMORY, "optimizer: cannot allocate state '%s' (%zu floats)", name, n);
 #pragma omp parallel for schedule(static) if (n > (1 << 20))
   for (size_t i = 0; i < n; i++) s[i] = 0.0f;

@@ -336,36 +336,67 @@ void cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_t
 #endif
 }
 
+/* Plane (or C8 block) pl, backward, through acc. */
+static void plane_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx, double *acc,
+                      int64_t pl) {
+  const int64_t L = lanes(dx), H = dx->shape[2], W = dx->shape[3], OH = dy->shape[2], OW = dy->shape[3];
+  const int64_t in = H * W * L, out = OH * OW * L;
+  const uint8_t *wp = ws + pl * out;
+#ifdef HAVE_C8
+  if (L == 8) {
+    bwd8_f32_avx2(p, (const float *)dy->data + pl * out, wp, (float *)dx->data + pl * in, acc, H, W, OH, OW);
+    return;
+  }
+#endif
+  if (dx->dtype == CT_BF16)
+    bwd_bf16(p, (const uint16_t *)dy->data + pl * out, wp, (uint16_t *)dx->data + pl * in, acc, H, W, OH, OW);
+  else
+    bwd_f32(p, (const float *)dy->data + pl * out, wp, (float *)dx->data + pl * in, acc, H, W, OH, OW);
+}
+
 ct_status cpu_maxpool_windows_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx) {
   const int64_t L = lanes(dx), P = dx->shape[0] * dx->shape[1] / L, H = dx->shape[2], W = dx->shape[3];
   const int64_t OH = dy->shape[2], OW = dy->shape[3], in = H * W * L, out = OH * OW * L;
-  const int bf = dx->dtype == CT_BF16;
   int failed = 0;
-#ifdef HAVE_C8
   /* Plain planes go eight at a time through the C8 kernel on transposed
-   * tiles, as in the forward; the P % 8 left over one at a time. */
-  const int64_t G = L == 1 ? P / 8 : 0, units = L == 1 ? G + P % 8 : P;
+   * tiles (AVX2), as in the forward: unit u < G is planes 8u..8u+7, the
+   * P % 8 left over are one unit each; a thread whose tiles cannot be
+   * allocated runs its groups' planes one at a time. */
+#ifdef HAVE_C8
+  const int64_t G = L == 1 ? P / 8 : 0;
+  const int bf = dx->dtype == CT_BF16;
   const size_t es = bf ? 2 : 4;
 #else
-  const int64_t G = 0, units = P;
+  const int64_t G = 0;
 #endif
 #pragma omp parallel reduction(| : failed)
   {
-    const int64_t acc_n = G ? in * 8 : in;
-    double *acc = malloc(sizeof(double) * (size_t)(acc_n > 0 ? acc_n : 1));
     float *g8 = NULL, *d8 = NULL;
     uint8_t *k8 = NULL;
+    double *acc = NULL;
     if (G) {
       g8 = malloc(sizeof(float) * (size_t)(out * 8));
       d8 = malloc(sizeof(float) * (size_t)(in * 8));
       k8 = malloc((size_t)(out * 8));
+      acc = malloc(sizeof(double) * (size_t)(in * 8));
+      if (!(g8 && d8 && k8 && acc)) {
+        free(g8), free(d8), free(k8), free(acc);
+        g8 = d8 = NULL, k8 = NULL, acc = NULL;
+      }
     }
-    failed = !acc || (G && !(g8 && d8 && k8));
+    const int tiles = acc != NULL;
+    (void)tiles; /* without AVX2, G is 0 and tiles unused */
+    if (!acc) acc = malloc(sizeof(double) * (size_t)(in > 0 ? in : 1));
+    failed = !acc;
 #pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; u++) {
+    for (int64_t u = 0; u < G + P - G * 8; u++) {
       if (failed) continue;
+      if (u >= G) {
+        plane_bwd(p, dy, ws, dx, acc, G * 8 + (u - G));
+        continue;
+      }
 #ifdef HAVE_C8
-      if (u < G) {
+      if (tiles) {
         interleave8((const char *)dy->data + (size_t)(u * 8 * out) * es, bf, out, g8);
         bytes8_to_tile(ws + u * 8 * out, k8, out);
         bwd8_f32_avx2(p, g8, k8, d8, acc, H, W, OH, OW);
@@ -373,18 +404,7 @@ ct_status cpu_maxpool_windows_bwd(const ct_pool2d_params *p, const ct_tensor *dy
         continue;
       }
 #endif
-      const int64_t pl = u - G + G * 8;
-      const uint8_t *wp = ws + pl * out;
-#ifdef HAVE_C8
-      if (L == 8) {
-        bwd8_f32_avx2(p, (const float *)dy->data + pl * out, wp, (float *)dx->data + pl * in, acc, H, W, OH, OW);
-        continue;
-      }
-#endif
-      if (bf)
-        bwd_bf16(p, (const uint16_t *)dy->data + pl * out, wp, (uint16_t *)dx->data + pl * in, acc, H, W, OH, OW);
-      else
-        bwd_f32(p, (const float *)dy->data + pl * out, wp, (float *)dx->data + pl * in, acc, H, W, OH, OW);
+      for (int l = 0; l < 8; l++) plane_bwd(p, dy, ws, dx, acc, u * 8 + l);
     }
     free(acc);
     free(g8);
