@@ -127,14 +127,19 @@ static void image(const thin *g, const float *x, const ct_tensor *dy, int64_t n,
   for (int64_t k0 = 0; k0 < g->K; k0 += 8) {
     int nk = g->K - k0 < 8 ? (int)(g->K - k0) : 8;
     const float *d0 = ds + cpu_act_chan(&a, n, k0);
+    /* The channels' planes, fixed per group (the layout arithmetic, with
+     * its divisions, once per group rather than per element). */
+    const float *dc[8];
+    for (int j = 0; j < nk; j++) dc[j] = ds + cpu_act_chan(&a, n, k0 + j);
     for (int64_t oh = 0; oh < g->OH; oh++) {
       if (a.sc == 1 && nk == 8) { /* C8, C16, NHWC: 8 channels side by side */
         row(g, d0 + oh * a.sh, a.sw, oh, xp, acc, k0, nk);
         continue;
       }
-      for (int64_t ow = 0; ow < g->OW; ow++)
-        for (int j = 0; j < 8; j++)
-          rbuf[ow * 8 + j] = j < nk ? ds[cpu_act_chan(&a, n, k0 + j) + oh * a.sh + ow * a.sw] : 0.f;
+      for (int j = 0; j < 8; j++) {
+        const float *src = j < nk ? dc[j] + oh * a.sh : NULL;
+        for (int64_t ow = 0; ow < g->OW; ow++) rbuf[ow * 8 + j] = src ? src[ow * a.sw] : 0.f;
+      }
       row(g, rbuf, 8, oh, xp, acc, k0, nk);
     }
   }
