@@ -80,6 +80,12 @@ struct ct_backend {
   ct_layout act_layout;
   unsigned act_layouts;
   unsigned act_layout_dtypes;
+  /* Layouts (bit 1u << ct_layout) in which max pooling also reads its
+   * input (and writes its input gradient) while its output and output
+   * gradient are plain: such a pool ends a chain of laid-out activations
+   * in front of a reader of NCHW (flatten, dropout) instead of the whole
+   * chain staying plain. 0 for none. */
+  unsigned maxpool_to_plain;
 
   /* ---- device lifetime and memory (NULL = host memory, no state) ---- */
   /* Sets up backend-private state in the device (engine, stream, handles). */

@@ -23,6 +23,10 @@ static int reads_any_layout(const ct_layer *l) {
   return l->cls == &ct_layer_conv2d;
 }
 
+/* A max pool that reads `want` while its output is plain (the backend's
+ * maxpool_to_plain). */
+static int pools_to_plain(const ct_layer *l, int to_plain) { return to_plain && l->cls == &ct_layer_maxpool2d; }
+
 static int candidate(const ct_model *m, int i, ct_layout want, unsigned dtypes) {
   const ct_layer *l = &m->layers[i];
   ct_dtype dt = m->act_dt ? m->act_dt[i] : CT_F32;
@@ -33,8 +37,9 @@ static int candidate(const ct_model *m, int i, ct_layout want, unsigned dtypes) 
   return want == CT_LAYOUT_NHWC;
 }
 
-void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, unsigned dtypes, int *lay) {
+void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, unsigned dtypes, unsigned pool_to_plain, int *lay) {
   int L = m->n_layers;
+  const int to_plain = (int)(pool_to_plain >> want & 1u);
   for (int i = 0; i < L; i++) lay[i] = candidate(m, i, want, dtypes);
   /* Drop a chosen output while some reader or its own input disagrees;
    * each round only clears flags, so this ends within L rounds. */
@@ -49,7 +54,8 @@ void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, unsigned dty
       for (int k = 0; ok && k < L; k++) {
         const ct_layer *r = &m->layers[k];
         for (int j = 0; j < r->n_inputs; j++)
-          if (r->inputs[j] == i && !reads_any_layout(r) && !(keeps_layout(r) && lay[k])) ok = 0;
+          if (r->inputs[j] == i && !reads_any_layout(r) && !(keeps_layout(r) && lay[k]) && !pools_to_plain(r, to_plain))
+            ok = 0;
       }
       if (!ok) lay[i] = 0, changed = 1;
     }
@@ -72,7 +78,7 @@ ct_status ct_model_choose_layouts(const ct_model *m, int *lay) {
                       m->name, be->name);
     want = CT_LAYOUT_NHWC;
   }
-  ct_model_choose_layouts_for(m, want, be->act_layout_dtypes, lay);
+  ct_model_choose_layouts_for(m, want, be->act_layout_dtypes, be->maxpool_to_plain, lay);
   return CT_OK;
 }
 

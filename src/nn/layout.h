@@ -21,7 +21,10 @@
  * NCHW). Everything else stays plain, so the loss and its callers,
  * dropout (whose masks follow the plain element order), adaptive pooling
  * to more than one pixel, flatten and linear layers see NCHW as before,
- * and a global pool's output is plain. Gradients take their
+ * and a global pool's output is plain. Where the backend's
+ * maxpool_to_plain has `want`, a max pool whose output stays plain may
+ * still read a laid-out input (the cpu's C8 on AVX2: the convolution in
+ * front of the last pool before flatten keeps C8). Gradients take their
  * activation's layout. */
 #ifndef CTRAIN_NN_LAYOUT_H
 #define CTRAIN_NN_LAYOUT_H
@@ -36,9 +39,11 @@
 ct_status ct_model_choose_layouts(const ct_model *m, int *lay);
 
 /* The same choice for a backend that keeps `want` (any ct_layout; PLAIN
- * gives all plain) for the dtypes in the bit set `dtypes` (1u << ct_dtype),
- * whatever the model's device and memory format are, so the rules of one
- * backend can be checked on a machine without it. Never fails. */
-void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, unsigned dtypes, int *lay);
+ * gives all plain) for the dtypes in the bit set `dtypes` (1u << ct_dtype)
+ * and pools into plain from the layouts in `pool_to_plain` (its
+ * maxpool_to_plain), whatever the model's device and memory format are,
+ * so the rules of one backend can be checked on a machine without it.
+ * Never fails. */
+void ct_model_choose_layouts_for(const ct_model *m, ct_layout want, unsigned dtypes, unsigned pool_to_plain, int *lay);
 
 #endif

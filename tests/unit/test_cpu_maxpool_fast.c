@@ -4,7 +4,8 @@
  * src/backend/cpu/cpu_maxpool_tiles.c) and any other window on plain NCHW
  * (overlapping, padded, ceil_mode: cpu_maxpool_windows.c; on AVX2 eight
  * planes at a time through transposed tiles), and any window
- * on C8 (nChw8c) tensors, f32, where the channel count allows
+ * on C8 (nChw8c) tensors, f32, where the channel count allows, also
+ * from a C8 x to a plain y where the backend pools into plain
  * (cpu_maxpool_windows.c; compared after converting back). Outputs and
  * input gradients must be equal bit for bit, including ties (inputs
  * quantised to a few levels, so many windows hold equal maxima: the first
@@ -59,12 +60,15 @@ static void relayout(const void *src, void *dst, size_t es, int64_t N, int64_t C
       }
 }
 
+/* c8: 0 all plain; 1 all C8; 2 x and dx C8, y and dy plain (the AVX2
+ * cpu's maxpool_to_plain). */
 static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, ct_dtype dt, int c8) {
   const ct_backend *C = ct_device_backend(cpu), *R = ct_device_backend(ref);
   ct_pool2d_params p = {c->kh, c->kw, c->sh, c->sw, c->ph, c->pw, c->ceil, 1};
   int64_t OH = out_extent(c->H, c->kh, c->sh, c->ph, c->ceil), OW = out_extent(c->W, c->kw, c->sw, c->pw, c->ceil);
   char nm[96];
-  snprintf(nm, sizeof nm, "%s%s k%dx%d s%d,%d p%d,%d ceil%d %lldx%lld", ct_dtype_name(dt), c8 ? " C8" : "", c->kh,
+  snprintf(nm, sizeof nm, "%s%s k%dx%d s%d,%d p%d,%d ceil%d %lldx%lld", ct_dtype_name(dt),
+           c8 == 2 ? " C8 to plain" : c8 ? " C8" : "", c->kh,
            c->kw, c->sh, c->sw, c->ph, c->pw, c->ceil, (long long)c->H, (long long)c->W);
   int64_t nx = c->N * c->C * c->H * c->W, ny = c->N * c->C * OH * OW;
   const size_t es = ct_dtype_size(dt);
@@ -101,8 +105,12 @@ static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, c
     relayout(xh, x8, es, c->N, c->C, HW, 1);
     relayout(dyh, dy8, es, c->N, c->C, OHW, 1);
     relayout(dx1h, dx8, es, c->N, c->C, HW, 1);
-    xt.data = x8, yt1.data = y8, dyc.data = dy8, dxt1.data = dx8;
-    xt.layout = yt1.layout = dyc.layout = dxt1.layout = CT_LAYOUT_C8;
+    xt.data = x8, dxt1.data = dx8;
+    xt.layout = dxt1.layout = CT_LAYOUT_C8;
+    if (c8 == 1) {
+      yt1.data = y8, dyc.data = dy8;
+      yt1.layout = dyc.layout = CT_LAYOUT_C8;
+    }
   }
   size_t wsb = C->maxpool2d_workspace_bytes(cpu, &p, &xt, &yt1);
   CHECK_MSG(wsb == (size_t)ny, "%s: workspace %zu bytes, a fast path expects %lld", nm, wsb, (long long)ny);
@@ -111,7 +119,8 @@ static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, c
   CHECK_OK(R->maxpool2d_fwd(ref, &p, &xr, &yt2, ws2));
   CHECK_OK(C->maxpool2d_bwd(cpu, &p, &dyc, ws1, &dxt1));
   CHECK_OK(R->maxpool2d_bwd(ref, &p, &dyr, ws2, &dxt2));
-  if (c8) relayout(y8, y1h, es, c->N, c->C, OHW, 0), relayout(dx8, dx1h, es, c->N, c->C, HW, 0);
+  if (c8 == 1) relayout(y8, y1h, es, c->N, c->C, OHW, 0);
+  if (c8) relayout(dx8, dx1h, es, c->N, c->C, HW, 0);
   ct_convert(y1h, dt, y1, CT_F32, (size_t)ny);
   ct_convert(y2h, dt, y2, CT_F32, (size_t)ny);
   ct_convert(dx1h, dt, dx1, CT_F32, (size_t)nx);
@@ -127,7 +136,7 @@ static void one(ct_device *cpu, ct_device *ref, const pcase *c, uint64_t seed, c
   CHECK_MSG(nans > 0 || ny < 20, "%s: no NaN reached an output; the NaN rule went untested", nm);
   /* Inference (no workspace) gives the same output. */
   CHECK_OK(C->maxpool2d_fwd(cpu, &p, &xt, &yt1, NULL));
-  if (c8) relayout(y8, y1h, es, c->N, c->C, OHW, 0);
+  if (c8 == 1) relayout(y8, y1h, es, c->N, c->C, OHW, 0);
   ct_convert(y1h, dt, y1, CT_F32, (size_t)ny);
   for (int64_t i = 0; i < ny; i++) bad_y += memcmp(&y1[i], &y2[i], sizeof(float)) != 0 && !(isnan(y1[i]) && isnan(y2[i]));
   CHECK_MSG(bad_y == 0, "%s: inference output differs", nm);
@@ -150,6 +159,8 @@ int main(void) {
     one(cpu, ref, &cases[i], 100 + i, CT_F32, 0);
     one(cpu, ref, &cases[i], 200 + i, CT_BF16, 0);
     if (cases[i].C % 8 == 0) one(cpu, ref, &cases[i], 300 + i, CT_F32, 1);
+    if (cases[i].C % 8 == 0 && ct_device_backend(cpu)->maxpool_to_plain >> CT_LAYOUT_C8 & 1u)
+      one(cpu, ref, &cases[i], 400 + i, CT_F32, 2);
   }
   ct_device_close(cpu);
   ct_device_close(ref);

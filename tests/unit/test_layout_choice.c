@@ -13,7 +13,9 @@
  *  - on a hand-analysed model the exact NHWC set is the expected one (an
  *    8-channel conv and an average pool take NHWC where C16 takes
  *    nothing; batch norm keeps it; a dropout reader and an average pool
- *    counting padding under ceil_mode keep their producers plain);
+ *    counting padding under ceil_mode keep their producers plain), and
+ *    with the AVX2 cpu's max pooling into plain (maxpool_to_plain) the
+ *    conv in front of a max pool that dropout reads keeps C8;
  *  - f16 activations may be NHWC where the backend's dtypes allow (cuda),
  *    never on the cpu's;
  *  - the memory format picks the layout at prepare: contiguous none,
@@ -30,6 +32,8 @@
 
 #define CUDA_DTYPES (1u << CT_F32 | 1u << CT_BF16 | 1u << CT_F16)
 #define CPU_DTYPES (1u << CT_F32 | 1u << CT_BF16)
+/* The AVX2 cpu's maxpool_to_plain. */
+#define CPU_C8_POOL (1u << CT_LAYOUT_C8)
 
 static int is_keeper(const ct_layer *l) {
   if (l->cls == &ct_layer_avgpool2d) return !(l->ip[6] && l->ip[7]); /* ceil_mode with count_include_pad */
@@ -99,15 +103,15 @@ static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int
   int L = m->n_layers;
   int *lay = calloc((size_t)L, sizeof *lay);
   const ct_backend *be = ct_device_backend(dev);
-  ct_model_choose_layouts_for(m, be->act_layout, be->act_layout_dtypes, lay);
+  ct_model_choose_layouts_for(m, be->act_layout, be->act_layout_dtypes, be->maxpool_to_plain, lay);
   int same = 1;
   for (int i = 0; i < L; i++) same &= lay[i] == (int)m->layers[i].y.layout;
   CHECK_MSG(same, "%s: the generic choice differs from the cpu device's", name);
-  ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, lay);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, 0, lay);
   int c16 = count(m, lay, CT_LAYOUT_C16);
   int *lay16 = malloc(sizeof *lay16 * (size_t)L);
   memcpy(lay16, lay, sizeof *lay16 * (size_t)L);
-  ct_model_choose_layouts_for(m, CT_LAYOUT_C8, CPU_DTYPES, lay);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_C8, CPU_DTYPES, CPU_C8_POOL, lay);
   int c8 = 0, c8_lost = 0;
   for (int i = 0; i < L; i++) {
     c8 += lay[i] == CT_LAYOUT_C8 && !ct_layer_is_fused(&m->layers[i]);
@@ -115,12 +119,12 @@ static void zoo_model(ct_device *dev, const char *name, int c, int h, int w, int
   }
   CHECK_MSG(c8_lost == 0, "%s: %d C16 activations not C8", name, c8_lost);
   free(lay16);
-  ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, 0, lay);
   int nhwc = count(m, lay, CT_LAYOUT_NHWC);
   CHECK_MSG(nhwc_violations(name, m, lay, CUDA_DTYPES) == 0, "%s: NHWC rules broken", name);
   CHECK_MSG(nhwc >= min_nhwc, "%s: %d NHWC activations, expected at least %d", name, nhwc, min_nhwc);
   CHECK_MSG(nhwc >= c16, "%s: NHWC (%d) keeps fewer activations than C16 (%d)", name, nhwc, c16);
-  ct_model_choose_layouts_for(m, CT_LAYOUT_PLAIN, CUDA_DTYPES, lay);
+  ct_model_choose_layouts_for(m, CT_LAYOUT_PLAIN, CUDA_DTYPES, 0, lay);
   CHECK_MSG(count(m, lay, CT_LAYOUT_NHWC) == 0 && count(m, lay, CT_LAYOUT_C16) == 0,
             "%s: PLAIN capability chose a layout", name);
   printf("%-10s C16 %d, C8 %d, NHWC %d activations\n", name, c16, c8, nhwc);
@@ -167,28 +171,37 @@ int main(void) {
     int *lay = calloc((size_t)L, sizeof *lay);
     for (int i = 0; i < L; i++) printf("  layer %d %s%s\n", i, m->layers[i].cls->torch_name,
                                        ct_layer_is_fused(&m->layers[i]) ? " (folded)" : "");
-    ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, lay);
+    ct_model_choose_layouts_for(m, CT_LAYOUT_C16, CPU_DTYPES, 0, lay);
     CHECK_MSG(count(m, lay, CT_LAYOUT_C16) == 0, "text model: %d C16 activations, expected none",
               count(m, lay, CT_LAYOUT_C16));
-    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
+    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, 0, lay);
     CHECK(nhwc_violations("text model", m, lay, CUDA_DTYPES) == 0);
     const int expect[] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < 12 && i < L; i++)
       CHECK_MSG((lay[i] == CT_LAYOUT_NHWC) == expect[i], "text model: layer %d (%s) NHWC %d, expected %d", i,
                 m->layers[i].cls->torch_name, lay[i] == CT_LAYOUT_NHWC, expect[i]);
-    /* C8 takes the same set: every channel count up to layer 5 is a
-     * multiple of 8. */
-    ct_model_choose_layouts_for(m, CT_LAYOUT_C8, CPU_DTYPES, lay);
+    /* C8 without pooling into plain takes the same set: every channel
+     * count up to layer 5 is a multiple of 8. With it (the AVX2 cpu), the
+     * max pool 7 that dropout reads stays plain but reads a C8 layer 6. */
+    ct_model_choose_layouts_for(m, CT_LAYOUT_C8, CPU_DTYPES, 0, lay);
     for (int i = 0; i < 12 && i < L; i++)
       CHECK_MSG((lay[i] == CT_LAYOUT_C8) == expect[i], "text model: layer %d (%s) C8 %d, expected %d", i,
                 m->layers[i].cls->torch_name, lay[i] == CT_LAYOUT_C8, expect[i]);
+    const int expect_c8[] = {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+    ct_model_choose_layouts_for(m, CT_LAYOUT_C8, CPU_DTYPES, CPU_C8_POOL, lay);
+    for (int i = 0; i < 12 && i < L; i++)
+      CHECK_MSG((lay[i] == CT_LAYOUT_C8) == expect_c8[i], "text model, pool to plain: layer %d (%s) C8 %d, expected %d",
+                i, m->layers[i].cls->torch_name, lay[i] == CT_LAYOUT_C8, expect_c8[i]);
+    /* The capability is per layout: C8's does nothing for C16 or NHWC. */
+    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, CPU_C8_POOL, lay);
+    CHECK_MSG(lay[6] == CT_LAYOUT_PLAIN, "C8's pool to plain applied to NHWC");
     /* f16 activations: cuda's NHWC keeps them, the cpu's dtypes do not. */
     if (m->act_dt) {
       for (int i = 0; i < L; i++) m->act_dt[i] = CT_F16;
-      ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
+      ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, 0, lay);
       CHECK_MSG(lay[0] == CT_LAYOUT_NHWC && lay[4] == CT_LAYOUT_NHWC, "f16: NHWC dropped");
       CHECK(nhwc_violations("text model f16", m, lay, CUDA_DTYPES) == 0);
-      ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CPU_DTYPES, lay);
+      ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CPU_DTYPES, 0, lay);
       CHECK_MSG(count(m, lay, CT_LAYOUT_NHWC) == 0, "f16: NHWC chosen for the cpu's dtypes");
     }
     free(lay);
@@ -212,7 +225,7 @@ int main(void) {
               "%s: layer %d is %s", pools[k], pool, m->layers[pool].cls->torch_name);
     for (int c16 = 0; c16 < 2; c16++) {
       ct_layout want = c16 ? CT_LAYOUT_C16 : CT_LAYOUT_NHWC;
-      ct_model_choose_layouts_for(m, want, c16 ? CPU_DTYPES : CUDA_DTYPES, lay);
+      ct_model_choose_layouts_for(m, want, c16 ? CPU_DTYPES : CUDA_DTYPES, 0, lay);
       CHECK_MSG((lay[3] == (int)want) == global, "%s: the pooled conv's layout %d", pools[k], lay[3]);
       CHECK_MSG(lay[0] == (int)want, "%s: the first conv's layout %d", pools[k], lay[0]);
       CHECK_MSG(lay[pool] == CT_LAYOUT_PLAIN, "%s: the pool's output is laid out", pools[k]);
@@ -230,7 +243,7 @@ int main(void) {
   remove(path2);
   if (m) {
     int lay[8] = {0};
-    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, lay);
+    ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, CUDA_DTYPES, 0, lay);
     CHECK_MSG(lay[m->output] == CT_LAYOUT_PLAIN, "the model output is NHWC");
     CHECK_MSG(lay[0] == CT_LAYOUT_NHWC, "the first conv (read by relu then a conv) is not NHWC");
     CHECK(nhwc_violations("output model", m, lay, CUDA_DTYPES) == 0);
@@ -248,7 +261,7 @@ int main(void) {
     for (int k = 0; k < 3; k++) {
       CHECK_OK(ct_model_set_memory_format(m, fmts[k]));
       CHECK_OK(ct_model_prepare(m, dev, 2, 1));
-      ct_model_choose_layouts_for(m, wants[k], CPU_DTYPES, lay);
+      ct_model_choose_layouts_for(m, wants[k], CPU_DTYPES, ct_device_backend(dev)->maxpool_to_plain, lay);
       int same = 1, chosen = 0;
       for (int i = 0; i < m->n_layers; i++)
         same &= lay[i] == (int)m->layers[i].y.layout, chosen += m->layers[i].y.layout != CT_LAYOUT_PLAIN;

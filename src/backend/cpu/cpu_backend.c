@@ -79,6 +79,7 @@ static void init_table(void) {
   if (!cpu_dnnl_avx512()) {
     cpu_table.act_layout = CT_LAYOUT_C8;
     cpu_table.act_layouts = 1u << CT_LAYOUT_C8 | 1u << CT_LAYOUT_NHWC;
+    cpu_table.maxpool_to_plain = cpu_maxpool_windows_to_plain();
   }
   /* Without oneDNN's bf16 the bf16 ops widen to plain f32 temporaries;
    * laying bf16 activations out would buy nothing. */

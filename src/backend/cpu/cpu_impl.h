@@ -269,10 +269,14 @@ int cpu_maxpool_tiles_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct
 void cpu_maxpool_tiles_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws);
 void cpu_maxpool_tiles_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx);
 /* Any other max pooling on plain NCHW, and any on C8 (cpu_maxpool_windows.c:
- * overlapping windows, padding), with the same one-byte workspace; the
- * backward fails only when it cannot allocate its per-thread accumulator. */
+ * overlapping windows, padding), and from C8 to a plain y in AVX2 builds,
+ * with the same one-byte workspace (laid out as y); they fail only when
+ * they cannot allocate their per-thread tiles or accumulators. */
 int cpu_maxpool_windows_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y);
-void cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws);
+ct_status cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws);
+/* The layouts (bit set) whose x these loops take with a plain y: C8 in
+ * AVX2 builds (the backend's maxpool_to_plain), else none. */
+unsigned cpu_maxpool_windows_to_plain(void);
 ct_status cpu_maxpool_windows_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx);
 
 ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,

@@ -3,7 +3,9 @@
  * bf16, and, in AVX2 builds, on f32 C8 (nChw8c) activations; AVX2
  * builds also run plain planes eight at a time through the C8 kernels
  * (transposed tiles: AlexNet's first pool 48 -> 4.5 ms forward, 16 -> 7.4
- * backward, bf16 on the AVX2 machine).
+ * backward, bf16 on the AVX2 machine), and pool a C8 x into a plain y
+ * (the backend's maxpool_to_plain: the pool that ends a C8 chain in front
+ * of flatten or dropout, so the convolution before it keeps C8).
  *
  * Why: oneDNN 2.6 pools plain NCHW through its reference kernel
  * `simple_nchw` (22-25 ms forward for ResNet-18's 128x64x16x16 stem pool
@@ -44,8 +46,22 @@ static int lanes(const ct_tensor *t) {
   return 0;
 }
 
+/* x laid out in C8 with y plain (the backend's maxpool_to_plain). */
+static int to_plain(const ct_tensor *x, const ct_tensor *y) {
+  return lanes(x) == 8 && y->layout == CT_LAYOUT_PLAIN;
+}
+
+unsigned cpu_maxpool_windows_to_plain(void) {
+#ifdef __AVX2__
+  return 1u << CT_LAYOUT_C8;
+#else
+  return 0;
+#endif
+}
+
 int cpu_maxpool_windows_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y) {
-  return x->ndim == 4 && y->ndim == 4 && lanes(x) && x->layout == y->layout && x->dtype == y->dtype &&
+  return x->ndim == 4 && y->ndim == 4 && lanes(x) && (x->layout == y->layout || to_plain(x, y)) &&
+         x->dtype == y->dtype &&
          (x->dtype == CT_F32 || x->dtype == CT_BF16) && p->kernel_h > 0 && p->kernel_w > 0 && p->stride_h > 0 &&
          p->stride_w > 0 && p->pad_h >= 0 && p->pad_w >= 0 && p->kernel_h * p->kernel_w < NO_ARG &&
          y->shape[0] == x->shape[0] && y->shape[1] == x->shape[1];
@@ -287,26 +303,36 @@ static void plane_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *
 #ifdef HAVE_C8
 /* Plain planes in groups of eight (the C8 kernel on transposed tiles),
  * the P % 8 left over one at a time; a thread whose tiles cannot be
- * allocated runs the scalar loops. */
-static void planes8_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws) {
+ * allocated runs the scalar loops. With x in C8 and y plain (to_plain),
+ * each C8 block is already the input tile and only the output is
+ * transposed; there is no scalar way round, so a thread without its tiles
+ * fails the op (out of memory). */
+static int planes8_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws) {
   const int64_t P = x->shape[0] * x->shape[1], H = x->shape[2], W = x->shape[3], OH = y->shape[2], OW = y->shape[3];
   const int64_t in = H * W, out = OH * OW, G = P / 8;
-  const int bf = x->dtype == CT_BF16;
+  const int bf = x->dtype == CT_BF16, x_c8 = x->layout == CT_LAYOUT_C8;
   const size_t es = bf ? 2 : 4;
-#pragma omp parallel
+  int failed = 0;
+#pragma omp parallel reduction(| : failed)
   {
-    float *x8 = malloc(sizeof(float) * (size_t)(in * 8)), *y8 = malloc(sizeof(float) * (size_t)(out * 8));
+    float *x8 = x_c8 ? NULL : malloc(sizeof(float) * (size_t)(in * 8)), *y8 = malloc(sizeof(float) * (size_t)(out * 8));
     uint8_t *k8 = ws ? malloc((size_t)(out * 8)) : NULL;
-    const int tiles = x8 && y8 && (!ws || k8);
+    const int tiles = (x_c8 || x8) && y8 && (!ws || k8);
+    failed = x_c8 && !tiles;
 #pragma omp for schedule(static)
     for (int64_t g = 0; g < G + P % 8; g++) {
+      if (failed) continue;
       if (g >= G) {
         plane_fwd(p, x, y, ws, G * 8 + (g - G));
       } else if (!tiles) {
         for (int l = 0; l < 8; l++) plane_fwd(p, x, y, ws, g * 8 + l);
       } else {
-        interleave8((const char *)x->data + (size_t)(g * 8 * in) * es, bf, in, x8);
-        fwd8_f32_avx2(p, x8, y8, k8, H, W, OH, OW);
+        const float *xt = x8;
+        if (x_c8)
+          xt = (const float *)x->data + g * 8 * in;
+        else
+          interleave8((const char *)x->data + (size_t)(g * 8 * in) * es, bf, in, x8);
+        fwd8_f32_avx2(p, xt, y8, k8, H, W, OH, OW);
         deinterleave8(y8, (char *)y->data + (size_t)(g * 8 * out) * es, bf, out);
         if (ws) bytes8_to_planes(k8, ws + g * 8 * out, out);
       }
@@ -315,15 +341,18 @@ static void planes8_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor
     free(y8);
     free(k8);
   }
+  return failed;
 }
 #endif
 
-void cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws) {
+ct_status cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws) {
   const int64_t L = lanes(x), P = x->shape[0] * x->shape[1] / L;
 #ifdef HAVE_C8
-  if (L == 1) {
-    planes8_fwd(p, x, y, ws);
-    return;
+  if (L == 1 || to_plain(x, y)) {
+    if (planes8_fwd(p, x, y, ws))
+      return ct_error(CT_ERR_OUT_OF_MEMORY, "maxpool2d_fwd: cannot allocate a %lldx%lld tile per thread",
+                      (long long)y->shape[2], (long long)y->shape[3]);
+    return CT_OK;
   }
   const int64_t H = x->shape[2], W = x->shape[3], OH = y->shape[2], OW = y->shape[3];
 #pragma omp parallel for schedule(static)
@@ -334,6 +363,7 @@ void cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_t
 #pragma omp parallel for schedule(static)
   for (int64_t pl = 0; pl < P; pl++) plane_fwd(p, x, y, ws, pl);
 #endif
+  return CT_OK;
 }
 
 /* Plane (or C8 block) pl, backward, through acc. */
@@ -356,51 +386,56 @@ static void plane_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint
 
 ct_status cpu_maxpool_windows_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx) {
   const int64_t L = lanes(dx), P = dx->shape[0] * dx->shape[1] / L, H = dx->shape[2], W = dx->shape[3];
-  const int64_t OH = dy->shape[2], OW = dy->shape[3], in = H * W * L, out = OH * OW * L;
+  const int64_t OH = dy->shape[2], OW = dy->shape[3], in = H * W * L;
   int failed = 0;
-  /* Plain planes go eight at a time through the C8 kernel on transposed
-   * tiles (AVX2), as in the forward: unit u < G is planes 8u..8u+7, the
-   * P % 8 left over are one unit each; a thread whose tiles cannot be
-   * allocated runs its groups' planes one at a time. */
+  /* Through transposed tiles (AVX2), as in the forward: plain planes
+   * eight at a time (unit u < G is planes 8u..8u+7, the P % 8 left over
+   * are one unit each; a thread whose tiles cannot be allocated runs its
+   * groups' planes one at a time), and a plain dy onto a C8 dx (unit u is
+   * C8 block u, the same eight planes of dy; no way round the tiles). */
 #ifdef HAVE_C8
-  const int64_t G = L == 1 ? P / 8 : 0;
+  const int mixed = to_plain(dx, dy);
+  const int64_t G = mixed ? P : L == 1 ? P / 8 : 0, units = L == 1 ? G + P % 8 : P, hw_in = H * W, hw_out = OH * OW;
   const int bf = dx->dtype == CT_BF16;
   const size_t es = bf ? 2 : 4;
 #else
-  const int64_t G = 0;
+  const int64_t G = 0, units = P;
 #endif
 #pragma omp parallel reduction(| : failed)
   {
     float *g8 = NULL, *d8 = NULL;
     uint8_t *k8 = NULL;
     double *acc = NULL;
+#ifdef HAVE_C8
     if (G) {
-      g8 = malloc(sizeof(float) * (size_t)(out * 8));
-      d8 = malloc(sizeof(float) * (size_t)(in * 8));
-      k8 = malloc((size_t)(out * 8));
-      acc = malloc(sizeof(double) * (size_t)(in * 8));
-      if (!(g8 && d8 && k8 && acc)) {
+      g8 = malloc(sizeof(float) * (size_t)(hw_out * 8));
+      d8 = mixed ? NULL : malloc(sizeof(float) * (size_t)(hw_in * 8));
+      k8 = malloc((size_t)(hw_out * 8));
+      acc = malloc(sizeof(double) * (size_t)(hw_in * 8));
+      if (!(g8 && (mixed || d8) && k8 && acc)) {
         free(g8), free(d8), free(k8), free(acc);
         g8 = d8 = NULL, k8 = NULL, acc = NULL;
       }
     }
     const int tiles = acc != NULL;
-    (void)tiles; /* without AVX2, G is 0 and tiles unused */
-    if (!acc) acc = malloc(sizeof(double) * (size_t)(in > 0 ? in : 1));
-    failed = !acc;
+    failed = mixed && !tiles;
+#endif
+    if (!acc && !failed) acc = malloc(sizeof(double) * (size_t)(in > 0 ? in : 1));
+    failed = failed || !acc;
 #pragma omp for schedule(static)
-    for (int64_t u = 0; u < G + P - G * 8; u++) {
+    for (int64_t u = 0; u < units; u++) {
       if (failed) continue;
-      if (u >= G) {
+      if (u >= G) { /* also every unit without groups (G = 0) */
         plane_bwd(p, dy, ws, dx, acc, G * 8 + (u - G));
         continue;
       }
 #ifdef HAVE_C8
       if (tiles) {
-        interleave8((const char *)dy->data + (size_t)(u * 8 * out) * es, bf, out, g8);
-        bytes8_to_tile(ws + u * 8 * out, k8, out);
-        bwd8_f32_avx2(p, g8, k8, d8, acc, H, W, OH, OW);
-        deinterleave8(d8, (char *)dx->data + (size_t)(u * 8 * in) * es, bf, in);
+        interleave8((const char *)dy->data + (size_t)(u * 8 * hw_out) * es, bf, hw_out, g8);
+        bytes8_to_tile(ws + u * 8 * hw_out, k8, hw_out);
+        float *dt = mixed ? (float *)dx->data + u * 8 * hw_in : d8;
+        bwd8_f32_avx2(p, g8, k8, dt, acc, H, W, OH, OW);
+        if (!mixed) deinterleave8(d8, (char *)dx->data + (size_t)(u * 8 * hw_in) * es, bf, hw_in);
         continue;
       }
 #endif

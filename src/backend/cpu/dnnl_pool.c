@@ -203,9 +203,9 @@ ct_status cpu_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_te
   }
   if (cpu_maxpool_windows_ok(p, x, y)) {
     int prev = cpu_op_begin(d);
-    cpu_maxpool_windows_fwd(p, x, y, ws);
+    ct_status s = cpu_maxpool_windows_fwd(p, x, y, ws);
     cpu_op_end(d, prev);
-    return CT_OK;
+    return s;
   }
   if (!fast_dtype(x, y)) {
     CT_TRY(cpu_need_plain(x, y, "maxpool2d_fwd"));
