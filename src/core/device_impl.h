@@ -60,9 +60,9 @@ void ct_device_account(ct_device *d, long long delta);
  * `bytes`, 64-byte aligned, uninitialised (NULL when out of memory); put
  * hands it back. With a device, blocks of 256 KiB and more are kept (up to
  * CT_DEVICE_TMP_KEEP, the largest) and reused by later calls instead of
- * being faulted in afresh (a kept block serves requests of at least half
- * its size), while kept and handed-out blocks together stay within the
- * most that was ever handed out at once; release frees the kept
+ * being faulted in afresh (the smallest kept block that fits), while kept
+ * and handed-out blocks together stay within the most that was ever
+ * handed out at once; release frees the kept
  * ones (ct_device_close calls it). Thread-safe; d may be NULL (plain
  * allocation). Outside the memory plan and its accounting. */
 void *ct_device_tmp_get(ct_device *d, size_t bytes);
