@@ -1,10 +1,12 @@
-/* The cpu backend's native bf16 loops (activations, dropout, add) against
+/* The cpu backend's native bf16 loops (activations, dropout, add, and,
+ * where oneDNN has no bf16, the first layer's weight gradient) against
  * their definition: the same op run in f32 on the bf16 inputs widened,
  * then rounded to bf16 once. That is what the widening path computed, so
  * the native loops must match it bit for bit; they are also checked
  * against the f64 reference within bf16 tolerance. Sizes are odd and span
  * several chunks and the parallel threshold; mixed bf16/f32 operands and
  * in-place calls are covered. */
+#include "backend/cpu/cpu_impl.h"
 #include "test_cpu_common.h"
 
 #define N_BIG 100003 /* > PAR_MIN, not a multiple of the chunk */
@@ -100,6 +102,41 @@ static void test_add(int64_t n) {
   tb_free(&a), tb_free(&b), tb_free(&y), tb_free(&y32);
 }
 
+/* The one-channel weight gradient (dnnl_conv_thin.c) reads bf16 x and dy
+ * and writes bf16 dw, db itself where oneDNN has no bf16: bit for bit the
+ * f32 run on the same values, rounded once, with beta 0 and 1. K = 13 is
+ * one full group of 8 channels and 5 left over. */
+static void test_thin_wgrad(void) {
+  if (cpu_dnnl_bf16()) {
+    printf("thin weight gradient: oneDNN has bf16 here, so bf16 goes to it (see the _avx2 variant)\n");
+    return;
+  }
+  const int64_t N = 3, K = 13, H = 11, W = 9, OH = 9, OW = 7;
+  ct_conv2d_params p = {1, 1, 0, 0, 1, 1, 1}; /* stride 1, no padding, 3x3 from dw */
+  tb x = TB(N, 1, H, W), dy = TB(N, K, OH, OW), dw = TB(K, 1, 3, 3), db = TB(K), dw32 = TB(K, 1, 3, 3),
+     db32 = TB(K);
+  tb_rand(&x, 2.0), tb_rand(&dy, 1.0);
+  tb_round_bf16(&x), tb_round_bf16(&dy);
+  ct_tensor x16 = tb_cpu16(&x), dy16 = tb_cpu16(&dy), dw16 = tb_cpu16(&dw), db16 = tb_cpu16(&db);
+  ct_tensor xf = tb_cpu(&x), dyf = tb_cpu(&dy), dwf = tb_cpu(&dw32), dbf = tb_cpu(&db32);
+  for (int k = 0; k < 2; k++) { /* beta 0, then 1 onto bf16 starting values */
+    tb_rand(&dw, 1.0), tb_rand(&db, 1.0);
+    tb_round_bf16(&dw), tb_round_bf16(&db);
+    memcpy(dw32.f, dw.f, sizeof(float) * (size_t)dw.n), memcpy(db32.f, db.f, sizeof(float) * (size_t)db.n);
+    CHECK_OK(C_->conv2d_bwd_weights(g_cpu, &p, &x16, &dy16, &dw16, &db16, (float)k));
+    CHECK_OK(C_->conv2d_bwd_weights(g_cpu, &p, &xf, &dyf, &dwf, &dbf, (float)k));
+    CHECK_MSG(diff16(dw.h, dw32.f, dw.n) == 0 && diff16(db.h, db32.f, db.n) == 0,
+              "thin weight gradient bf16, beta %d: differs from f32 rounded", k);
+  }
+  /* bf16 x and dy into f32 dw and db: the f32 run's values exactly. */
+  ct_tensor dwo = tb_cpu(&dw), dbo = tb_cpu(&db);
+  CHECK_OK(C_->conv2d_bwd_weights(g_cpu, &p, &x16, &dy16, &dwo, &dbo, 0.f));
+  CHECK_OK(C_->conv2d_bwd_weights(g_cpu, &p, &xf, &dyf, &dwf, &dbf, 0.f));
+  CHECK_MSG(!memcmp(dw.f, dw32.f, sizeof(float) * (size_t)dw.n) && !memcmp(db.f, db32.f, sizeof(float) * (size_t)db.n),
+            "thin weight gradient bf16 in, f32 out: differs from f32");
+  tb_free(&x), tb_free(&dy), tb_free(&dw), tb_free(&db), tb_free(&dw32), tb_free(&db32);
+}
+
 int main(void) {
   cpu_test_setup(41);
   ct_device_set_threads(g_cpu, 2);
@@ -110,6 +147,7 @@ int main(void) {
     test_dropout(sizes[i], 1);
   }
   test_dropout(N_BIG, 13 * 13);
+  test_thin_wgrad();
   cpu_test_teardown();
   return test_summary("test_cpu_bf16_native");
 }

@@ -368,20 +368,23 @@ static ct_status make_bwd_w(cpu_dev *cd, cpu_entry *e, const conv_geom *g, const
 
 ct_status cpu_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
                                  ct_tensor *dw, ct_tensor *db, float beta) {
+  char what[160], sx[48], sw[48];
+  snprintf(what, sizeof what, "conv2d_bwd_weights x%s dw%s", ct_shape_str(4, x->shape, sx, sizeof sx),
+           ct_shape_str(4, dw->shape, sw, sizeof sw));
+  /* First layers, bf16 too where oneDNN has none (before the widening
+   * path: the thin loop converts as it reads). */
+  if (cpu_conv_thin_ok(p, x, dy, dw, db)) {
+    int prev = cpu_op_begin(d);
+    ct_status s = cpu_conv_thin_wgrad(cpu_dev_of(d), p, x, dy, dw, db, beta, what);
+    cpu_op_end(d, prev);
+    return s;
+  }
   if (!fast_dtypes(x->dtype, dy->dtype, dw->dtype) || (db && db->dtype != CT_F32 && db->dtype != CT_BF16)) {
     CT_TRY(cpu_need_plain(x, dy, "conv2d_bwd_weights"));
     REF_OR(conv2d_bwd_weights, d, p, x, dy, dw, db, beta);
   }
-  char what[160], sx[48], sw[48];
-  snprintf(what, sizeof what, "conv2d_bwd_weights x%s dw%s", ct_shape_str(4, x->shape, sx, sizeof sx),
-           ct_shape_str(4, dw->shape, sw, sizeof sw));
   int prev = cpu_op_begin(d);
   cpu_dev *cd = cpu_dev_of(d);
-  if (cpu_conv_thin_ok(p, x, dy, dw, db)) {
-    ct_status s = cpu_conv_thin_wgrad(cd, p, x, dy, dw, db, beta, what);
-    cpu_op_end(d, prev);
-    return s;
-  }
   if (cpu_conv_gemm_ok(p, x, dw, dy, CT_ACT_NONE, 0) && (!db || db->dtype == CT_F32)) {
     ct_status s = cpu_conv_gemm_bwd_weights(cd, p, x, dy, dw, db, beta, what);
     cpu_op_end(d, prev);

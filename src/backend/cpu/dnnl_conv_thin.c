@@ -37,18 +37,32 @@ void cpu_conv_set_thin(int on) { thin_on = on; }
  * double accumulation of 147 taps dominate. */
 #define THIN_MAX_C 1
 
-/* What both directions need: f32, groups 1, dilation 1, 4-D, plain
- * weights and a plain input (one channel lies the same plain and NHWC). */
+/* What both directions need: groups 1, dilation 1, 4-D, plain weights
+ * and a plain input (one channel lies the same plain and NHWC). */
 static int thin_shapes(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w, const ct_tensor *y) {
   if (!thin_on || p->groups > 1 || p->dil_h > 1 || p->dil_w > 1) return 0;
-  if (x->dtype != CT_F32 || w->dtype != CT_F32 || y->dtype != CT_F32) return 0;
   if (x->ndim != 4 || y->ndim != 4 || w->ndim != 4 || w->layout != CT_LAYOUT_PLAIN) return 0;
   return x->layout == CT_LAYOUT_PLAIN || (x->layout == CT_LAYOUT_NHWC && x->shape[1] == 1);
 }
 
+/* bf16 tensors the weight gradient reads or writes itself, converting on
+ * the way (exact when widening; dw and db rounded once, from the f32 the
+ * widening path would have rounded): only where oneDNN has no bf16 (AVX2),
+ * whose alternative is that path's whole-tensor copies (the cnn's first
+ * layer 7.3 ms backward in bf16 against 0.6 in f32), and a bf16 dy only
+ * plain, read through the gather. */
+static int wgrad_dtype(const ct_tensor *t) { return t->dtype == CT_F32 || (t->dtype == CT_BF16 && !cpu_dnnl_bf16()); }
+
 int cpu_conv_thin_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *dw,
                      const ct_tensor *db) {
-  return thin_shapes(p, x, dw, dy) && (!db || db->dtype == CT_F32) && x->shape[1] <= THIN_MAX_C;
+  return thin_shapes(p, x, dw, dy) && wgrad_dtype(x) && wgrad_dtype(dy) && wgrad_dtype(dw) &&
+         (dy->dtype == CT_F32 || dy->layout == CT_LAYOUT_PLAIN) && (!db || wgrad_dtype(db)) &&
+         x->shape[1] <= THIN_MAX_C;
+}
+
+/* Element i of an f32 or bf16 tensor's data, as f32. */
+static inline float elem(const void *d, ct_dtype dt, int64_t i) {
+  return dt == CT_BF16 ? cpu_bf16_ld(((const uint16_t *)d)[i]) : ((const float *)d)[i];
 }
 
 typedef struct thin {
@@ -67,13 +81,19 @@ static thin thin_init(const ct_conv2d_params *p, const ct_tensor *x, const ct_te
   return g;
 }
 
-/* Image n of x into xp with its padding as zeros. Only the interior is
- * written: the padding stays zero from the scratch's clearing on. */
-static void pad_image(const thin *g, const float *x, int64_t n, float *xp) {
+/* Image n of x (f32 or bf16) into xp with its padding as zeros. Only the
+ * interior is written: the padding stays zero from the scratch's clearing
+ * on. */
+static void pad_image(const thin *g, const ct_tensor *x, int64_t n, float *xp) {
   for (int64_t c = 0; c < g->C; c++)
-    for (int64_t h = 0; h < g->H; h++)
-      memcpy(xp + (c * g->Hp + h + g->ph) * g->Wp + g->pw, x + ((n * g->C + c) * g->H + h) * g->W,
-             (size_t)g->W * sizeof(float));
+    for (int64_t h = 0; h < g->H; h++) {
+      float *dst = xp + (c * g->Hp + h + g->ph) * g->Wp + g->pw;
+      const int64_t at = ((n * g->C + c) * g->H + h) * g->W;
+      if (x->dtype == CT_F32)
+        memcpy(dst, (const float *)x->data + at, (size_t)g->W * sizeof(float));
+      else
+        for (int64_t w = 0; w < g->W; w++) dst[w] = elem(x->data, x->dtype, at + w);
+    }
 }
 
 /* 8 floats, one AVX register; unaligned loads through memcpy. */
@@ -119,30 +139,47 @@ static void row(const thin *g, const float *dr, int64_t ls, int64_t oh, const fl
  * output channels. Where the 8 channels lie side by side (C8, C16, NHWC)
  * the gradient is read in place; otherwise (plain, or fewer than 8 left)
  * it is gathered a row at a time into rbuf ([OW][8], zeros past K). */
-static void image(const thin *g, const float *x, const ct_tensor *dy, int64_t n, float *xp, float *rbuf,
+static void image(const thin *g, const ct_tensor *x, const ct_tensor *dy, int64_t n, float *xp, float *rbuf,
                   double *acc) {
   pad_image(g, x, n, xp);
   const float *ds = dy->data;
+  const int bf = dy->dtype == CT_BF16; /* then plain: gathered */
   cpu_act_strides a = cpu_act_strides_of(dy);
   for (int64_t k0 = 0; k0 < g->K; k0 += 8) {
     int nk = g->K - k0 < 8 ? (int)(g->K - k0) : 8;
-    const float *d0 = ds + cpu_act_chan(&a, n, k0);
-    /* The channels' planes, fixed per group (the layout arithmetic, with
-     * its divisions, once per group rather than per element). */
-    const float *dc[8];
-    for (int j = 0; j < nk; j++) dc[j] = ds + cpu_act_chan(&a, n, k0 + j);
+    /* The channels' first elements, fixed per group (the layout
+     * arithmetic, with its divisions, once per group rather than per
+     * element). */
+    int64_t dc[8];
+    for (int j = 0; j < nk; j++) dc[j] = cpu_act_chan(&a, n, k0 + j);
     for (int64_t oh = 0; oh < g->OH; oh++) {
-      if (a.sc == 1 && nk == 8) { /* C8, C16, NHWC: 8 channels side by side */
-        row(g, d0 + oh * a.sh, a.sw, oh, xp, acc, k0, nk);
+      if (a.sc == 1 && nk == 8 && !bf) { /* C8, C16, NHWC: 8 channels side by side */
+        row(g, ds + dc[0] + oh * a.sh, a.sw, oh, xp, acc, k0, nk);
         continue;
       }
       for (int j = 0; j < 8; j++) {
-        const float *src = j < nk ? dc[j] + oh * a.sh : NULL;
-        for (int64_t ow = 0; ow < g->OW; ow++) rbuf[ow * 8 + j] = src ? src[ow * a.sw] : 0.f;
+        const int64_t at = j < nk ? dc[j] + oh * a.sh : -1;
+        if (at < 0)
+          for (int64_t ow = 0; ow < g->OW; ow++) rbuf[ow * 8 + j] = 0.f;
+        else if (bf)
+          for (int64_t ow = 0; ow < g->OW; ow++) rbuf[ow * 8 + j] = elem(dy->data, CT_BF16, at + ow * a.sw);
+        else
+          for (int64_t ow = 0; ow < g->OW; ow++) rbuf[ow * 8 + j] = ds[at + ow * a.sw];
       }
       row(g, rbuf, 8, oh, xp, acc, k0, nk);
     }
   }
+}
+
+/* out[i] = beta * out[i] + v (v alone when beta is 0, so stale NaN does
+ * not leak), computed in double and rounded to f32, then to bf16 for a
+ * bf16 out: what the widening path gives. */
+static void store_grad(const ct_tensor *t, int64_t i, double v, float beta) {
+  float f = (float)(beta == 0.f ? v : beta * elem(t->data, t->dtype, i) + v);
+  if (t->dtype == CT_BF16)
+    ((uint16_t *)t->data)[i] = cpu_bf16_st(f);
+  else
+    ((float *)t->data)[i] = f;
 }
 
 ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
@@ -159,22 +196,17 @@ ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_t
   memset(xp, 0, (size_t)nt * img * sizeof(float));
   memset(acc, 0, (size_t)nt * accn * sizeof(double));
 
-  const float *xs = x->data;
 #pragma omp parallel num_threads(nt)
   {
     int t = omp_get_thread_num();
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; n++)
-      image(&g, xs, dy, n, xp + (size_t)t * img, rbuf + (size_t)t * rown, acc + (size_t)t * accn);
+      image(&g, x, dy, n, xp + (size_t)t * img, rbuf + (size_t)t * rown, acc + (size_t)t * accn);
   }
   for (int t = 1; t < nt; t++)
     for (size_t i = 0; i < accn; i++) acc[i] += acc[(size_t)t * accn + i];
-  float *o = dw->data;
-  for (int64_t i = 0; i < g.K * g.taps; i++) o[i] = (float)(beta == 0.f ? acc[i] : beta * o[i] + acc[i]);
-  if (db) {
-    float *ob = db->data;
-    for (int64_t i = 0; i < g.K; i++) ob[i] = (float)(beta == 0.f ? acc[g.K * g.taps + i] : beta * ob[i] + acc[g.K * g.taps + i]);
-  }
+  for (int64_t i = 0; i < g.K * g.taps; i++) store_grad(dw, i, acc[i], beta);
+  for (int64_t i = 0; db && i < g.K; i++) store_grad(db, i, acc[g.K * g.taps + i], beta);
   return CT_OK;
 }
 
@@ -192,7 +224,8 @@ ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_t
 
 int cpu_conv_thin_fwd_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w, const ct_tensor *y,
                          ct_act act) {
-  return thin_shapes(p, x, w, y) && (act == CT_ACT_NONE || act == CT_ACT_RELU) && x->shape[1] <= THIN_FWD_MAX_C &&
+  return thin_shapes(p, x, w, y) && x->dtype == CT_F32 && w->dtype == CT_F32 && y->dtype == CT_F32 &&
+         (act == CT_ACT_NONE || act == CT_ACT_RELU) && x->shape[1] <= THIN_FWD_MAX_C &&
          w->shape[2] * w->shape[3] >= THIN_FWD_MIN_TAPS;
 }
 
@@ -208,7 +241,7 @@ ct_status cpu_conv_thin_fwd(cpu_dev *cd, const ct_conv2d_params *p, const ct_ten
   float *ob = e ? cpu_entry_tmp(e, 2, (size_t)nt * (outn ? outn : 1) * sizeof(float)) : NULL;
   if (!xp || !col || !ob) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: cannot allocate its scratch", what);
   memset(xp, 0, (size_t)nt * img * sizeof(float));
-  const float *xs = x->data, *ws = w->data, *bias = b ? b->data : NULL;
+  const float *ws = w->data, *bias = b ? b->data : NULL;
   float *ys = y->data;
   cpu_act_strides ay = cpu_act_strides_of(y);
   int relu = act == CT_ACT_RELU;
@@ -219,7 +252,7 @@ ct_status cpu_conv_thin_fwd(cpu_dev *cd, const ct_conv2d_params *p, const ct_ten
     float *xpt = xp + (size_t)t * img, *ct = col + (size_t)t * coln;
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; n++) {
-      pad_image(&g, xs, n, xpt);
+      pad_image(&g, x, n, xpt);
       /* col[(c, kh, kw)][(oh, ow)]: the GEMM's right-hand side. */
       for (int64_t r = 0; r < g.taps; r++) {
         int64_t c = r / (g.KH * g.KW), kh = r / g.KW % g.KH, kw = r % g.KW;
