@@ -1,6 +1,7 @@
 /* First layers: convolutions on few input channels where oneDNN 2.6 was
- * measured slow, f32, the input plain NCHW (as the executor leaves a
- * tensor of fewer channels than a block). Two of them: the backward
+ * measured slow, f32 (the weight gradient also bf16 where oneDNN has no
+ * bf16), the input plain NCHW (as the executor leaves a tensor of fewer
+ * channels than a block). Two of them: the backward
  * weights of a one-channel input (a network on grey images), here, and
  * the forward of large kernels (AlexNet's 11x11), at the end of the file.
  *
