@@ -39,9 +39,9 @@ static void *block_new(size_t cap) {
   return p + 64;
 }
 
-static size_t block_cap(void *b) {
+static size_t block_cap(const void *b) {
   size_t cap;
-  memcpy(&cap, (unsigned char *)b - 64, sizeof cap);
+  memcpy(&cap, (const unsigned char *)b - 64, sizeof cap);
   return cap;
 }
 
@@ -95,7 +95,7 @@ void *ct_device_tmp_get(ct_device *d, size_t bytes) {
   return b;
 }
 
-size_t ct_device_tmp_capacity(const void *b) { return block_cap((void *)b); }
+size_t ct_device_tmp_capacity(const void *b) { return block_cap(b); }
 
 void ct_device_tmp_put(ct_device *d, void *b) {
   if (!b) return;

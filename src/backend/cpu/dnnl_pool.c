@@ -216,8 +216,8 @@ ct_status cpu_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_te
 
 ct_status cpu_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, const void *ws,
                             ct_tensor *dx) {
-  if (own_loops(p, dx, dy) && !ws)
-    return ct_error(CT_ERR_INVALID_ARG, "maxpool2d_bwd: no workspace (the forward ran without one)");
+  /* Every path reads the forward's argmax (the reference's too). */
+  if (!ws) return ct_error(CT_ERR_INVALID_ARG, "maxpool2d_bwd: no workspace (the forward ran without one)");
   if (cpu_maxpool_tiles_ok(p, dx, dy)) {
     int prev = cpu_op_begin(d);
     cpu_maxpool_tiles_bwd(p, dy, ws, dx);
@@ -234,7 +234,6 @@ ct_status cpu_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_te
     CT_TRY(cpu_need_plain(dx, dy, "maxpool2d_bwd"));
     REF_OR(maxpool2d_bwd, d, p, dy, ws, dx);
   }
-  if (!ws) return ct_error(CT_ERR_INVALID_ARG, "maxpool2d_bwd: no workspace (the forward ran without one)");
   return pool_bwd(d, dnnl_pooling_max, p, dy, ws, dx, "maxpool2d_bwd");
 }
 
