@@ -57,6 +57,21 @@ ct_status cli_apply_precision(const cli_opts *o, ct_model *m, ct_grad_scaler *sc
 int cli_exit_code(ct_status s);
 /* Prints "ctrain: error: <message>" to stderr and returns the exit code. */
 int cli_fail(ct_status s);
+/* The long flags each subcommand accepts (cli_parse's `allowed`); here so
+ * the CLI fuzz target (fuzz/fuzz_cli.c) parses exactly what ctrain does. */
+#define CLI_FLAGS_TRAIN                                                                                              \
+  "model data epochs batch-size accumulate max-steps optimizer lr momentum weight-decay scheduler lr-factor "        \
+  "lr-patience step-size clip-grad-norm label-smoothing input classes resize augment device threads workers seed "   \
+  "no-shuffle init save checkpoint-dir keep-last resume monitor patience min-delta restore-best log-dir metrics-json " \
+  "precision opt-level loss-scale loss-scale-init memory-format channels-last recompute"
+#define CLI_FLAGS_EVAL                                                                                   \
+  "model weights data batch-size input classes resize device threads workers seed metrics-json precision " \
+  "opt-level memory-format channels-last"
+#define CLI_FLAGS_PREDICT                                                                                       \
+  "model weights data images batch-size input classes resize device threads workers seed precision opt-level " \
+  "memory-format channels-last"
+#define CLI_FLAGS_SUMMARY "model input classes batch-size device precision opt-level recompute"
+
 /* Parses argv for a subcommand: allowed is a space-separated list of long
  * flag names accepted. Returns 0 or prints the error and returns 2. */
 int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_opts *o);

@@ -58,7 +58,7 @@ int cmd_eval(int argc, char **argv) {
   int gpu_data_mode;
   argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
   cli_opts o;
-  int r = cli_parse(argc, argv, "eval", "model weights data batch-size input classes resize device threads workers seed metrics-json precision opt-level memory-format channels-last", &o);
+  int r = cli_parse(argc, argv, "eval", CLI_FLAGS_EVAL, &o);
   if (r) return r;
   if (!o.model || !o.weights || !o.data) {
     fprintf(stderr, "ctrain eval: --model, --weights and --data are required (see 'ctrain eval --help')\n");
@@ -194,7 +194,7 @@ int cmd_predict(int argc, char **argv) {
   int gpu_data_mode;
   argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
   cli_opts o;
-  int r = cli_parse(argc, argv, "predict", "model weights data images batch-size input classes resize device threads workers seed precision opt-level memory-format channels-last", &o);
+  int r = cli_parse(argc, argv, "predict", CLI_FLAGS_PREDICT, &o);
   if (r) return r;
   if (!o.model || !o.weights || (!o.data == !o.images)) {
     fprintf(stderr, "ctrain predict: --model, --weights and exactly one of --data or --images are required\n");

@@ -21,7 +21,7 @@ int cmd_summary(int argc, char **argv) {
       return 0;
     }
   cli_opts o;
-  int r = cli_parse(argc, argv, "summary", "model input classes batch-size device precision opt-level recompute", &o);
+  int r = cli_parse(argc, argv, "summary", CLI_FLAGS_SUMMARY, &o);
   if (r) return r;
   if (!o.model) {
     fprintf(stderr, "ctrain summary: --model is required (see 'ctrain summary --help')\n");

@@ -57,11 +57,6 @@ static const char *HELP =
     "  --loss-scale dynamic|none|VALUE (dynamic for fp16 O1/O2, else none)   --loss-scale-init F (65536)\n"
     "                          docs/MIXED_PRECISION.md\n";
 
-static const char *FLAGS =
-    "model data epochs batch-size accumulate max-steps optimizer lr momentum weight-decay scheduler lr-factor lr-patience step-size clip-grad-norm "
-    "label-smoothing input classes resize augment device threads workers seed no-shuffle init save checkpoint-dir "
-    "keep-last resume monitor patience min-delta restore-best log-dir metrics-json precision opt-level loss-scale "
-    "loss-scale-init memory-format channels-last recompute";
 
 static void settings_text(const cli_opts *o, char *buf, size_t n, int with_epochs) {
   snprintf(buf, n,
@@ -143,7 +138,7 @@ int cmd_train(int argc_in, char **argv_in) {
   argv_buf[argc] = NULL;
   char **argv = argv_buf;
   cli_opts o;
-  int r = cli_parse(argc, argv, "train", FLAGS, &o);
+  int r = cli_parse(argc, argv, "train", CLI_FLAGS_TRAIN, &o);
   if (r) return r;
   if (!o.model || !o.data) {
     fprintf(stderr, "ctrain train: --model and --data are required (see 'ctrain train --help')\n");

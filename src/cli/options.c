@@ -74,8 +74,11 @@ static int parse_shape(const char *cmd, const char *v, cli_opts *o) {
   return usage_err(cmd, "--input expects CxHxW (e.g. 3x227x227) or F, got '%s'%s", v, "");
 }
 
+/* Whether w is one of list's space-separated words. An empty w (from
+ * `--` or `--=x`) would match at every position without advancing. */
 static int has_word(const char *list, const char *w) {
   size_t n = strlen(w);
+  if (n == 0 || strchr(w, ' ')) return 0;
   for (const char *p = list; (p = strstr(p, w)); p += n)
     if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
   return 0;
