@@ -9,6 +9,7 @@
 #include "ctrain/trainer.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -234,16 +235,40 @@ typedef struct loop_state {
   int64_t group_n;
 } loop_state;
 
+/* Counts go through doubles when read back: exact up to 2^53. */
+#define COUNT_MAX 9007199254740992.0
+
+/* The loop state a checkpoint stores, with the values a save can write:
+ * counts are non-negative (best_epoch is -1 before the first), sums and
+ * times finite, best may be +-inf (nothing monitored yet) but not NaN. */
 static const struct {
   const char *name;
   size_t off;
   int is_int;
+  double lo, hi;
 } loop_fields[] = {
-#define F(x, i) {#x, offsetof(loop_state, x), i}
-    F(epoch, 1), F(batch, 1), F(step, 1), F(loss_sum, 0), F(correct, 1), F(top5, 1), F(seen, 1), F(best, 0),
-    F(best_epoch, 1), F(bad_epochs, 1), F(train_seconds, 0), F(train_images, 1)
+#define F(x, i, lo, hi) {#x, offsetof(loop_state, x), i, lo, hi}
+    F(epoch, 1, 0, COUNT_MAX), F(batch, 1, 0, COUNT_MAX), F(step, 1, 0, COUNT_MAX),
+    F(loss_sum, 0, -DBL_MAX, DBL_MAX), F(correct, 1, 0, COUNT_MAX), F(top5, 1, 0, COUNT_MAX),
+    F(seen, 1, 0, COUNT_MAX), F(best, 0, -INFINITY, INFINITY), F(best_epoch, 1, -1, COUNT_MAX),
+    F(bad_epochs, 1, 0, COUNT_MAX), F(train_seconds, 0, 0, DBL_MAX), F(train_images, 1, 0, COUNT_MAX)
 #undef F
 };
+
+/* One number of a checkpoint's metadata, as a save writes it: the whole
+ * text must parse and lie in [lo, hi] (NaN never does). strtod alone would
+ * read "abc" as 0 and "12x" as 12 and resume from a state nobody saved. */
+static ct_status meta_number(const char *path, const char *key, const char *v, int integer, double lo, double hi,
+                             double *out) {
+  char *end = NULL;
+  errno = 0;
+  double x = integer ? (double)strtoll(v, &end, 10) : strtod(v, &end);
+  if (!*v || *end || (integer && errno == ERANGE) || !(x >= lo && x <= hi))
+    return ct_error(CT_ERR_PARSE, "%s: metadata '%s' is '%.40s', expected %s in [%g, %g]", path, key, v,
+                    integer ? "an integer" : "a number", lo, hi);
+  *out = x;
+  return CT_OK;
+}
 
 /* History as "name,name;epoch,v,v;..." with round-trippable numbers. */
 static char *history_text(const ct_history *h) {
@@ -276,23 +301,33 @@ static char *history_text(const ct_history *h) {
   return s;
 }
 
-static ct_status history_restore(ct_history *h, const char *text) {
-  char *copy = strdup(text ? text : ""), *save = NULL;
+/* Reads history_text's format back; a number that does not parse whole,
+ * more values than names, or more than 64 names is a corrupt file. */
+static ct_status history_restore(ct_history *h, const char *path, const char *text) {
+  char *copy = strdup(text ? text : ""), *s1 = NULL, *s2 = NULL;
   if (!copy) return ct_error(CT_ERR_OUT_OF_MEMORY, "resume: out of memory");
+  /* The names record runs to the first ';' (empty for an empty history). */
+  char *rows = strchr(copy, ';');
+  if (rows) *rows++ = 0;
   char *names[64];
   int nn = 0;
-  char *rec = strtok_r(copy, ";", &save);
-  if (rec && *rec) {
-    char *s2 = NULL;
-    for (char *t = strtok_r(rec, ",", &s2); t && nn < 64; t = strtok_r(NULL, ",", &s2)) names[nn++] = t;
-  }
   ct_status st = CT_OK;
-  while (st == CT_OK && (rec = strtok_r(NULL, ";", &save))) {
-    char *s2 = NULL, *t = strtok_r(rec, ",", &s2);
-    long long e = t ? strtoll(t, NULL, 10) : 0;
-    for (int c = 0; c < nn && st == CT_OK && (t = strtok_r(NULL, ",", &s2)); c++) {
-      double v = strtod(t, NULL);
-      if (!isnan(v)) st = ct_history_add(h, e, names[c], v);
+  for (char *t = strtok_r(copy, ",", &s2); t && st == CT_OK; t = strtok_r(NULL, ",", &s2)) {
+    if (nn == 64) st = ct_error(CT_ERR_PARSE, "%s: metadata 'history' has more than 64 metrics", path);
+    else names[nn++] = t;
+  }
+  for (char *rec = rows ? strtok_r(rows, ";", &s1) : NULL; rec && st == CT_OK; rec = strtok_r(NULL, ";", &s1)) {
+    char *t = strtok_r(rec, ",", &s2);
+    double e = 0;
+    st = meta_number(path, "history", t, 1, 0, COUNT_MAX, &e);
+    for (int c = 0; st == CT_OK && (t = strtok_r(NULL, ",", &s2)); c++) {
+      double v = 0;
+      /* nan: a metric without a value at that epoch (history_text). */
+      if (!strcmp(t, "nan") || !strcmp(t, "-nan")) continue;
+      if (c >= nn) st = ct_error(CT_ERR_PARSE, "%s: metadata 'history': epoch %.0f has more values than its %d "
+                                 "metric names", path, e, nn);
+      else st = meta_number(path, "history", t, 0, -INFINITY, INFINITY, &v);
+      if (st == CT_OK) st = ct_history_add(h, (int64_t)e, names[c], v);
     }
   }
   free(copy);
@@ -416,14 +451,17 @@ static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_tra
   /* Another accumulation would regroup the epoch's batches and change what
    * a step means (a checkpoint from before accumulation existed has 1). */
   v = ct_safetensors_metadata(st, "accumulate");
-  int ck_acc = v ? atoi(v) : 1, run_acc = cfg->accumulate > 1 ? cfg->accumulate : 1;
+  double x = 1;
+  if (s == CT_OK && v) s = meta_number(path, "accumulate", v, 1, 1, 1024, &x);
+  int ck_acc = (int)x, run_acc = cfg->accumulate > 1 ? cfg->accumulate : 1;
   if (s == CT_OK && ck_acc != run_acc)
     s = ct_error(CT_ERR_INVALID_ARG,
                  "%s: this checkpoint was made with --accumulate %d, this run has --accumulate %d; resume with the "
                  "same value or use a new --checkpoint-dir",
                  path, ck_acc, run_acc);
   v = ct_safetensors_metadata(st, "optim.kind");
-  if (s == CT_OK && v && atoi(v) != (int)ct_optimizer_kind(o))
+  if (s == CT_OK && v) s = meta_number(path, "optim.kind", v, 1, 0, 255, &x);
+  if (s == CT_OK && v && (int)x != (int)ct_optimizer_kind(o))
     s = ct_error(CT_ERR_INVALID_ARG, "%s: checkpoint optimizer differs from --optimizer", path);
   ct_safetensors_close(st);
   return s;
@@ -440,6 +478,9 @@ static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *
   CT_TRY(ct_checkpoint_load(path, m, o, &st));
   ct_status s = CT_OK;
   const char *v;
+  double x = 0;
+  /* Into a copy, taken over only when every field reads. */
+  loop_state got = *ls;
   for (size_t i = 0; s == CT_OK && i < sizeof loop_fields / sizeof loop_fields[0]; i++) {
     char key[64];
     snprintf(key, sizeof key, "loop.%s", loop_fields[i].name);
@@ -448,32 +489,47 @@ static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *
       s = ct_error(CT_ERR_PARSE, "%s: metadata '%s' is missing", path, key);
       break;
     }
-    char *p = (char *)ls + loop_fields[i].off;
-    if (loop_fields[i].is_int) *(int64_t *)p = strtoll(v, NULL, 10);
-    else *(double *)p = strtod(v, NULL);
+    s = meta_number(path, key, v, loop_fields[i].is_int, loop_fields[i].lo, loop_fields[i].hi, &x);
+    char *p = (char *)&got + loop_fields[i].off;
+    if (s == CT_OK && loop_fields[i].is_int) *(int64_t *)p = (int64_t)x;
+    else if (s == CT_OK) *(double *)p = x;
   }
-  if (s == CT_OK && (v = ct_safetensors_metadata(st, "optim.steps"))) s = ct_optimizer_set_steps(o, strtoll(v, NULL, 10));
+  if (s == CT_OK && (v = ct_safetensors_metadata(st, "optim.steps")) &&
+      (s = meta_number(path, "optim.steps", v, 1, 0, COUNT_MAX, &x)) == CT_OK)
+    s = ct_optimizer_set_steps(o, (int64_t)x);
   for (size_t i = 0; s == CT_OK && i < ct_safetensors_metadata_count(st); i++) {
     const char *k, *val;
     if (ct_safetensors_metadata_at(st, i, &k, &val) != CT_OK) continue;
-    if (!strncmp(k, "optim.scalar.", 13)) s = ct_optimizer_set_scalar(o, k + 13, strtod(val, NULL));
-    else if (sc && !strncmp(k, "sched.", 6)) s = ct_scheduler_set_state(sc, k + 6, strtod(val, NULL));
+    int opt = !strncmp(k, "optim.scalar.", 13), sched = sc && !strncmp(k, "sched.", 6);
+    if (!opt && !sched) continue;
+    /* Each setter checks its own range; a value it refuses is still a
+     * fault of the file, not of this run's flags. */
+    s = meta_number(path, k, val, 0, -INFINITY, INFINITY, &x);
+    if (s == CT_OK) s = opt ? ct_optimizer_set_scalar(o, k + 13, x) : ct_scheduler_set_state(sc, k + 6, x);
+    if (s != CT_OK && s != CT_ERR_PARSE) s = ct_error_wrap(CT_ERR_PARSE, "%s: metadata '%s'", path, k);
   }
-  if (s == CT_OK) s = history_restore(h, ct_safetensors_metadata(st, "history"));
+  if (s == CT_OK) s = history_restore(h, path, ct_safetensors_metadata(st, "history"));
   /* A scaler that was on continues from its state; one that was off (or a
    * checkpoint from before AMP) leaves this run's fresh scaler. */
   v = ct_safetensors_metadata(st, "scaler.enabled");
-  if (s == CT_OK && gs->enabled && v && atoi(v)) {
+  double on = 0, scale = 0, tracker = 0, skipped = 0;
+  if (s == CT_OK && v) s = meta_number(path, "scaler.enabled", v, 1, 0, 1, &on);
+  if (s == CT_OK && gs->enabled && on) {
     const char *sv = ct_safetensors_metadata(st, "scaler.scale");
     const char *tv = ct_safetensors_metadata(st, "scaler.growth_tracker");
     const char *kv = ct_safetensors_metadata(st, "scaler.skipped_steps");
     if (!sv || !tv || !kv) s = ct_error(CT_ERR_PARSE, "%s: loss scaler metadata (scaler.scale, scaler.growth_tracker, scaler.skipped_steps) is incomplete", path);
-    else {
-      gs->scale = strtof(sv, NULL);
-      gs->growth_tracker = strtoll(tv, NULL, 10);
-      gs->skipped_steps = strtoll(kv, NULL, 10);
+    /* A zero or infinite scale would zero or overflow every gradient. */
+    if (s == CT_OK) s = meta_number(path, "scaler.scale", sv, 0, FLT_MIN, FLT_MAX, &scale);
+    if (s == CT_OK) s = meta_number(path, "scaler.growth_tracker", tv, 1, 0, COUNT_MAX, &tracker);
+    if (s == CT_OK) s = meta_number(path, "scaler.skipped_steps", kv, 1, 0, COUNT_MAX, &skipped);
+    if (s == CT_OK) {
+      gs->scale = (float)scale;
+      gs->growth_tracker = (int64_t)tracker;
+      gs->skipped_steps = (int64_t)skipped;
     }
   }
+  if (s == CT_OK) *ls = got;
   ct_safetensors_close(st);
   if (s != CT_OK) return ct_error_wrap(s, "resuming from %s", path);
   return CT_OK;

@@ -161,6 +161,44 @@ def refused(what, cmd, ck_dir, save, must_name):
     u.check(file_state(os.path.dirname(save)) == save_before, "%s: files next to --save changed" % what)
 
 
+def corrupt_metadata(work, b_cmd, b_dir, with_flag):
+    """A checkpoint whose metadata numbers do not read: exit 4 naming the
+    file and the key, nothing written. strtod alone once took "abc" as 0."""
+    import shutil
+    tensors, meta = st_util.load(os.path.join(b_dir, "last.safetensors"))
+    d = os.path.join(work, "ck_corrupt")
+    save = os.path.join(work, "corrupt", "w.safetensors")
+    os.makedirs(os.path.dirname(save))
+    cmd = with_flag(with_flag(b_cmd, "--checkpoint-dir", d), "--save", save) + ["--resume"]
+    # The same metadata rewritten must still resume (the test's own control).
+    cases = [(None, None, None)] + [
+        ("loop.epoch", "abc", "loop.epoch"), ("loop.epoch", "-3", "loop.epoch"), ("loop.step", "12x", "loop.step"),
+        ("loop.best", "nan", "loop.best"), ("loop.train_seconds", "inf", "loop.train_seconds"),
+        ("optim.steps", "", "optim.steps"), ("optim.scalar.lr", "-1", "optim.scalar.lr"),
+        ("accumulate", "0", "accumulate"), ("scaler.enabled", "2", "scaler.enabled"),
+        ("history", meta["history"] + ",0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5,0.5", "history"),
+        ("history", meta["history"].replace(";1,", ";1e3x,", 1), "history"),
+    ]
+    for key, value, must in cases:
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(b_dir, d)
+        m = dict(meta)
+        if key:
+            m[key] = value
+        st_util.save(os.path.join(d, "last.safetensors"), tensors, m)
+        r = u.run(cmd)
+        what = "resume with metadata %s=%r" % (key, value)
+        if not key:
+            u.check(r.returncode == 0, "rewritten checkpoint: exit %d, %r" % (r.returncode, r.stderr.strip()[-500:]))
+            os.remove(save)
+            continue
+        err = r.stderr.strip()
+        u.check(r.returncode == 4, "%s: exit %d, expected 4 (bad input): %r" % (what, r.returncode, err))
+        u.check("last.safetensors" in err and must in err, "%s: message %r should name the file and %s" % (
+            what, err, must))
+        u.check(not os.path.exists(save), "%s: --save written" % what)
+
+
 def unwritable(work, model, args):
     # 1. The checkpoint dir's parent is a regular file: mkdir fails up front.
     blocker = os.path.join(work, "plainfile")
@@ -235,6 +273,7 @@ def main():
             u.check(r.returncode != 0 and "last.safetensors" in r.stderr,
                     "--resume from an empty dir: exit %d, %r" % (r.returncode, r.stderr.strip()))
             u.check(not os.path.exists(new_save), "--resume from an empty dir wrote --save")
+            corrupt_metadata(work, b_cmd, b_dir, with_flag)
         unwritable(work, model, data + ["--optimizer", "adam"])
     finally:
         u.cleanup(work)
