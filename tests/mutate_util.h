@@ -92,6 +92,15 @@ static inline void mutate_once(ct_rng *rng, uint8_t *buf, size_t *n_io, size_t c
   *n_io = n;
 }
 
+/* An `extra` for formats led by a little-endian u64 length (safetensors'
+ * header size): that length off by a little. */
+static inline void mutate_le64_prefix(ct_rng *rng, uint8_t *buf, size_t n) {
+  uint64_t v = 0;
+  for (int k = 7; k >= 0; k--) v = v << 8 | (n > (size_t)k ? buf[k] : 0);
+  v += (uint64_t)((int)ct_rng_below(rng, 17) - 8);
+  for (int k = 0; k < 8 && (size_t)k < n; k++) buf[k] = (uint8_t)(v >> (8 * k));
+}
+
 /* Runs the body on each seed unmodified, then on `iters` mutated copies.
  * Returns the number of inputs it reported as inconsistent. (Whether the
  * seeds are accepted is for the caller to check: the body only says an

@@ -41,15 +41,6 @@ static unsigned char *make_seed(const char *path, int variant, size_t *n) {
   return img;
 }
 
-/* The safetensors header length: a little-endian u64 in front, off by a
- * little (the generic mutations nudge big-endian fields only). */
-static void nudge_header_length(ct_rng *r, uint8_t *buf, size_t n) {
-  uint64_t hl = 0;
-  for (int k = 7; k >= 0; k--) hl = hl << 8 | (n > (size_t)k ? buf[k] : 0);
-  hl += (uint64_t)((int)ct_rng_below(r, 17) - 8);
-  for (int k = 0; k < 8 && (size_t)k < n; k++) buf[k] = (uint8_t)(hl >> (8 * k));
-}
-
 static char path[600];
 static long calls;
 
@@ -90,7 +81,7 @@ int main(void) {
                     .sig = "{}[]\",:0123456789-.eE\\u ",
                     .cap = 16000,
                     .iters = 100000,
-                    .extra = nudge_header_length,
+                    .extra = mutate_le64_prefix,
                     .one = one};
   int bad = mutate_run("test_safetensors_mutate", &sp);
   CHECK_MSG(bad == 0, "%d inconsistent inputs", bad);
