@@ -263,9 +263,12 @@ static ct_status meta_number(const char *path, const char *key, const char *v, i
   char *end = NULL;
   errno = 0;
   double x = integer ? (double)strtoll(v, &end, 10) : strtod(v, &end);
-  if (!*v || *end || (integer && errno == ERANGE) || !(x >= lo && x <= hi))
-    return ct_error(CT_ERR_PARSE, "%s: metadata '%s' is '%.40s', expected %s in [%g, %g]", path, key, v,
-                    integer ? "an integer" : "a number", lo, hi);
+  if (!*v || *end || (integer && errno == ERANGE) || !(x >= lo && x <= hi)) {
+    if (integer)
+      return ct_error(CT_ERR_PARSE, "%s: metadata '%s' is '%.40s', expected an integer in [%.0f, %.0f]", path, key, v,
+                      lo, hi);
+    return ct_error(CT_ERR_PARSE, "%s: metadata '%s' is '%.40s', expected a number in [%g, %g]", path, key, v, lo, hi);
+  }
   *out = x;
   return CT_OK;
 }
@@ -531,7 +534,8 @@ static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *
   }
   if (s == CT_OK) *ls = got;
   ct_safetensors_close(st);
-  if (s != CT_OK) return ct_error_wrap(s, "resuming from %s", path);
+  /* The messages above name the file already. */
+  if (s != CT_OK) return ct_error_wrap(s, "resuming");
   return CT_OK;
 }
 
