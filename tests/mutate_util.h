@@ -9,7 +9,8 @@
  * usable, and nonzero on anything else; crashes, hangs and out-of-bounds
  * accesses show up as the test dying (ASan/valgrind make them certain).
  * CT_MUTATE_ITERS=N runs longer; the seed stream never changes, so a
- * failure reproduces with the same N. */
+ * failure reproduces with the same N. CT_FUZZ_SEED_DIR=DIR writes the
+ * seeds there as a starting corpus for the libFuzzer target. */
 #ifndef CTRAIN_TESTS_MUTATE_UTIL_H
 #define CTRAIN_TESTS_MUTATE_UTIL_H
 
@@ -117,6 +118,14 @@ static inline int mutate_run(const char *name, const mutate_spec *sp) {
       printf("%s: seed %d: inconsistent result: %s\n", name, i, ct_last_error());
       failures++;
     }
+  }
+  /* CT_FUZZ_SEED_DIR=DIR: the seeds also go there, a libFuzzer corpus. */
+  const char *seed_dir = getenv("CT_FUZZ_SEED_DIR");
+  for (int i = 0; seed_dir && i < sp->n_seeds; i++) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s-%d", seed_dir, name, i);
+    FILE *f = fopen(p, "wb");
+    if (f) fwrite(sp->seeds[i].data, 1, sp->seeds[i].n, f), fclose(f);
   }
   long iters = sp->iters;
   const char *env = getenv("CT_MUTATE_ITERS");
