@@ -60,6 +60,31 @@ static ct_status expect_eof(gzFile f, const char *path) {
   return CT_OK;
 }
 
+/* A header may claim up to 2^31 images of 65535x65535, and the dataset is
+ * allocated before the pixels are read, so a corrupt 16-byte file would
+ * otherwise cost a multi-gigabyte allocation. The claim is checked against
+ * the file first: an uncompressed file must hold all of it after the
+ * header, and a gzip one cannot inflate to more than 1032 times its size
+ * (deflate's limit), which bounds the allocation by the file either way.
+ * Call after the header was read (gzdirect needs a read). */
+static ct_status check_claim(gzFile f, const char *path, uint32_t n, uint32_t rows, uint32_t cols) {
+  struct stat st;
+  if (stat(path, &st) != 0) return ct_error(CT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+  unsigned long long claim = (unsigned long long)n * rows * cols, size = (unsigned long long)st.st_size;
+  unsigned long long after = size > 16 ? size - 16 : 0;
+  if (gzdirect(f) && claim > after)
+    return ct_error(CT_ERR_PARSE,
+                    "%s: truncated, or a wrong header: it claims %u images of %ux%u (%llu bytes of pixels) but the "
+                    "file holds only %llu bytes after the 16-byte header",
+                    path, n, rows, cols, claim, after);
+  if (!gzdirect(f) && claim / 1032 > size)
+    return ct_error(CT_ERR_PARSE,
+                    "%s: truncated, or a wrong header: it claims %u images of %ux%u (%llu bytes of pixels) but a "
+                    "gzip file of %llu bytes inflates to at most 1032 times that",
+                    path, n, rows, cols, claim, size);
+  return CT_OK;
+}
+
 static gzFile open_gz(const char *path, ct_status *s) {
   gzFile f = gzopen(path, "rb");
   if (!f) *s = ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -80,7 +105,7 @@ static ct_status read_images(ct_dataset *ds, const char *path) {
     else if (rows < 1 || cols < 1 || rows > IDX_MAX_DIM || cols > IDX_MAX_DIM || n > (1u << 31))
       s = ct_error(CT_ERR_PARSE, "%s: bad header: %u images of %ux%u (rows and cols must be 1..%d)", path, n, rows,
                    cols, IDX_MAX_DIM);
-    else
+    else if ((s = check_claim(f, path, n, rows, cols)) == CT_OK)
       s = ct_dataset_alloc(ds, path, (int64_t)n, 1, (int)rows, (int)cols);
     if (s == CT_OK)
       s = gz_read_exact(f, path, "the pixel data", ds->pixels, (size_t)n * rows * cols);

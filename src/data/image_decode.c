@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifdef CTRAIN_HAVE_PNG
 #include <png.h>
@@ -16,13 +17,42 @@
 #include <jerror.h>
 #endif
 
+#if defined(CTRAIN_HAVE_PNG) || defined(CTRAIN_HAVE_JPEG)
+/* A header's size is a claim, and the output is allocated from it before
+ * any pixel is decoded: a corrupt header could ask for terabytes. Images
+ * over CT_IMAGE_MAX_PIXELS are refused, as PIL refuses decompression
+ * bombs. */
+static ct_status check_pixels(const char *path, const char *kind, unsigned long long w, unsigned long long h) {
+  if (w * h <= CT_IMAGE_MAX_PIXELS) return CT_OK;
+  return ct_error(CT_ERR_UNSUPPORTED,
+                  "%s: %s header claims %llux%llu (WxH) = %llu pixels, over the limit of %llu pixels (a possible "
+                  "decompression bomb; PIL refuses these too): corrupt, or resize the image beforehand",
+                  path, kind, w, h, w * h, CT_IMAGE_MAX_PIXELS);
+}
+#endif
+
 #ifdef CTRAIN_HAVE_PNG
-static ct_status decode_png(const char *path, uint8_t **pixels, int *h, int *w, int *channels) {
+static ct_status decode_png(const char *path, long long file_size, uint8_t **pixels, int *h, int *w, int *channels) {
   png_image img;
   memset(&img, 0, sizeof img);
   img.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_file(&img, path))
     return ct_error(CT_ERR_PARSE, "%s: cannot decode PNG: %s", path, img.message);
+  /* Below the pixel limit a header can still claim far more than the file
+   * holds. Every row has a filter byte and every pixel at least one bit,
+   * and deflate inflates at most 1032:1, so a file too small for its
+   * header is refused before allocating (a valid PNG always passes). */
+  unsigned long long least = (unsigned long long)img.height * (1 + ((unsigned long long)img.width + 7) / 8);
+  ct_status s = check_pixels(path, "PNG", img.width, img.height);
+  if (s == CT_OK && least / 1032 > (unsigned long long)file_size)
+    s = ct_error(CT_ERR_PARSE,
+                 "%s: PNG header claims %ux%u (WxH) pixels, at least %llu bytes of image data once inflated, but the "
+                 "file has only %lld bytes (deflate inflates at most 1032:1): truncated or corrupt",
+                 path, img.width, img.height, least, file_size);
+  if (s != CT_OK) {
+    png_image_free(&img);
+    return s;
+  }
   int color = (img.format & PNG_FORMAT_FLAG_COLOR) != 0;
   /* Ask for alpha so libpng does not composite onto black; 8-bit output
    * with alpha is not premultiplied, so dropping alpha afterwards keeps the
@@ -73,7 +103,17 @@ static void jpeg_quiet(j_common_ptr c, int level) {
   if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) jpeg_error_exit(c);
 }
 
-static ct_status decode_jpeg(const char *path, uint8_t **pixels, int *h, int *w, int *channels) {
+/* Most pixels a JPEG may have per byte of file. A Huffman-coded scan spends
+ * at least a bit on every 8x8 block it covers, so real files hold at most
+ * 512 pixels a byte (a flat image, progressive); only arithmetic coding or
+ * scans that are missing or cut short by a marker (libjpeg pads those with
+ * gray) get further. Fuzzing found a 164-byte progressive file that libjpeg
+ * decodes to 3594x10498; raised to 13376x13376 (under the pixel limit) it
+ * took 1.6 GB and seconds. Such files are refused up front. */
+#define JPEG_MAX_PIXELS_PER_BYTE 4096
+
+static ct_status decode_jpeg(const char *path, long long file_size, uint8_t **pixels, int *h, int *w,
+                             int *channels) {
   FILE *f = fopen(path, "rb");
   if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   struct jpeg_decompress_struct cinfo;
@@ -92,6 +132,18 @@ static ct_status decode_jpeg(const char *path, uint8_t **pixels, int *h, int *w,
   jpeg_create_decompress(&cinfo);
   jpeg_stdio_src(&cinfo, f);
   jpeg_read_header(&cinfo, TRUE);
+  ct_status s = check_pixels(path, "JPEG", cinfo.image_width, cinfo.image_height);
+  unsigned long long npix = (unsigned long long)cinfo.image_width * cinfo.image_height;
+  if (s == CT_OK && npix / JPEG_MAX_PIXELS_PER_BYTE > (unsigned long long)file_size)
+    s = ct_error(CT_ERR_PARSE,
+                 "%s: JPEG header claims %ux%u (WxH) pixels, more than a %lld-byte file can hold (at most %d pixels "
+                 "a byte): truncated or corrupt",
+                 path, cinfo.image_width, cinfo.image_height, file_size, JPEG_MAX_PIXELS_PER_BYTE);
+  if (s != CT_OK) {
+    jpeg_destroy_decompress(&cinfo);
+    fclose(f);
+    return s;
+  }
   int gray = cinfo.jpeg_color_space == JCS_GRAYSCALE;
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     jpeg_destroy_decompress(&cinfo);
@@ -131,18 +183,20 @@ ct_status ct_image_decode(const char *path, uint8_t **pixels, int *h, int *w, in
   if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   size_t n = fread(sig, 1, sizeof sig, f);
   int read_err = ferror(f);
+  struct stat st;
+  int stat_err = fstat(fileno(f), &st);
   fclose(f);
-  if (read_err) return ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+  if (read_err || stat_err) return ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
   if (n >= 8 && memcmp(sig, "\x89PNG\r\n\x1a\n", 8) == 0) {
 #ifdef CTRAIN_HAVE_PNG
-    return decode_png(path, pixels, h, w, channels);
+    return decode_png(path, (long long)st.st_size, pixels, h, w, channels);
 #else
     return ct_error(CT_ERR_UNSUPPORTED, "%s: PNG support was not built in (libpng not found)", path);
 #endif
   }
   if (n >= 3 && sig[0] == 0xFF && sig[1] == 0xD8 && sig[2] == 0xFF) {
 #ifdef CTRAIN_HAVE_JPEG
-    return decode_jpeg(path, pixels, h, w, channels);
+    return decode_jpeg(path, (long long)st.st_size, pixels, h, w, channels);
 #else
     return ct_error(CT_ERR_UNSUPPORTED, "%s: JPEG support was not built in (libjpeg not found)", path);
 #endif

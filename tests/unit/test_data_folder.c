@@ -219,6 +219,49 @@ int main(void) {
     tdata_write(p, buf, n - 40, 0);
     CHECK(open_folder(dir, 1, NULL, &ds) == CT_ERR_PARSE);
     CHECK_MSG(strstr(ct_last_error(), "b_cat/0.jpg") != NULL, "%s", ct_last_error());
+    /* A frame header claiming 32774x53765 pixels, as fuzzing made one: the
+     * decoder allocated 5 GB for a 300-byte file before reading a pixel;
+     * over the pixel limit it is refused first (cut short, so without the
+     * limit this fails fast on the missing data, with another message). */
+    size_t sof = 2;
+    while (sof + 9 < n && !(buf[sof] == 0xff && buf[sof + 1] == 0xc0)) sof++;
+    CHECK(sof + 9 < n);
+    buf[sof + 5] = 0xd2, buf[sof + 6] = 0x05, buf[sof + 7] = 0x80, buf[sof + 8] = 0x06;
+    tdata_write(p, buf, n - 40, 0);
+    CHECK(open_folder(dir, 1, NULL, &ds) == CT_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(ct_last_error(), "b_cat/0.jpg") && strstr(ct_last_error(), "32774x53765") &&
+                  strstr(ct_last_error(), "over the limit"),
+              "%s", ct_last_error());
+    /* 4000x4000 claimed by a whole file of a few hundred bytes: libjpeg
+     * would pad the missing blocks with gray and decode it. */
+    buf[sof + 5] = 0x0f, buf[sof + 6] = 0xa0, buf[sof + 7] = 0x0f, buf[sof + 8] = 0xa0;
+    tdata_write(p, buf, n, 0);
+    CHECK(open_folder(dir, 1, NULL, &ds) == CT_ERR_PARSE);
+    CHECK_MSG(strstr(ct_last_error(), "b_cat/0.jpg") && strstr(ct_last_error(), "4000x4000") &&
+                  strstr(ct_last_error(), "more than a"),
+              "%s", ct_last_error());
+    remove(p);
+    /* A PNG header claiming 1000000x1000000 pixels (libpng's largest), or
+     * 100000x1000 (under the limit) in a 69-byte file: refused before
+     * allocating, the second because no deflate stream that short can
+     * hold that many rows. The chunk CRC is fixed so libpng reads on. */
+    snprintf(src, sizeof src, "%s/train/a_dog/y.png", dir);
+    f = fopen(src, "rb");
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/train/b_cat/0.png", dir);
+    const uint32_t claims[2][2] = {{1000000, 1000000}, {100000, 1000}};
+    for (int k = 0; k < 2; k++) {
+      tdata_be32(buf + 16, claims[k][0]);
+      tdata_be32(buf + 20, claims[k][1]);
+      tdata_be32(buf + 29, (uint32_t)crc32(0, buf + 12, 17));
+      tdata_write(p, buf, 69, 0);
+      CHECK(open_folder(dir, 1, NULL, &ds) == (k ? CT_ERR_PARSE : CT_ERR_UNSUPPORTED));
+      CHECK_MSG(strstr(ct_last_error(), "b_cat/0.png") &&
+                    strstr(ct_last_error(), k ? "100000x1000 (WxH) pixels" : "1000000x1000000") &&
+                    strstr(ct_last_error(), k ? "only 69 bytes" : "over the limit"),
+                "%s", ct_last_error());
+    }
     remove(p);
   }
   /* A test class the train split does not have. */

@@ -106,6 +106,15 @@ int main(void) {
   /* Header cut inside itself. */
   tdata_write_idx_images(p, 2051, N_TRAIN, ROWS, COLS, train_px, 0, 6, 0);
   expect_error(dir, 1, CT_ERR_PARSE, "train-images-idx3-ubyte", "header", NULL);
+  /* A header claiming far more pixels than the file holds is refused
+   * before the dataset is allocated: fuzzing found a 76-byte file (count
+   * 0x10000003) that cost a 5 GB allocation. Uncompressed, the file must
+   * hold the whole claim; gzipped, it can inflate 1032 times at most. */
+  tdata_write_idx_images(p, 2051, 0x10000003u, 4, 5, train_px, 60, 0, 0);
+  expect_error(dir, 1, CT_ERR_PARSE, "268435459 images of 4x5 (5368709180 bytes", "holds only 60 bytes", NULL);
+  tdata_write_idx_images(p, 2051, 1u << 20, 1000, 1000, train_px, 60, 0, 1);
+  expect_error(dir, 1, CT_ERR_PARSE, "train-images-idx3-ubyte: truncated", "claims 1048576 images of 1000x1000",
+               "at most 1032");
   tdata_write_idx_images(p, 2051, N_TRAIN, ROWS, COLS, train_px, sizeof train_px, 0, 0);
   /* Count mismatch between images and labels. */
   snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", dir);
