@@ -22,6 +22,17 @@
 /* One layer's parameters beyond this are refused as absurd (8 GiB of
  * fp32 weights) before anything is allocated. */
 #define CT_LAYER_MAX_PARAMS (INT64_C(1) << 31)
+/* A whole model's parameters beyond this are refused as well: a few layers
+ * each under the limit above would otherwise let a two-line model file
+ * allocate (and touch) tens of GiB. */
+#define CT_MODEL_MAX_PARAMS CT_LAYER_MAX_PARAMS
+/* One sample's activation (the model's input or a layer's output) beyond
+ * this many elements is refused as absurd (8 GiB of fp32 for one sample).
+ * It also keeps the planner's batch x elements x bytes far from overflow:
+ * `input 1048576x1x1` then `adaptiveavgpool2d 1048576` was 2^60 elements,
+ * and at batch 4 the planned bytes wrapped to a small arena that the
+ * forward pass overran. */
+#define CT_LAYER_MAX_NUMEL (INT64_C(1) << 31)
 
 /* What a layer's backward reads, so the planner keeps it alive. */
 enum {

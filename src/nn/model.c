@@ -223,6 +223,39 @@ static void bind_state(ct_model *m) {
 
 void ct_model_bind_state(ct_model *m) { bind_state(m); }
 
+/* Elements of a per-sample shape: 0 if a dimension is below 1, INT64_MAX
+ * if the product overflows. */
+static int64_t sample_numel(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] <= 0) return 0;
+    if (n > INT64_MAX / shape[i]) return INT64_MAX;
+    n *= shape[i];
+  }
+  return n;
+}
+
+/* After a layer's setup: its output is neither empty nor beyond
+ * CT_LAYER_MAX_NUMEL per sample, and the model's parameters so far
+ * (*params) stay within CT_MODEL_MAX_PARAMS. Refused before anything is
+ * allocated. */
+static ct_status check_sizes(const ct_layer *l, int64_t *params) {
+  char shape[96];
+  int64_t n = sample_numel(l->out_ndim, l->out_shape);
+  if (n == 0) return ct_error(CT_ERR_SHAPE, "output is empty for this input size");
+  if (n > CT_LAYER_MAX_NUMEL) {
+    ct_shape_str(l->out_ndim, l->out_shape, shape, sizeof shape);
+    return ct_error(CT_ERR_SHAPE, "output %s per sample is more than %lld elements; use a smaller input or fewer channels",
+                    shape, (long long)CT_LAYER_MAX_NUMEL);
+  }
+  for (int k = 0; k < l->n_state; k++)
+    if (!l->state[k].is_buffer) *params += ct_shape_numel(l->state[k].ndim, l->state[k].shape);
+  if (*params > CT_MODEL_MAX_PARAMS)
+    return ct_error(CT_ERR_INVALID_ARG, "the model's parameters come to %lld with this layer, more than %lld in all",
+                    (long long)*params, (long long)CT_MODEL_MAX_PARAMS);
+  return CT_OK;
+}
+
 ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64_t seed) {
   if (m->n_layers == 0) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no layers", m->name);
   m->in_ndim = ndim;
@@ -232,6 +265,10 @@ ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64
                       (long long)in_shape[i], 1 << 20);
     m->in_shape[i] = in_shape[i];
   }
+  if (sample_numel(ndim, in_shape) > CT_LAYER_MAX_NUMEL)
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': the input is %lld elements per sample, more than %lld", m->name,
+                    (long long)sample_numel(ndim, in_shape), (long long)CT_LAYER_MAX_NUMEL);
+  int64_t params = 0;
   for (int li = 0; li < m->n_layers; li++) {
     ct_layer *l = &m->layers[li];
     for (int j = 0; j < l->n_inputs; j++) {
@@ -248,11 +285,17 @@ ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64
     }
     l->n_state = 0;
     ct_status s = l->cls->setup(l);
-    if (s != CT_OK) return ct_error_wrap(s, "model '%s', layer %d (%s%s%s)", m->name, li, l->cls->kind,
-                                         l->name[0] ? " " : "", l->name);
-    if (ct_shape_numel(l->out_ndim, l->out_shape) <= 0)
-      return ct_error(CT_ERR_SHAPE, "model '%s', layer %d (%s %s): output is empty for this input size", m->name,
-                      li, l->cls->kind, l->name);
+    if (s == CT_OK) s = check_sizes(l, &params);
+    if (s != CT_OK) {
+      /* Leave the layer as before its setup (conv2d's sets the output
+       * shape before its parameter check fails): ct_model_parse_file names
+       * the line of the first layer without an output shape, and named the
+       * next layer's line, or none, for such a failure. */
+      l->out_ndim = 0;
+      l->n_state = 0;
+      return ct_error_wrap(s, "model '%s', layer %d (%s%s%s)", m->name, li, l->cls->kind, l->name[0] ? " " : "",
+                           l->name);
+    }
   }
   /* Lay out state in registration order: names are "prefix.suffix". */
   m->n_params = m->n_buffers = m->n_counters = 0;

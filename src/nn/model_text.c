@@ -14,6 +14,10 @@
 
 #define MAX_TOK 16
 #define LIMIT (1 << 20) /* channels, kernel, features: absurd beyond this */
+/* Layers in one file (residual adds included), some twenty times
+ * ResNet-152's. Unbounded, a megabyte of 'relu' lines was 200,000 layers,
+ * which the memory planner takes tens of minutes over. */
+#define MAX_LAYERS 4096
 
 typedef struct parser {
   const char *path;
@@ -21,6 +25,7 @@ typedef struct parser {
   int line;
   char buf[1024];
   char *tok[MAX_TOK];
+  int used[MAX_TOK]; /* options taken by opt_val */
   int ntok;
   ct_model *m;
   int have_input;
@@ -34,12 +39,26 @@ static ct_status perr(parser *p, const char *fmt, const char *a, const char *b) 
   return ct_error(CT_ERR_PARSE, "%s:%d: %s", p->path, p->line, msg);
 }
 
-/* Reads the next non-empty line into tokens; 0 at end of file. */
+/* Reads the next non-empty line into tokens; 0 at end of file. Bytes are
+ * read one by one, not with fgets, because a NUL byte looks like the end
+ * of fgets' line: the rest of the line was dropped unseen and counted as
+ * another line, so later messages named the wrong line. */
 static int next_line(parser *p, ct_status *st) {
   *st = CT_OK;
-  while (fgets(p->buf, sizeof p->buf, p->f)) {
+  for (;;) {
+    size_t n = 0;
+    int ch = 0;
+    while (n < sizeof p->buf - 1 && (ch = getc(p->f)) != EOF) {
+      p->buf[n++] = (char)ch;
+      if (ch == '\n' || ch == 0) break;
+    }
+    if (n == 0) break;
+    p->buf[n] = 0;
     p->line++;
-    size_t n = strlen(p->buf);
+    if (ch == 0) {
+      *st = perr(p, "NUL byte (expected text)", "", "");
+      return 0;
+    }
     if (n == sizeof p->buf - 1 && p->buf[n - 1] != '\n') {
       *st = perr(p, "line longer than %s characters", "1022", "");
       return 0;
@@ -52,6 +71,7 @@ static int next_line(parser *p, ct_status *st) {
         *st = perr(p, "too many words on one line (at most %s)", "16", "");
         return 0;
       }
+      p->used[p->ntok] = 0;
       p->tok[p->ntok++] = s;
     }
     if (p->ntok) {
@@ -101,12 +121,14 @@ static ct_status float_arg(parser *p, int i, const char *what, double lo, double
   return CT_OK;
 }
 
-/* key=value option; marks it used by blanking the key. */
+/* key=value option; marks it used. (A flag, not a byte written into the
+ * token: the file may hold that byte itself, and a word starting with it
+ * was skipped as a used option.) */
 static const char *opt_val(parser *p, const char *key) {
   size_t n = strlen(key);
   for (int t = 1; t < p->ntok; t++)
-    if (strncmp(p->tok[t], key, n) == 0 && p->tok[t][n] == '=') {
-      p->tok[t][0] = '\x01';
+    if (!p->used[t] && strncmp(p->tok[t], key, n) == 0 && p->tok[t][n] == '=') {
+      p->used[t] = 1;
       return p->tok[t] + n + 1;
     }
   return NULL;
@@ -145,7 +167,7 @@ static ct_status opt_float(parser *p, const char *key, double lo, double hi, flo
 static ct_status check_rest(parser *p, int max_pos) {
   int pos = 0;
   for (int t = 1; t < p->ntok; t++) {
-    if (p->tok[t][0] == '\x01') continue;
+    if (p->used[t]) continue;
     if (strchr(p->tok[t], '=')) return perr(p, "unknown option '%s' for %s", p->tok[t], p->tok[0]);
     if (++pos > max_pos) return perr(p, "too many arguments for %s (unexpected '%s')", p->tok[0], p->tok[t]);
   }
@@ -162,10 +184,16 @@ static ct_status parse_shape(parser *p, const char *s) {
     if (end == c || x <= 0 || x > LIMIT) return perr(p, "input: expected CxHxW or F with positive sizes, got '%s'", s, "");
     v[n++] = x;
     c = end;
-    if (*c == 'x') c++;
+    /* An 'x' only between sizes: "3x8x8x" and "8x" were accepted. */
+    if (*c == 'x' && n < 3 && c[1]) c++;
     else if (*c) return perr(p, "input: expected CxHxW or F, got '%s'", s, "");
   }
   if (*c || (n != 1 && n != 3)) return perr(p, "input: expected CxHxW or F, got '%s'", s, "");
+  if ((n == 3 ? v[0] * v[1] * v[2] : v[0]) > CT_LAYER_MAX_NUMEL) {
+    char lim[32];
+    snprintf(lim, sizeof lim, "%lld", (long long)CT_LAYER_MAX_NUMEL);
+    return perr(p, "input: '%s' is more than %s elements per sample", s, lim);
+  }
   p->in_nd = n;
   memcpy(p->in, v, sizeof v);
   p->have_input = 1;
@@ -265,8 +293,7 @@ static ct_status parse_layer(parser *p, const char *name, int x, int *y, int dep
       return perr(p, "the residual block opened on line %s has no 'end'", l, "");
     }
     if (body == x) return perr(p, "empty residual block", "", "");
-    k2 = ct_g_add(m, name, body, sc);
-    m->layers[k2].line = p->line;
+    k2 = ct_g_add(m, name, body, sc); /* its line: the 'end' line, just read */
   } else {
     return perr(p,
                 "unknown layer '%s' (expected conv2d, linear, maxpool2d, avgpool2d, adaptiveavgpool2d, "
@@ -274,8 +301,10 @@ static ct_status parse_layer(parser *p, const char *name, int x, int *y, int dep
                 "batchnorm2d, flatten, softmax, logsoftmax, identity, residual%s)",
                 k, "");
   }
+  /* (The residual branch set its add's line here before this check, and so
+   * wrote layers[-1] when out of memory.) */
   if (k2 < 0) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: out of memory", p->path);
-  if (strcmp(k, "residual")) m->layers[k2].line = p->line;
+  m->layers[k2].line = p->line;
   *y = k2;
   return CT_OK;
 }
@@ -300,6 +329,7 @@ static ct_status parse_seq(parser *p, const char *prefix, int x, int *out, int d
       CT_TRY(parse_shape(p, p->tok[1]));
       continue;
     }
+    if (p->m->n_layers >= MAX_LAYERS) return perr(p, "more than %s layers", "4096", "");
     char name[CT_NAME_MAX];
     snprintf(name, sizeof name, "%s%s%d", prefix, prefix[0] ? "." : "", idx++);
     CT_TRY(parse_layer(p, name, x, &x, depth));

@@ -88,6 +88,51 @@ int main(void) {
   expect_error("stray_end", "input 2x8x8\nrelu\nend\n", CT_ERR_PARSE, 3, "end", NULL);
   expect_error("empty_residual", "input 2x8x8\nresidual\nend\n", CT_ERR_PARSE, 3, "empty", NULL);
 
+  /* Found by fuzz/fuzz_model_text.c. A layer refused by a check after its
+   * setup had set the output shape (conv2d's parameter limit) was blamed
+   * on the next layer's line, or on none. */
+  expect_error("conv_params_line", "input 1024x8x8\nconv2d 1024 1048576 3\nrelu\n", CT_ERR_INVALID_ARG, 2,
+               "parameters in one layer", NULL);
+  expect_error("conv_params_last", "input 1024x8x8\nconv2d 1024 1048576 3\n", CT_ERR_INVALID_ARG, 2, "parameters",
+               NULL);
+  /* Sizes no device holds, refused before anything is allocated: 2^60
+   * elements per sample (at batch 4 the planner's byte count wrapped to a
+   * small arena, which the forward pass overran), an input of as many, and
+   * 2^31 + 2^16 + 2^14 parameters over two layers (16 GiB with their
+   * gradients, which were allocated and written). */
+  expect_error("huge_activation", "input 1048576x1x1\nadaptiveavgpool2d 1048576\nadaptiveavgpool2d 1\n", CT_ERR_SHAPE,
+               2, "per sample", "1048576, 1048576, 1048576");
+  expect_error("huge_input", "input 1048576x1048576x1048576\nrelu\n", CT_ERR_PARSE, 1, "elements per sample", NULL);
+  expect_error("total_params", "input 65536\nlinear 65536 16384\nrelu\nlinear 16384 65536\n", CT_ERR_INVALID_ARG, 4,
+               "in all", NULL);
+  {
+    /* 4097 layers: a megabyte of 'relu' lines took the planner tens of
+     * minutes. */
+    char *t = malloc(16 + 5 * 4097), *e = t + sprintf(t, "input 4\n");
+    for (int i = 0; i < 4097; i++) e += sprintf(e, "relu\n");
+    expect_error("too_many_layers", t, CT_ERR_PARSE, 4098, "4096 layers", NULL);
+    free(t);
+  }
+  /* Bytes that were skipped unseen: a word starting with 0x01 (the
+   * parser's old mark for a used option), and the rest of a line after a
+   * NUL, which also shifted the line numbers of later messages. */
+  expect_error("control_byte", "input 4\nrelu \x01junk\n", CT_ERR_PARSE, 2, "unexpected", NULL);
+  {
+    static const char nul[] = "input 4\nrelu\0 junk\nrelu\n";
+    const char *path = write_file("nul_byte", nul, sizeof nul - 1);
+    ct_model *m = NULL;
+    ct_model_options o = {0};
+    ct_status s = ct_model_create(path, &o, &m);
+    char at[1100];
+    snprintf(at, sizeof at, "%s:2:", path);
+    CHECK_MSG(s == CT_ERR_PARSE && strstr(ct_last_error(), at) && strstr(ct_last_error(), "NUL"), "nul_byte: %s (%s)",
+              ct_status_name(s), ct_last_error());
+    CHECK(m == NULL);
+    ct_model_destroy(m);
+  }
+  expect_error("trailing_x", "input 4x4x4x\nrelu\n", CT_ERR_PARSE, 1, "CxHxW", NULL);
+  expect_error("trailing_x_flat", "input 8x\nrelu\n", CT_ERR_PARSE, 1, "CxHxW", NULL);
+
   /* Whole-file problems. */
   expect_error("empty", "", CT_ERR_PARSE, 0, "no layers", NULL);
   expect_error("only_comments", "# nothing here\n\n   \n", CT_ERR_PARSE, 0, "no layers", NULL);
