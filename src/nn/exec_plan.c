@@ -16,6 +16,7 @@
  * gradient to both inputs unchanged, so an input may have no gradient
  * buffer of its own: its gradient is the add's, kept alive until its
  * backward (grad_alias below), and the add copies into the others only. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +26,13 @@
 #include "nn/fuse.h"
 #include "nn/layout.h"
 
+/* SIZE_MAX when the product overflows: the plan then refuses it (a batch
+ * of 2^31 samples of 2^31 elements wrapped to a small arena that the
+ * forward pass overran). */
 static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
-  return (size_t)(n * ct_shape_numel(l->out_ndim, l->out_shape)) * ct_dtype_size(ct_exec_out_dt(m, l->index));
+  size_t numel = (size_t)ct_shape_numel(l->out_ndim, l->out_shape), es = ct_dtype_size(ct_exec_out_dt(m, l->index));
+  if (n > 0 && numel > SIZE_MAX / (size_t)n / es) return SIZE_MAX;
+  return (size_t)n * numel * es;
 }
 
 /* Tables indexed per layer (L) or per input edge (2L). */

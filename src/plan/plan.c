@@ -19,7 +19,8 @@ int ct_plan_add(ct_plan *p, size_t bytes, int first, int last) {
     p->cap = cap;
   }
   ct_plan_buf *b = &p->bufs[p->n];
-  b->bytes = (bytes + 63) / 64 * 64;
+  /* Beyond CT_PLAN_MAX_BYTES (an overflowed size) ct_plan_solve refuses. */
+  b->bytes = bytes > CT_PLAN_MAX_BYTES ? CT_PLAN_MAX_BYTES + 1 : (bytes + 63) / 64 * 64;
   b->first = first;
   b->last = last < first ? first : last;
   b->offset = 0;
@@ -53,8 +54,15 @@ ct_status ct_plan_solve(ct_plan *p) {
   int n_placed = 0;
   p->peak = 0;
   p->naive = 0;
-  for (int k = 0; k < p->n; k++) {
+  ct_status s = CT_OK;
+  for (int k = 0; k < p->n && s == CT_OK; k++) {
     ct_plan_buf *b = &p->bufs[order[k]];
+    /* Sizes and offsets stay below 2^62, so no sum here wraps. */
+    if (b->bytes > CT_PLAN_MAX_BYTES || p->naive > CT_PLAN_MAX_BYTES) {
+      s = ct_error(CT_ERR_OUT_OF_MEMORY, "memory plan: %s 2^62 bytes or more, more than any machine has",
+                   b->bytes > CT_PLAN_MAX_BYTES ? "a buffer of" : "buffers of");
+      break;
+    }
     p->naive += b->bytes;
     if (!b->bytes) continue;
     /* Buffers already placed whose lifetimes intersect this one, by offset:
@@ -73,10 +81,11 @@ ct_status ct_plan_solve(ct_plan *p) {
     }
     b->offset = off;
     if (off + b->bytes > p->peak) p->peak = off + b->bytes;
+    if (p->peak > CT_PLAN_MAX_BYTES) s = ct_error(CT_ERR_OUT_OF_MEMORY, "memory plan: a peak of 2^62 bytes or more");
     placed[n_placed++] = order[k];
   }
   free(order);
   free(placed);
   free(overl);
-  return CT_OK;
+  return s;
 }

@@ -27,13 +27,18 @@ typedef struct ct_plan {
   size_t naive;      /* sum of all buffers: what no reuse would cost */
 } ct_plan;
 
+/* Larger buffers, sums and peaks are refused (CT_ERR_OUT_OF_MEMORY) rather
+ * than let a size computed from absurd shapes wrap around. */
+#define CT_PLAN_MAX_BYTES ((size_t)1 << 62)
+
 void ct_plan_init(ct_plan *p);
 void ct_plan_free(ct_plan *p);
 /* Adds a buffer; returns its id or -1 on allocation failure. Sizes are
  * rounded up to 64 bytes. A zero-byte buffer gets an id and no space. */
 int ct_plan_add(ct_plan *p, size_t bytes, int first, int last);
 /* Assigns offsets (largest first, lowest free offset that fits among the
- * already placed buffers whose lifetimes intersect). */
+ * already placed buffers whose lifetimes intersect). Fails with
+ * CT_ERR_OUT_OF_MEMORY past CT_PLAN_MAX_BYTES. */
 ct_status ct_plan_solve(ct_plan *p);
 
 #endif

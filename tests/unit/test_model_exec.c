@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nn/model_impl.h"
 #include "test_util.h"
@@ -236,7 +237,36 @@ static void test_too_small(void) {
   CHECK(m == NULL);
 }
 
+/* A batch whose activations' bytes overflow size_t is refused by the plan
+ * (it once wrapped to a small arena that the forward pass overran). */
+static void test_absurd_batch(void) {
+  ct_model *m = make("cnn", 1, 28, 28, 10, 1);
+  ct_device *d = NULL;
+  CHECK_OK(ct_device_open("cpu", &d));
+  if (!m || !d) return;
+  ct_status s = ct_model_prepare(m, d, INT64_C(1) << 50, 1);
+  CHECK_MSG(s == CT_ERR_OUT_OF_MEMORY && strstr(ct_last_error(), "2^62"), "%s: %s", ct_status_name(s),
+            ct_last_error());
+  CHECK_OK(ct_model_prepare(m, d, 4, 1)); /* and the model is still usable */
+  ct_model_destroy(m);
+  /* 2^31 samples of 2^31 fp32 elements: every buffer's bytes were exactly
+   * 2^64, which wrapped to 0, and the plan came out empty. */
+  char path[600];
+  snprintf(path, sizeof path, "%s/wrap_%d.txt", test_tmpdir(), (int)getpid());
+  FILE *f = fopen(path, "w");
+  if (f) fputs("input 2048x1024x1024\nflatten\nrelu\n", f), fclose(f);
+  m = make(path, 0, 0, 0, 0, 1);
+  remove(path);
+  if (m) {
+    s = ct_model_prepare(m, d, INT64_C(1) << 31, 1);
+    CHECK_MSG(s == CT_ERR_OUT_OF_MEMORY, "2^64-byte buffers planned: %s: %s", ct_status_name(s), ct_last_error());
+    ct_model_destroy(m);
+  }
+  ct_device_close(d);
+}
+
 int main(void) {
+  test_absurd_batch();
   test_plan("cnn", 1, 28, 28, 16);
   test_plan("resnet18", 3, 64, 64, 4);
   test_plan("resnet9", 3, 32, 32, 8);
