@@ -38,6 +38,10 @@ static const char *fuzz_scratch_file(const char *leaf, const uint8_t *data, size
   const char *dir = fuzz_scratch_dir();
   if (!dir) return NULL;
   snprintf(path, cap, "%s/%s", dir, leaf);
+  /* A new file, not the old one truncated: ext4 flushes a file truncated
+   * and rewritten at close, which made the twins wait on the disk (15 s
+   * instead of 0.9 for 10k checkpoints). */
+  unlink(path);
   FILE *f = fopen(path, "wb");
   if (!f) return NULL;
   size_t w = n ? fwrite(data, 1, n, f) : 0;

@@ -109,7 +109,9 @@ static void jpeg_quiet(j_common_ptr c, int level) {
  * scans that are missing or cut short by a marker (libjpeg pads those with
  * gray) get further. Fuzzing found a 164-byte progressive file that libjpeg
  * decodes to 3594x10498; raised to 13376x13376 (under the pixel limit) it
- * took 1.6 GB and seconds. Such files are refused up front. */
+ * took 1.6 GB and seconds. Such Huffman-coded files are refused up front;
+ * arithmetic-coded ones are not (a valid flat one holds 8,000 and more
+ * pixels a byte) and only the pixel limit bounds them. */
 #define JPEG_MAX_PIXELS_PER_BYTE 4096
 
 static ct_status decode_jpeg(const char *path, long long file_size, uint8_t **pixels, int *h, int *w,
@@ -134,7 +136,7 @@ static ct_status decode_jpeg(const char *path, long long file_size, uint8_t **pi
   jpeg_read_header(&cinfo, TRUE);
   ct_status s = check_pixels(path, "JPEG", cinfo.image_width, cinfo.image_height);
   unsigned long long npix = (unsigned long long)cinfo.image_width * cinfo.image_height;
-  if (s == CT_OK && npix / JPEG_MAX_PIXELS_PER_BYTE > (unsigned long long)file_size)
+  if (s == CT_OK && !cinfo.arith_code && npix / JPEG_MAX_PIXELS_PER_BYTE > (unsigned long long)file_size)
     s = ct_error(CT_ERR_PARSE,
                  "%s: JPEG header claims %ux%u (WxH) pixels, more than a %lld-byte file can hold (at most %d pixels "
                  "a byte): truncated or corrupt",

@@ -39,6 +39,12 @@ static ct_status perr(parser *p, const char *fmt, const char *a, const char *b) 
   return ct_error(CT_ERR_PARSE, "%s:%d: %s", p->path, p->line, msg);
 }
 
+static ct_status too_many_layers(parser *p) {
+  char n[16];
+  snprintf(n, sizeof n, "%d", MAX_LAYERS);
+  return perr(p, "more than %s layers", n, "");
+}
+
 /* Reads the next non-empty line into tokens; 0 at end of file. Bytes are
  * read one by one, not with fgets, because a NUL byte looks like the end
  * of fgets' line: the rest of the line was dropped unseen and counted as
@@ -293,6 +299,8 @@ static ct_status parse_layer(parser *p, const char *name, int x, int *y, int dep
       return perr(p, "the residual block opened on line %s has no 'end'", l, "");
     }
     if (body == x) return perr(p, "empty residual block", "", "");
+    /* The add is a layer too; the body's layers were counted as read. */
+    if (m->n_layers >= MAX_LAYERS) return too_many_layers(p);
     k2 = ct_g_add(m, name, body, sc); /* its line: the 'end' line, just read */
   } else {
     return perr(p,
@@ -329,7 +337,7 @@ static ct_status parse_seq(parser *p, const char *prefix, int x, int *out, int d
       CT_TRY(parse_shape(p, p->tok[1]));
       continue;
     }
-    if (p->m->n_layers >= MAX_LAYERS) return perr(p, "more than %s layers", "4096", "");
+    if (p->m->n_layers >= MAX_LAYERS) return too_many_layers(p);
     char name[CT_NAME_MAX];
     snprintf(name, sizeof name, "%s%s%d", prefix, prefix[0] ? "." : "", idx++);
     CT_TRY(parse_layer(p, name, x, &x, depth));

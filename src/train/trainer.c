@@ -325,11 +325,14 @@ static ct_status history_restore(ct_history *h, const char *path, const char *te
     st = meta_number(path, "history", t, 1, 0, COUNT_MAX, &e);
     for (int c = 0; st == CT_OK && (t = strtok_r(NULL, ",", &s2)); c++) {
       double v = 0;
+      if (c >= nn) {
+        st = ct_error(CT_ERR_PARSE, "%s: metadata 'history': epoch %.0f has more values than its %d metric names",
+                      path, e, nn);
+        break;
+      }
       /* nan: a metric without a value at that epoch (history_text). */
       if (!strcmp(t, "nan") || !strcmp(t, "-nan")) continue;
-      if (c >= nn) st = ct_error(CT_ERR_PARSE, "%s: metadata 'history': epoch %.0f has more values than its %d "
-                                 "metric names", path, e, nn);
-      else st = meta_number(path, "history", t, 0, -INFINITY, INFINITY, &v);
+      st = meta_number(path, "history", t, 0, -INFINITY, INFINITY, &v);
       if (st == CT_OK) st = ct_history_add(h, (int64_t)e, names[c], v);
     }
   }
@@ -455,7 +458,7 @@ static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_tra
    * a step means (a checkpoint from before accumulation existed has 1). */
   v = ct_safetensors_metadata(st, "accumulate");
   double x = 1;
-  if (s == CT_OK && v) s = meta_number(path, "accumulate", v, 1, 1, 1024, &x);
+  if (s == CT_OK && v) s = meta_number(path, "accumulate", v, 1, 1, CT_ACCUMULATE_MAX, &x);
   int ck_acc = (int)x, run_acc = cfg->accumulate > 1 ? cfg->accumulate : 1;
   if (s == CT_OK && ck_acc != run_acc)
     s = ct_error(CT_ERR_INVALID_ARG,
@@ -509,7 +512,8 @@ static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *
      * fault of the file, not of this run's flags. */
     s = meta_number(path, k, val, 0, -INFINITY, INFINITY, &x);
     if (s == CT_OK) s = opt ? ct_optimizer_set_scalar(o, k + 13, x) : ct_scheduler_set_state(sc, k + 6, x);
-    if (s != CT_OK && s != CT_ERR_PARSE) s = ct_error_wrap(CT_ERR_PARSE, "%s: metadata '%s'", path, k);
+    if (s != CT_OK && s != CT_ERR_PARSE && s != CT_ERR_OUT_OF_MEMORY)
+      s = ct_error_wrap(CT_ERR_PARSE, "%s: metadata '%s'", path, k);
   }
   if (s == CT_OK) s = history_restore(h, path, ct_safetensors_metadata(st, "history"));
   /* A scaler that was on continues from its state; one that was off (or a
@@ -522,8 +526,12 @@ static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *
     const char *tv = ct_safetensors_metadata(st, "scaler.growth_tracker");
     const char *kv = ct_safetensors_metadata(st, "scaler.skipped_steps");
     if (!sv || !tv || !kv) s = ct_error(CT_ERR_PARSE, "%s: loss scaler metadata (scaler.scale, scaler.growth_tracker, scaler.skipped_steps) is incomplete", path);
-    /* A zero or infinite scale would zero or overflow every gradient. */
-    if (s == CT_OK) s = meta_number(path, "scaler.scale", sv, 0, FLT_MIN, FLT_MAX, &scale);
+    /* Any scale a float holds above 0 (--loss-scale takes those, and the
+     * dynamic scaler halves without a floor); 0 or inf would zero or
+     * overflow every gradient. */
+    if (s == CT_OK) s = meta_number(path, "scaler.scale", sv, 0, 0, FLT_MAX, &scale);
+    if (s == CT_OK && !((float)scale > 0))
+      s = ct_error(CT_ERR_PARSE, "%s: metadata 'scaler.scale' is '%.40s', expected a positive number", path, sv);
     if (s == CT_OK) s = meta_number(path, "scaler.growth_tracker", tv, 1, 0, COUNT_MAX, &tracker);
     if (s == CT_OK) s = meta_number(path, "scaler.skipped_steps", kv, 1, 0, COUNT_MAX, &skipped);
     if (s == CT_OK) {

@@ -8,6 +8,8 @@
 #include <png.h>
 #include <jpeglib.h>
 
+#include "data/image_decode.h"
+
 #define H 5
 #define W 6
 
@@ -21,7 +23,8 @@ static int write_png(const char *path, const uint8_t *hwc, int h, int w, int ch)
   return png_image_write_to_file(&img, path, 0, hwc, 0, NULL) ? 0 : -1;
 }
 
-static int write_jpeg(const char *path, const uint8_t *hwc, int h, int w) {
+/* arith: arithmetic coding instead of Huffman (where libjpeg has it). */
+static int write_jpeg_coded(const char *path, const uint8_t *hwc, int h, int w, int arith) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
   struct jpeg_compress_struct c;
@@ -35,6 +38,7 @@ static int write_jpeg(const char *path, const uint8_t *hwc, int h, int w) {
   c.in_color_space = JCS_RGB;
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 100, TRUE);
+  c.arith_code = arith ? TRUE : FALSE;
   for (int i = 0; i < 3; i++) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
   jpeg_start_compress(&c, TRUE);
   for (int y = 0; y < h; y++) {
@@ -45,6 +49,10 @@ static int write_jpeg(const char *path, const uint8_t *hwc, int h, int w) {
   jpeg_destroy_compress(&c);
   fclose(f);
   return 0;
+}
+
+static int write_jpeg(const char *path, const uint8_t *hwc, int h, int w) {
+  return write_jpeg_coded(path, hwc, h, w, 0);
 }
 
 /* HWC -> CHW with the same channel count. */
@@ -281,6 +289,27 @@ int main(void) {
   CHECK(strstr(ct_last_error(), "/nonexistent-ctrain-folder") != NULL);
   snprintf(p, sizeof p, "%s/test/zebra", dir);
   CHECK(open_folder(p, 1, NULL, &ds) == CT_ERR_NOT_FOUND);
+#if defined(C_ARITH_CODING_SUPPORTED) && defined(D_ARITH_CODING_SUPPORTED)
+  {
+    /* A flat arithmetic-coded JPEG holds far more than 4096 pixels a byte
+     * and is valid: only Huffman-coded ones are held to that. */
+    enum { AH = 1000, AW = 1000 };
+    uint8_t *flat = malloc((size_t)AH * AW * 3);
+    memset(flat, 90, (size_t)AH * AW * 3);
+    snprintf(p, sizeof p, "%s/arith.jpg", dir);
+    CHECK(write_jpeg_coded(p, flat, AH, AW, 1) == 0);
+    uint8_t *px = NULL;
+    int h = 0, w = 0, ch = 0;
+    CHECK_OK(ct_image_decode(p, &px, &h, &w, &ch));
+    CHECK(h == AH && w == AW && ch == 3 && px && abs(px[0] - 90) <= 2 && abs(px[(size_t)AH * AW * 3 - 1] - 90) <= 2);
+    FILE *af = fopen(p, "rb");
+    fseek(af, 0, SEEK_END);
+    CHECK_MSG(ftell(af) * 4096 < AH * AW, "the arithmetic-coded file is %ld bytes: not dense enough to test", ftell(af));
+    fclose(af);
+    free(px);
+    free(flat);
+  }
+#endif
   tdata_rm_rf(dir);
   return test_summary("test_data_folder");
 }

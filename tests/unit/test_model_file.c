@@ -111,6 +111,22 @@ int main(void) {
     char *t = malloc(16 + 5 * 4097), *e = t + sprintf(t, "input 4\n");
     for (int i = 0; i < 4097; i++) e += sprintf(e, "relu\n");
     expect_error("too_many_layers", t, CT_ERR_PARSE, 4098, "4096 layers", NULL);
+    /* A residual block's add counts too: 4094 relus, then a block of one
+     * relu and its add make 4096 (accepted), a second relu in it 4097. */
+    e = t + sprintf(t, "input 4\n");
+    for (int i = 0; i < 4094; i++) e += sprintf(e, "relu\n");
+    sprintf(e, "residual\nrelu\nend\n");
+    ct_model *m = NULL;
+    char path[600];
+    snprintf(path, sizeof path, "%s/layers_4096.txt", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (f) fputs(t, f), fclose(f);
+    ct_model_options o = {0};
+    CHECK_OK(ct_model_create(path, &o, &m));
+    ct_model_destroy(m);
+    remove(path);
+    sprintf(e, "residual\nrelu\nrelu\nend\n");
+    expect_error("too_many_with_add", t, CT_ERR_PARSE, 4099, "4096 layers", NULL);
     free(t);
   }
   /* Bytes that were skipped unseen: a word starting with 0x01 (the
