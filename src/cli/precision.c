@@ -36,9 +36,11 @@ ct_status cli_apply_precision(const cli_opts *o, ct_model *m, ct_grad_scaler *sc
     else {
       char *end;
       double v = strtod(o->loss_scale, &end);
-      if (end == o->loss_scale || *end || !(v > 0 && v < 3.4e38))
-        return ct_error(CT_ERR_INVALID_ARG, "--loss-scale expects dynamic, none or a positive number, got '%s'",
-                        o->loss_scale);
+      /* The bounds of --loss-scale-init: below ~3e-39 the fp32 1/scale
+       * that unscales the gradients is inf (and every step NaN). */
+      if (end == o->loss_scale || *end || !(v >= 1e-30 && v <= 3.4e38))
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "--loss-scale expects dynamic, none or a number in [1e-30, 3.4e38], got '%s'", o->loss_scale);
       enabled = 1, dynamic = 0, init = v;
     }
   }

@@ -80,5 +80,10 @@ if one and two:
 
 r = u.run(base + ["--precision", "fp32", "--opt-level", "O2"])
 u.check(r.returncode == 2 and "opt-level" in r.stderr, "fp32 O2 accepted: %s" % r.stderr)
+# A static scale whose fp32 reciprocal is inf would make every step NaN.
+for bad in ("1e-39", "0", "abc"):
+    r = u.run(base + ["--precision", "fp16", "--loss-scale", bad])
+    u.check(r.returncode == 2 and "--loss-scale" in r.stderr, "--loss-scale %s: exit %d, %s" % (
+        bad, r.returncode, r.stderr.strip()))
 u.cleanup(d)
 u.finish()
