@@ -441,8 +441,11 @@ static void settings_diff(const char *ck, const char *run, char *out, size_t n) 
   }
 }
 
-static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_train_config *cfg) {
+/* Opens the checkpoint and refuses it when it was made with other
+ * settings; *out stays open for the caller on success. */
+static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_train_config *cfg, ct_safetensors **out) {
   ct_safetensors *st;
+  *out = NULL;
   CT_TRY(ct_safetensors_open(path, &st));
   ct_status s = CT_OK;
   const char *v = ct_safetensors_metadata(st, "config");
@@ -469,23 +472,22 @@ static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_tra
   if (s == CT_OK && v) s = meta_number(path, "optim.kind", v, 1, 0, 255, &x);
   if (s == CT_OK && v && (int)x != (int)ct_optimizer_kind(o))
     s = ct_error(CT_ERR_INVALID_ARG, "%s: checkpoint optimizer differs from --optimizer", path);
-  ct_safetensors_close(st);
+  if (s != CT_OK) ct_safetensors_close(st);
+  else *out = st;
   return s;
 }
 
-static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *o, ct_scheduler *sc, loop_state *ls,
-                                    ct_history *h, const ct_train_config *cfg, ct_grad_scaler *gs) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/last.safetensors", dir);
-  ct_safetensors *st;
-  /* Settings first: a changed optimizer would otherwise surface as missing
-   * state tensors, and nothing should be loaded from a refused file. */
-  CT_TRY(check_resumable(path, o, cfg));
-  CT_TRY(ct_checkpoint_load(path, m, o, &st));
+/* The metadata a checkpoint carries beyond its tensors, read from st. With
+ * apply = 0 only checked: the history goes into a scratch one and nothing
+ * is changed, so restore_checkpoint can refuse a corrupt file before it
+ * loads a tensor. With apply = 1 it goes into the run (the loop state only
+ * when all of it reads; a value an optimizer or scheduler setter refuses
+ * can still stop it half way). */
+static ct_status read_meta(const char *path, ct_safetensors *st, int apply, ct_optimizer *o, ct_scheduler *sc,
+                           loop_state *ls, ct_history *h, ct_grad_scaler *gs) {
   ct_status s = CT_OK;
   const char *v;
   double x = 0;
-  /* Into a copy, taken over only when every field reads. */
   loop_state got = *ls;
   for (size_t i = 0; s == CT_OK && i < sizeof loop_fields / sizeof loop_fields[0]; i++) {
     char key[64];
@@ -501,7 +503,7 @@ static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *
     else if (s == CT_OK) *(double *)p = x;
   }
   if (s == CT_OK && (v = ct_safetensors_metadata(st, "optim.steps")) &&
-      (s = meta_number(path, "optim.steps", v, 1, 0, COUNT_MAX, &x)) == CT_OK)
+      (s = meta_number(path, "optim.steps", v, 1, 0, COUNT_MAX, &x)) == CT_OK && apply)
     s = ct_optimizer_set_steps(o, (int64_t)x);
   for (size_t i = 0; s == CT_OK && i < ct_safetensors_metadata_count(st); i++) {
     const char *k, *val;
@@ -511,11 +513,14 @@ static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *
     /* Each setter checks its own range; a value it refuses is still a
      * fault of the file, not of this run's flags. */
     s = meta_number(path, k, val, 0, -INFINITY, INFINITY, &x);
-    if (s == CT_OK) s = opt ? ct_optimizer_set_scalar(o, k + 13, x) : ct_scheduler_set_state(sc, k + 6, x);
+    if (s == CT_OK && apply) s = opt ? ct_optimizer_set_scalar(o, k + 13, x) : ct_scheduler_set_state(sc, k + 6, x);
     if (s != CT_OK && s != CT_ERR_PARSE && s != CT_ERR_OUT_OF_MEMORY)
       s = ct_error_wrap(CT_ERR_PARSE, "%s: metadata '%s'", path, k);
   }
-  if (s == CT_OK) s = history_restore(h, path, ct_safetensors_metadata(st, "history"));
+  ct_history *scratch = NULL;
+  if (s == CT_OK && !apply) s = ct_history_create(&scratch);
+  if (s == CT_OK) s = history_restore(apply ? h : scratch, path, ct_safetensors_metadata(st, "history"));
+  ct_history_free(scratch);
   /* A scaler that was on continues from its state; one that was off (or a
    * checkpoint from before AMP) leaves this run's fresh scaler. */
   v = ct_safetensors_metadata(st, "scaler.enabled");
@@ -534,13 +539,30 @@ static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *
       s = ct_error(CT_ERR_PARSE, "%s: metadata 'scaler.scale' is '%.40s', expected a positive number", path, sv);
     if (s == CT_OK) s = meta_number(path, "scaler.growth_tracker", tv, 1, 0, COUNT_MAX, &tracker);
     if (s == CT_OK) s = meta_number(path, "scaler.skipped_steps", kv, 1, 0, COUNT_MAX, &skipped);
-    if (s == CT_OK) {
+    if (s == CT_OK && apply) {
       gs->scale = (float)scale;
       gs->growth_tracker = (int64_t)tracker;
       gs->skipped_steps = (int64_t)skipped;
     }
   }
-  if (s == CT_OK) *ls = got;
+  if (s == CT_OK && apply) *ls = got;
+  return s;
+}
+
+static ct_status restore_checkpoint(const char *dir, ct_model *m, ct_optimizer *o, ct_scheduler *sc, loop_state *ls,
+                                    ct_history *h, const ct_train_config *cfg, ct_grad_scaler *gs) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/last.safetensors", dir);
+  /* Settings and metadata first: a changed optimizer would otherwise
+   * surface as missing state tensors, and nothing should be loaded from a
+   * refused file. */
+  ct_safetensors *st;
+  CT_TRY(check_resumable(path, o, cfg, &st));
+  ct_status s = read_meta(path, st, 0, o, sc, ls, h, gs);
+  ct_safetensors_close(st);
+  if (s == CT_OK) s = ct_checkpoint_load(path, m, o, &st);
+  if (s != CT_OK) return s == CT_ERR_PARSE ? ct_error_wrap(s, "resuming") : s;
+  s = read_meta(path, st, 1, o, sc, ls, h, gs);
   ct_safetensors_close(st);
   /* The messages above name the file already. */
   if (s != CT_OK) return ct_error_wrap(s, "resuming");
