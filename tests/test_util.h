@@ -56,6 +56,19 @@ static inline double test_max_rel_err_f32(const float *a, const float *b, size_t
   return worst;
 }
 
+/* The whole file at path, malloc'd, its size in *n; NULL if unreadable. */
+static inline unsigned char *test_read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = len >= 0 ? malloc(len > 0 ? (size_t)len : 1) : NULL;
+  *n = b ? fread(b, 1, (size_t)len, f) : 0;
+  fclose(f);
+  return b;
+}
+
 /* Directory for scratch files: $CTRAIN_TEST_TMP or /tmp. */
 static inline const char *test_tmpdir(void) {
   const char *d = getenv("CTRAIN_TEST_TMP");

@@ -141,17 +141,14 @@ static ct_status decode_jpeg(const char *path, long long file_size, uint8_t **pi
                  "%s: JPEG header claims %ux%u (WxH) pixels, more than a %lld-byte file can hold (at most %d pixels "
                  "a byte): truncated or corrupt",
                  path, cinfo.image_width, cinfo.image_height, file_size, JPEG_MAX_PIXELS_PER_BYTE);
+  if (s == CT_OK && (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK))
+    s = ct_error(CT_ERR_UNSUPPORTED, "%s: CMYK JPEG images are not supported; convert it to RGB", path);
   if (s != CT_OK) {
     jpeg_destroy_decompress(&cinfo);
     fclose(f);
     return s;
   }
   int gray = cinfo.jpeg_color_space == JCS_GRAYSCALE;
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    jpeg_destroy_decompress(&cinfo);
-    fclose(f);
-    return ct_error(CT_ERR_UNSUPPORTED, "%s: CMYK JPEG images are not supported; convert it to RGB", path);
-  }
   cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&cinfo);
   int ch = (int)cinfo.output_components;

@@ -11,18 +11,6 @@
 #include "mutate_util.h"
 #include "test_util.h"
 
-static uint8_t *read_all(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
-  *n = b ? fread(b, 1, (size_t)len, f) : 0;
-  fclose(f);
-  return b;
-}
-
 /* The fixture's state as a checkpoint with every tensor in f16, written by
  * the safetensors writer directly (names as ct_checkpoint_save gives them). */
 static uint8_t *half_seed(fuzz_ck_fixture *fx, const char *const *meta, const char *path, size_t *n) {
@@ -56,40 +44,28 @@ static uint8_t *half_seed(fuzz_ck_fixture *fx, const char *const *meta, const ch
   }
   CHECK_OK(ct_safetensors_write(path, t, k, meta));
   free(t), free(names), free(h);
-  return read_all(path, n);
+  return test_read_file(path, n);
 }
 
-/* The seed with the first occurrence of `from` replaced by `to` (same
- * length, so the header keeps its size), written for loading; NULL when
- * `from` does not occur. */
-static const char *edited(const mutate_seed *sd, const char *from, const char *to, char *path, size_t cap) {
-  size_t fl = strlen(from);
+/* Targeted damage the random loop seldom hits: the seed with the first
+ * `from` replaced by `to` (same length, so the header keeps its size) must
+ * be refused, with the state untouched (fuzz_checkpoint_one checks that
+ * part). */
+static void refused_untouched(const mutate_seed *sd, const char *from, const char *to) {
+  size_t fl = strlen(from), at = 0;
+  while (at + fl <= sd->n && memcmp(sd->data + at, from, fl)) at++;
+  CHECK_MSG(at + fl <= sd->n, "'%s' not in the seed", from);
+  if (at + fl > sd->n) return;
   uint8_t *b = malloc(sd->n);
   memcpy(b, sd->data, sd->n);
-  const char *r = NULL;
-  for (size_t i = 0; i + fl <= sd->n && !r; i++)
-    if (!memcmp(b + i, from, fl)) {
-      memcpy(b + i, to, fl);
-      r = fuzz_scratch_file("edited.safetensors", b, sd->n, path, cap);
-    }
-  free(b);
-  return r;
-}
-
-/* Targeted damage the random loop seldom hits: each must be refused with
- * the state untouched (fuzz_checkpoint_one checks that part). */
-static void refused_untouched(const mutate_seed *sd, const char *from, const char *to) {
+  memcpy(b + at, to, fl);
+  CHECK_MSG(fuzz_checkpoint_one(b, sd->n) == 0, "'%s' -> '%s': %s", from, to, ct_last_error());
   char path[1024];
-  const char *p = edited(sd, from, to, path, sizeof path);
-  CHECK_MSG(p != NULL, "'%s' not in the seed", from);
-  if (!p) return;
-  size_t n;
-  uint8_t *b = read_all(p, &n);
   ct_safetensors *mt = NULL;
-  CHECK_MSG(ct_checkpoint_load(p, fuzz_checkpoint_fixture()->m, fuzz_checkpoint_fixture()->o, &mt) != CT_OK,
+  CHECK_MSG(fuzz_scratch_file("edited.safetensors", b, sd->n, path, sizeof path) &&
+                ct_checkpoint_load(path, fuzz_checkpoint_fixture()->m, fuzz_checkpoint_fixture()->o, &mt) != CT_OK,
             "'%s' -> '%s' loaded", from, to);
   ct_safetensors_close(mt);
-  CHECK_MSG(fuzz_checkpoint_one(b, n) == 0, "'%s' -> '%s': %s", from, to, ct_last_error());
   free(b);
 }
 
@@ -103,7 +79,7 @@ int main(void) {
   CHECK_OK(ct_checkpoint_save(path, fx->m, fx->o, meta));
   mutate_seed seeds[2];
   size_t n0 = 0, n1 = 0;
-  uint8_t *s0 = read_all(path, &n0), *s1 = half_seed(fx, meta, path, &n1);
+  uint8_t *s0 = test_read_file(path, &n0), *s1 = half_seed(fx, meta, path, &n1);
   seeds[0] = (mutate_seed){s0, n0};
   seeds[1] = (mutate_seed){s1, n1};
   for (int i = 0; i < 2; i++) {

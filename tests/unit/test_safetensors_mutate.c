@@ -34,11 +34,7 @@ static unsigned char *make_seed(const char *path, int variant, size_t *n) {
                           {"bn.bf", ct_tensor_2d(h, CT_BF16, 2, 2)}};
   const char *meta[] = {"format", "pt", "step", "123", NULL};
   ct_safetensors_write(path, t, variant ? 6 : 4, variant ? meta : NULL);
-  FILE *f = fopen(path, "rb");
-  unsigned char *img = malloc(8192);
-  *n = fread(img, 1, 8192, f);
-  fclose(f);
-  return img;
+  return test_read_file(path, n);
 }
 
 static char path[600];
