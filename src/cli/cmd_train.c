@@ -55,7 +55,7 @@ static const char *HELP =
     "  --metrics-json FILE     final metrics as JSON\n"
     "  --precision fp32|bf16|fp16 (fp32)   --opt-level O0|O1|O2|O3 (O1 with a low precision)\n"
     "  --loss-scale dynamic|none|VALUE (dynamic for fp16 O1/O2, else none)   --loss-scale-init F (65536)\n"
-    "                          docs/MIXED_PRECISION.md\n";
+    "                          VALUE and F in [1e-30, 3.4e38]; docs/MIXED_PRECISION.md\n";
 
 
 static void settings_text(const cli_opts *o, char *buf, size_t n, int with_epochs) {
