@@ -63,7 +63,7 @@ static inline unsigned char *test_read_file(const char *path, size_t *n) {
   fseek(f, 0, SEEK_END);
   long len = ftell(f);
   fseek(f, 0, SEEK_SET);
-  unsigned char *b = len >= 0 ? malloc(len > 0 ? (size_t)len : 1) : NULL;
+  unsigned char *b = len >= 0 ? (unsigned char *)malloc(len > 0 ? (size_t)len : 1) : NULL;
   *n = b ? fread(b, 1, (size_t)len, f) : 0;
   fclose(f);
   return b;
