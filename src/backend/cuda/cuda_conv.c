@@ -153,17 +153,38 @@ typedef struct conv_ranked {
     r[i_].math = (perf)[i_].mathType, r[i_].mem = (perf)[i_].memory;                             \
   }
 
+/* 1 for the algorithms that trade accuracy for speed: FFT and the
+ * non-fused Winograd transforms. On an H100 cuDNN's heuristics ranked the
+ * FFT-tiled backward-filter first for AlexNet's 5x5 convolution in NCHW
+ * f32, and its weight gradient was 4e-4 (relative) from PyTorch's, where
+ * the other algorithms agree to 1e-5. */
+static int lossy_algo(conv_kind kind, int a) {
+  if (kind == CONV_FWD)
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+  if (kind == CONV_BWD_DATA)
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 /* The candidates from cuDNN's ranked list (heuristic or measured), best
  * first: its supported entries in its order, each under the math type it
  * was ranked with. Strict f32 (FMA) is the exception: every entry runs
- * under the FMA descriptor, which keeps it off the tensor cores, and the
+ * under the FMA descriptor, which keeps it off the tensor cores; the
  * entries ranked without tensor cores come first (whether cuDNN labels
- * those FMA or DEFAULT is not documented, so both count). */
-static int order_cands(const conv_ranked *r, int n, cudnnMathType_t math, conv_cand *out) {
+ * those FMA or DEFAULT is not documented, so both count), and the lossy
+ * algorithms last, so that f32 means f32 accuracy (they stay as a last
+ * resort when nothing else runs). */
+static int order_cands(const conv_ranked *r, int n, conv_kind kind, cudnnMathType_t math, conv_cand *out) {
   int k = 0;
-  for (int pass = 0; pass < 2; pass++)
+  for (int pass = 0; pass < 3; pass++)
     for (int i = 0; i < n && k < CONV_CANDS; i++) {
-      if (!r[i].ok || (math == CUDNN_FMA_MATH && tensor_op_math(r[i].math)) != pass) continue;
+      if (!r[i].ok) continue;
+      int rank = 0;
+      if (math == CUDNN_FMA_MATH) rank = lossy_algo(kind, r[i].algo) ? 2 : tensor_op_math(r[i].math) ? 1 : 0;
+      if (rank != pass) continue;
       conv_cand c = {r[i].algo, math == CUDNN_FMA_MATH ? math : r[i].math, r[i].mem};
       int dup = 0;
       for (int j = 0; j < k; j++) dup |= out[j].algo == c.algo && out[j].math == c.math;
@@ -255,7 +276,7 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
       RANKED(perf, n);
     }
     conv_cand all[CONV_CANDS];
-    int na = order_cands(r, n, math, all);
+    int na = order_cands(r, n, kind, math, all);
     /* A candidate whose workspace query is NOT_SUPPORTED is dropped. */
     for (int i = 0; i < na; i++) {
       cudnnStatus_t e = cand_workspace(h, kind, &c, &all[i]);
