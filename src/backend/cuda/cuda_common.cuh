@@ -25,6 +25,10 @@ static inline unsigned ct_blocks(int64_t n) {
 
 #define CT_GRID_STRIDE(i, n) \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+/* The same with index type I (int32_t where the caller has checked that n
+ * and n plus one grid's stride fit). */
+#define CT_GRID_STRIDE_T(I, i, n) \
+  for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < (n); i += (I)(gridDim.x * blockDim.x))
 
 __device__ __forceinline__ float ct_bf16_to_f32_dev(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
