@@ -51,6 +51,7 @@ initialisation has PyTorch's distribution per tensor (constants equal;
 uniform weights inside +-1/sqrt(fan_in) with std bound/sqrt(3); normal
 weights with PyTorch's std, e.g. sqrt(2/fan_out) for ResNet convs).
 """
+import copy
 import math
 import os
 import sys
@@ -134,17 +135,8 @@ def check_init(label, fresh, init):
                 check(abs(cs / want - 1) < 0.05, "%s init %s: std %g, expected sqrt(2/fan_out) = %g" % (label, k, cs, want))
 
 
-def compare_step(label, dev, res, model, loss_kind, smoothing, big):
-    """Runs PyTorch's step on model (initial weights loaded) and compares."""
-    x = res["input"].to(TORCH_DEV)
-    target = res["target"].to(TORCH_DEV)
-    model.to(TORCH_DEV)
-    model.train()
-    for mod in model.modules():
-        if isinstance(mod, (nn.Dropout, nn.Dropout2d)):
-            mod.p = 0.0
-    model.zero_grad(set_to_none=True)
-    masks = [res[k].to(TORCH_DEV) for k in sorted(k for k in res if k.startswith("relu."))]
+def torch_step(model, x, target, masks, loss_kind, smoothing):
+    """PyTorch's forward (ReLUs taking ctrain's branches), loss and backward."""
     calls = {"n": 0, "flips": 0, "numel": 0}
 
     def relu_hook(mod, inp, out):
@@ -173,6 +165,36 @@ def compare_step(label, dev, res, model, loss_kind, smoothing, big):
     else:
         loss = nn.functional.mse_loss(out, target)
     loss.backward()
+    return out, loss, calls
+
+
+def fp64_grads(init, res, masks, loss_kind, smoothing):
+    """The same step in float64 on the CPU: the judge when ctrain and
+    PyTorch's cuDNN disagree by more than the f32 bound."""
+    m = copy.deepcopy(init).double()
+    m.train()
+    m.zero_grad(set_to_none=True)
+    t = res["target"]
+    t = t.double() if t.is_floating_point() else t
+    torch_step(m, res["input"].double(), t, [k.cpu() for k in masks], loss_kind, smoothing)
+    return {k: p.grad for k, p in m.named_parameters()}
+
+
+def compare_step(label, dev, res, model, loss_kind, smoothing, big):
+    """Runs PyTorch's step on model (initial weights loaded) and compares."""
+    x = res["input"].to(TORCH_DEV)
+    target = res["target"].to(TORCH_DEV)
+    for mod in model.modules():
+        if isinstance(mod, (nn.Dropout, nn.Dropout2d)):
+            mod.p = 0.0
+    # On a GPU a disagreement is settled against float64 (fp64_grads):
+    # the initial model is kept for that.
+    init = copy.deepcopy(model).cpu() if dev == "cuda" else None
+    model.to(TORCH_DEV)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    masks = [res[k].to(TORCH_DEV) for k in sorted(k for k in res if k.startswith("relu."))]
+    out, loss, calls = torch_step(model, x, target, masks, loss_kind, smoothing)
     model.cpu()  # gradients and state come back with it; compared on the host
     out = out.detach().cpu()
     tag = "%s [%s]" % (label, dev)
@@ -193,6 +215,7 @@ def compare_step(label, dev, res, model, loss_kind, smoothing, big):
     e = abs(res["loss"].item() - loss.item()) / max(abs(loss.item()), 1e-30)
     check(e <= TOL, "%s loss %.8g vs PyTorch %.8g" % (tag, res["loss"].item(), loss.item()))
     n_grads = 0
+    g64 = None
     for k, p in model.named_parameters():
         g = res.get("grad." + k)
         check(g is not None, "%s: no gradient for %s" % (tag, k))
@@ -204,6 +227,16 @@ def compare_step(label, dev, res, model, loss_kind, smoothing, big):
             e = (g.double() - p.grad.double()).abs().max().item() / scale
         else:
             e = rel_err(g, p.grad)
+        if e > TOL and init is not None:
+            # cuDNN's FFT and Winograd algorithms round 10-100x worse than
+            # a direct sum; ctrain keeps them off in f32, PyTorch does not
+            # (on an H100 its AlexNet 5x5 weight gradient was 5e-4 off):
+            # ctrain passes when it is within the bound of float64.
+            if g64 is None:
+                g64 = fp64_grads(init, res, masks, loss_kind, smoothing)
+            e64, t64 = rel_err(g, g64[k]), rel_err(p.grad, g64[k])
+            print("  %s grad.%s: ctrain vs PyTorch %.3g; from float64: ctrain %.3g, PyTorch %.3g" % (tag, k, e, e64, t64))
+            e = e64
         worst = max(worst, e)
         check(e <= TOL, "%s grad.%s rel err %.3g" % (tag, k, e))
     check(n_grads == sum(1 for k in res if k.startswith("grad.")), "%s: extra gradients from ctrain" % tag)
