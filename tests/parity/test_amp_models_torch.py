@@ -125,6 +125,7 @@ BF16 = torch.bfloat16
 
 torch.set_num_threads(2)
 TORCH_DEV = torch_device()
+LOSS_NOTES = set()  # how this PyTorch's autocast loss departs from ctrain's semantics
 
 
 def torch_bf16_excess():
@@ -249,14 +250,24 @@ def torch_step(model, init, res, loss_kind, smoothing, autocast, follow_masks=Tr
             else:
                 loss = nn.functional.mse_loss(out, target)
             if autocast:
-                # The autocast loss is the fp32 loss of the fp32-cast output.
+                # ctrain's autocast loss is the fp32 loss of the fp32-cast
+                # output, as PyTorch 1.13's was (on the CPU, bitwise).
+                # PyTorch 2.11 on CUDA computes it otherwise (an H100 gave
+                # 2.3203125 for an fp32 loss of 2.32223558, 1e-3 off), so
+                # the reference takes the fp32 loss of PyTorch's output
+                # and backpropagates from it; the gradients below then
+                # compare the same function.
                 with torch.autocast(TORCH_DEV, enabled=False):
-                    o32 = out.detach().float()
+                    o32 = out.float()
                     l32 = (nn.functional.cross_entropy(o32, target, label_smoothing=smoothing) if loss_kind == "ce"
                            else nn.functional.nll_loss(o32, target) if loss_kind == "nll"
                            else nn.functional.mse_loss(o32, target))
-                check(loss.dtype == torch.float32 and loss.item() == l32.item(),
-                      "PyTorch's autocast %s loss is not the fp32 loss of its output (%s)" % (loss_kind, loss.dtype))
+                lv, rv = loss.item(), l32.item()
+                if abs(lv - rv) > 8 * 2.0**-23 * max(1.0, abs(rv)):
+                    LOSS_NOTES.add("PyTorch %s's autocast %s loss on %s is not the fp32 loss of its output "
+                                   "(%.9g vs %.9g); the reference uses the latter" % (torch.__version__, loss_kind,
+                                                                                     TORCH_DEV, lv, rv))
+                loss = l32
     finally:
         for h in hooks:
             h.remove()
@@ -407,6 +418,8 @@ def main():
                                              own, ", max pool choices %d (%d)" % (pflips, pown) if ON_CUDA else "",
                                              time.time() - t0, t_run), flush=True)
             del res, init, tm
+    for n in sorted(LOSS_NOTES)[:3]:
+        print("note: " + n)
     print("total %.1fs" % (time.time() - t_all))
     if failures:
         print("%d failure(s)" % len(failures))
