@@ -39,6 +39,14 @@ if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
 # alexnet resnet50 resnet9, GPU_TESTS=0 leaves out ctest -L gpu. Later
 # calls can then do ROWS=train COMPILE=only MODELS=alexnet GPU_TESTS=0.
 ROWS=${ROWS:-train profile recompute maxbatch tta cpugpu}
+# COMPILE_ROWS: the "model:mode" pairs that get a torch.compile row
+# (default all), e.g. "alexnet:fp16" (each compile costs a minute or more).
+COMPILE_ROWS=${COMPILE_ROWS:-}
+# ctrain's data path for the training rows: PyTorch's script trains on one
+# batch resident on the GPU, so ctrain keeps its synthetic set on the GPU
+# too (uint8, gathered and normalized there per step) and replays the
+# step as a CUDA graph. CTRAIN_TRAIN_FLAGS="" measures the host loader.
+CTRAIN_TRAIN_FLAGS=${CTRAIN_TRAIN_FLAGS---data-on-gpu --cuda-graph}
 want() { [[ " $ROWS " == *" $1 "* ]]; }
 # What bench/gpu/fetch_deps.sh packed (oneDNN, zlib, Fashion-MNIST) for a
 # machine without them: unpacked outside / and found through the prefix
@@ -119,8 +127,11 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee 
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tee -a "$RAW"
 # The GPU unit tests first: their failures explain any failing row below.
 if [[ ${GPU_TESTS:-1} != 0 ]]; then
-  (cd "$BUILD" && ctest -L gpu --output-on-failure) >"$TMP/ctest.log" 2>&1 || log "GPU unit tests: FAILURES (see $RAW)"
-  cat "$TMP/ctest.log" >>"$RAW"
+  # Into the raw log as it runs, so a call cut off at its limit still
+  # brings back what the tests said. CTEST_ARGS: e.g. "-j4" or "-R test_gpu_ops".
+  # shellcheck disable=SC2086
+  (cd "$BUILD" && ctest -L gpu --output-on-failure ${CTEST_ARGS:-}) 2>&1 | tee "$TMP/ctest.log" >>"$RAW" ||
+    log "GPU unit tests: FAILURES (see $RAW)"
   grep -E 'tests passed|Skipped|Failed|\*\*\*' "$TMP/ctest.log" | tee -a "$RAW" >&2
 fi
 
@@ -128,7 +139,7 @@ kv() { grep '^RESULT' "$2" | tail -n1 | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 jnum() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" "$2" | head -n1; }
 echo "| workload | mode | ctrain img/s | PyTorch img/s | ratio | ctrain peak (planned) MiB | PyTorch peak MiB | notes |" >"$TMP/rows"
 echo "|---|---|---|---|---|---|---|---|" >>"$TMP/rows"
-row() { echo "| $* |" >>"$TMP/rows"; }
+row() { echo "| $* |" | tee -a "$RAW" >>"$TMP/rows"; }
 # Numbers only: a failed run yields "-" (or nothing), which awk must not see.
 isnum() { [[ $1 =~ ^[0-9]+([.][0-9]*)?([eE][-+]?[0-9]+)?$ ]]; }
 mib() { isnum "${1:-}" && [[ $1 != 0 ]] && awk "BEGIN{printf \"%.0f\", $1/1048576}" || echo "-"; }
@@ -166,7 +177,7 @@ ctrain_train() {
   # shellcheck disable=SC2086
   env ${env[@]+"${env[@]}"} timeout "$TMO" "$CTRAIN" train --model "$m" --data "synthetic:$SYNTH_N" --input "$in" --classes "$cl" \
     --batch-size "$b" --max-steps "$steps" --epochs 1000 --device cuda --cudnn-benchmark --precision "$prec" \
-    --optimizer sgd --momentum 0.9 $extra --metrics-json "$j" >"$lg" 2>&1
+    --optimizer sgd --momentum 0.9 $CTRAIN_TRAIN_FLAGS $extra --metrics-json "$j" >"$lg" 2>&1
   local rc=$?
   cat "$lg" >>"$RAW"
   sed -n 's/.*(recompute: \([0-9]*\) segments.*/\1/p' "$lg" | head -n1 >"$TMP/segments"
@@ -192,7 +203,7 @@ bench_model() {
     read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags")
     row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | torch eager, channels_last, cudnn.benchmark"
   fi
-  if [[ $COMPILE != 0 ]]; then
+  if [[ $COMPILE != 0 && ( -z $COMPILE_ROWS || " $COMPILE_ROWS " == *" $m:$cmode "* ) ]]; then
     read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags --compile")
     row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | torch.compile"
   fi
@@ -335,7 +346,7 @@ if ! want tta; then
 elif [[ -d $FMNIST ]]; then
   ld=$TMP/fm
   timeout "$TMO" "$CTRAIN" train --model cnn --data "fashion-mnist:$FMNIST" --device cuda --epochs "${TTA_EPOCHS:-15}" --batch-size 128 \
-    --optimizer adam --lr 0.001 --patience 0 --log-dir "$ld" >>"$RAW" 2>&1 || log "ctrain cnn fashion-mnist failed"
+    --optimizer adam --lr 0.001 --patience 0 $CTRAIN_TRAIN_FLAGS --log-dir "$ld" >>"$RAW" 2>&1 || log "ctrain cnn fashion-mnist failed"
   # "<seconds> <epoch>" at the first epoch with val_accuracy >= $TTA, else
   # "- <best val_accuracy> <epochs run>"; nothing when there is no history.
   read -r c91 cep cn < <(awk -F, -v tgt="$TTA" 'NR==1{for(i=1;i<=NF;i++){if($i=="val_accuracy")a=i;if($i=="seconds")s=i}next}
@@ -390,7 +401,8 @@ fi
   echo
   echo "Steps per measurement: $STEPS after 5 warm-up steps for PyTorch; ctrain runs whole epochs of synthetic"
   echo "data ($SYNTH_N images) and its img/s leaves out the first epoch (cuDNN Find, set-up), falling back to the"
-  echo "trainer's all-steps figure. ctrain peak = the memory plan (arena + state), PyTorch peak ="
+  echo "trainer's all-steps figure. ctrain's flags: --cudnn-benchmark ${CTRAIN_TRAIN_FLAGS:-(host data path)}."
+  echo "ctrain peak = the memory plan (arena + state), PyTorch peak ="
   echo "torch.cuda.max_memory_allocated. Build with CUDA from scratch: ${BUILD_S}. Raw output: $(basename "$RAW")."
   echo
   cat "$TMP/rows"
