@@ -119,6 +119,9 @@ static const pool_case pool_cases[] = {
     {2, 3, 8, 8, {2, 2, 2, 2, 0, 0, 0, 1}},   {2, 3, 9, 9, {3, 3, 2, 2, 1, 1, 1, 1}},
     {3, 2, 10, 10, {3, 3, 3, 3, 0, 0, 1, 1}}, {2, 4, 13, 13, {3, 3, 1, 1, 1, 1, 0, 1}}, /* overlapping windows */
     {4, 37, 14, 14, {2, 2, 2, 2, 0, 0, 0, 1}}, /* C not a multiple of a warp: NHWC channel vectors */
+    /* C a multiple of 8: max pooling's NHWC vector kernels (8 channels a thread) */
+    {2, 16, 11, 11, {3, 3, 2, 2, 1, 1, 0, 1}}, {2, 64, 13, 13, {3, 3, 2, 2, 0, 0, 1, 1}},
+    {3, 8, 7, 9, {2, 3, 1, 2, 1, 0, 0, 1}},
 };
 
 static void pool16(const pool_case *c, ct_dtype dt, int nhwc) {
