@@ -716,7 +716,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
   if (s == CT_OK && ls.batch % acc != 0 && ls.batch < batches)
     s = ct_error(CT_ERR_INVALID_ARG, "fit: the checkpoint stopped at batch %lld, inside a group of --accumulate %d",
                  (long long)ls.batch, acc);
-  int stop = 0;
+  int stop = 0, graph_told = 0;
   ct_eval_result vres = {0};
   int have_val = 0;
   const char *names[2] = {"loss", "accuracy"};
@@ -835,10 +835,17 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       if (s == CT_OK && have)
         s = device_result(train, &r, &ls, &gs, opt, cfg, tb, pg, names, t0, &images);
     }
-    if (s == CT_OK && pipe && cfg->progress && ls.epoch == 0 && cfg->cuda_graph) {
+    /* Once, at the end of the first epoch where it is decided: a graph,
+     * or a reason for none. Until the warm-up steps have run neither
+     * exists (an epoch of two batches is all warm-up), so the line waits;
+     * the last epoch prints it whatever it is. */
+    if (s == CT_OK && pipe && cfg->progress && cfg->cuda_graph && !graph_told) {
       const char *note = NULL;
       int on = ct_device_trainer_graph_on(pipe, &note);
-      fprintf(cfg->progress, "cuda graph: %s%s\n", on ? "on" : "off: ", on ? "" : note ? note : "not captured");
+      if (on || note || stop || ls.epoch + 1 >= cfg->epochs) {
+        fprintf(cfg->progress, "cuda graph: %s%s\n", on ? "on" : "off: ", on ? "" : note ? note : "not captured");
+        graph_told = 1;
+      }
     }
     double dt = now_s() - t0;
     ls.train_seconds += dt;
