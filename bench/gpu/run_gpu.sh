@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmark of issue 5: ctrain and the machine's PyTorch 2.x in the
 # same call, one Markdown table (img/s, ctrain/PyTorch ratio, peak memory:
-# ctrain's planned bytes vs torch.cuda.max_memory_allocated). NEVER RUN ON A
-# GPU YET: written and shell-checked on a machine without one.
+# ctrain's planned bytes vs torch.cuda.max_memory_allocated). Written and
+# shell-checked on a machine without a GPU; first run on an NVIDIA H100 on
+# 2026-11-22 (bench/results/2026-11-22-h100-gpu.md: the calls, their
+# commands and what they measured). The maxbatch group has not run on a GPU.
 #
 # Usage (repo root, one call on the GPU machine; see docs/GPU.md):
 #   bench/gpu/fetch_deps.sh              # HERE first: oneDNN, zlib, data -> .deps
@@ -11,7 +13,11 @@
 #   $OUT if set, else bench/results), STEPS (30), QUICK=1 (5 steps, no
 #   torch.compile), FMNIST (Fashion-MNIST IDX dir, default .deps/fashion-mnist
 #   or /usr/share/datasets/fashion-mnist; the row is skipped when absent),
-#   ROW_TIMEOUT (seconds per ctrain/PyTorch run, 300).
+#   ROW_TIMEOUT (seconds per ctrain/PyTorch run, 300), CTRAIN_TRAIN_FLAGS
+#   (ctrain's data path in the training rows, default "--data-on-gpu
+#   --cuda-graph"; empty = the host loader), COMPILE_ROWS ("model:mode"
+#   pairs that get a torch.compile row, default all), CTEST_ARGS (extra
+#   ctest arguments, e.g. "-j4" or "-R recompute"), TTA_TARGET (0.91).
 # What bench/gpu/rehearse.sh sets to run all of this without a GPU (the
 # defaults are the real benchmark): SKIP_BUILD=1 (use BUILD_DIR as it is),
 #   CTRAIN and BENCH_BIN (the ctrain executable, the folder of bench_matmul,
@@ -22,7 +28,9 @@
 #   (15), MATMUL_SHAPE (10000x200x10000), LINREG_N (1000000), LINREG_STEPS (500),
 #   PROFILE_STEPS (10).
 # Time: a device command may run 10 minutes at most; torch.compile rows
-# alone can take minutes each, so run QUICK=1 first.
+# alone can take minutes each, so run QUICK=1 first. On the H100 the build
+# took 18-23 s, QUICK=1 ROWS="train cpugpu" with the GPU tests at -j4 379 s,
+# STEPS=30 ROWS="train profile tta recompute" with the tests 497 s.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -255,7 +263,8 @@ if want profile; then
   profile_pair resnet50 $W_RESNET50 bf16 amp_bf16
 fi
 
-# Activation recompute (gradient checkpointing), never run on a GPU yet.
+# Activation recompute (gradient checkpointing): the throughput row ran on
+# an H100 on 2026-11-22; the largest-batch search (maxbatch) has not run.
 # Throughput row: ctrain --recompute auto against PyTorch eager with
 # torch.utils.checkpoint.checkpoint_sequential(use_reentrant=False) over
 # the model's sequential form (torch_gpu.py sequential_form), with the

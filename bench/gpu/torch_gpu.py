@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench/gpu/run_gpu.sh (NEVER RUN ON A GPU YET).
+"""PyTorch side of bench/gpu/run_gpu.sh (first run on an H100 on 2026-11-22:
+bench/results/2026-11-22-h100-gpu.md; `maxbatch` has not run on a GPU yet).
 
 One workload per call, one machine-readable line on stdout:
   RESULT workload=... mode=... img_s=... peak_bytes=... [extra=...]
