@@ -199,23 +199,9 @@ __global__ void k_maxpool_bwd(pool_geom_t<I> g, const void *dy, int dyt, const i
  * index unpacking (the divisions) is paid once per vector instead of once
  * per element. Same windows, order and comparisons as k_maxpool_fwd and
  * k_maxpool_bwd, so the results are the same bits. DT is the dtype of
- * both tensors (a compile-time constant, so the loads are plain). Used
+ * both tensors (a compile-time constant: ct_ld and ct_st fold to plain
+ * loads and stores). Used
  * when C is a multiple of POOL_VEC and the geometry fits int32. */
-
-template <int DT> __device__ __forceinline__ float ldv(const void *p, int32_t i) {
-  if (DT == CT_F32) return ((const float *)p)[i];
-  if (DT == CT_BF16) return ct_bf16_to_f32_dev(((const uint16_t *)p)[i]);
-  return __half2float(((const __half *)p)[i]);
-}
-
-template <int DT> __device__ __forceinline__ void stv(void *p, int32_t i, float v) {
-  if (DT == CT_F32)
-    ((float *)p)[i] = v;
-  else if (DT == CT_BF16)
-    ((uint16_t *)p)[i] = ct_f32_to_bf16_dev(v);
-  else
-    ((__half *)p)[i] = __float2half_rn(v);
-}
 
 template <int DT> __global__ void k_maxpool_fwd_nhwc(pool_geom_t<int32_t> g, const void *x, void *y, int32_t *ws) {
   const int32_t cv = g.C / POOL_VEC, n = g.planes / g.C * g.OH * g.OW * cv;
@@ -235,14 +221,14 @@ template <int DT> __global__ void k_maxpool_fwd_nhwc(pool_geom_t<int32_t> g, con
         const int32_t b = ((img * g.H + ih) * g.W + iw) * g.C + c0;
 #pragma unroll
         for (int j = 0; j < POOL_VEC; j++) {
-          float v = ldv<DT>(x, b + j);
+          float v = ct_ld(x, DT, b + j);
           if (v > best[j] || isnan(v)) best[j] = v, arg[j] = ih * g.W + iw;
         }
       }
     const int32_t o = px * g.C + c0;
 #pragma unroll
     for (int j = 0; j < POOL_VEC; j++) {
-      stv<DT>(y, o + j, best[j]);
+      ct_st(y, DT, o + j, best[j]);
       if (ws) ws[o + j] = arg[j];
     }
   }
@@ -265,11 +251,11 @@ template <int DT> __global__ void k_maxpool_bwd_nhwc(pool_geom_t<int32_t> g, con
         const int32_t o = ((img * g.OH + oh) * g.OW + ow) * g.C + c0;
 #pragma unroll
         for (int j = 0; j < POOL_VEC; j++)
-          if (ws[o + j] == me) s[j] += ldv<DT>(dy, o + j);
+          if (ws[o + j] == me) s[j] += ct_ld(dy, DT, o + j);
       }
     const int32_t i = px * g.C + c0;
 #pragma unroll
-    for (int j = 0; j < POOL_VEC; j++) stv<DT>(dx, i + j, (float)s[j]);
+    for (int j = 0; j < POOL_VEC; j++) ct_st(dx, DT, i + j, (float)s[j]);
   }
 }
 
