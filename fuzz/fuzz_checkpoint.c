@@ -17,6 +17,7 @@
 #include "ctrain/checkpoint.h"
 #include "ctrain/ctrain.h"
 #include "fuzz_scratch.h"
+#include "fuzz_entry.h"
 
 #define FUZZ_CK_MODEL                                                                        \
   "input 1x4x4\nconv2d 1 2 3 padding=1\nbatchnorm2d 2\nrelu\nflatten\nlinear 32 3\n"
@@ -94,10 +95,4 @@ static int fuzz_checkpoint_one(const uint8_t *data, size_t size) {
   return rc;
 }
 
-#ifndef CT_FUZZ_BODY_ONLY
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (fuzz_checkpoint_one(data, size) != 0) abort();
-  return 0;
-}
-#endif
+CT_FUZZ_ENTRY(fuzz_checkpoint_one)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "fuzz_entry.h"
 
 enum { FUZZ_CLI_MAX_ARGS = 64 };
 
@@ -75,10 +76,4 @@ static int fuzz_cli_one(const uint8_t *data, size_t size) {
   return rc;
 }
 
-#ifndef CT_FUZZ_BODY_ONLY
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (fuzz_cli_one(data, size) != 0) abort();
-  return 0;
-}
-#endif
+CT_FUZZ_ENTRY(fuzz_cli_one)

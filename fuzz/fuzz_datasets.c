@@ -22,6 +22,7 @@
 #include "ctrain/data.h"
 #include "data/image_decode.h"
 #include "fuzz_scratch.h"
+#include "fuzz_entry.h"
 
 /* What the first input byte (modulo FUZZ_DS_KINDS) selects. */
 enum {
@@ -304,10 +305,4 @@ static int ct_fuzz_datasets_one(const uint8_t *data, size_t size) {
   }
 }
 
-#ifndef CT_FUZZ_BODY_ONLY
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (ct_fuzz_datasets_one(data, size) != 0) abort();
-  return 0;
-}
-#endif
+CT_FUZZ_ENTRY(ct_fuzz_datasets_one)

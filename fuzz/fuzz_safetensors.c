@@ -10,6 +10,7 @@
 
 #include "ctrain/safetensors.h"
 #include "io/json.h"
+#include "fuzz_entry.h"
 
 /* One input: parse it; when it is accepted, exercise every accessor and
  * read (raw and converted) every tensor. Returns 0 if the input was
@@ -61,10 +62,4 @@ static int ct_fuzz_safetensors_one(const uint8_t *data, size_t size) {
   return rc;
 }
 
-#ifndef CT_FUZZ_BODY_ONLY
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (ct_fuzz_safetensors_one(data, size) != 0) abort();
-  return 0;
-}
-#endif
+CT_FUZZ_ENTRY(ct_fuzz_safetensors_one)
