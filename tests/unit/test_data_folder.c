@@ -70,6 +70,19 @@ static int max_diff(const uint8_t *a, const uint8_t *b, size_t n) {
   return m;
 }
 
+/* The first cap bytes of train/NAME under dir (0 and a failed check when
+ * it cannot be read): the seed files that the damaged copies start from. */
+static size_t read_sample(const char *dir, const char *name, uint8_t *buf, size_t cap) {
+  char path[1400];
+  snprintf(path, sizeof path, "%s/train/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  CHECK_MSG(f != NULL, "cannot read %s", path);
+  if (!f) return 0;
+  size_t n = fread(buf, 1, cap, f);
+  fclose(f);
+  return n;
+}
+
 static ct_status open_folder(const char *dir, int train, const ct_dataset_options *o, ct_dataset **ds) {
   char spec[1200];
   snprintf(spec, sizeof spec, "folder:%s", dir);
@@ -209,20 +222,13 @@ int main(void) {
   CHECK(open_folder(dir, 1, NULL, &ds) == CT_ERR_PARSE);
   CHECK_MSG(strstr(ct_last_error(), "b_cat/0.png") != NULL, "%s", ct_last_error());
   {
-    char src[1400];
-    snprintf(src, sizeof src, "%s/train/a_dog/y.png", dir);
-    FILE *f = fopen(src, "rb");
     uint8_t buf[4096];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
+    size_t n = read_sample(dir, "a_dog/y.png", buf, sizeof buf);
     tdata_write(p, buf, n / 2, 0);
     CHECK(open_folder(dir, 1, NULL, &ds) == CT_ERR_PARSE);
     CHECK_MSG(strstr(ct_last_error(), "b_cat/0.png") != NULL, "%s", ct_last_error());
     remove(p);
-    snprintf(src, sizeof src, "%s/train/a_dog/x.jpg", dir);
-    f = fopen(src, "rb");
-    n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
+    n = read_sample(dir, "a_dog/x.jpg", buf, sizeof buf);
     snprintf(p, sizeof p, "%s/train/b_cat/0.jpg", dir);
     tdata_write(p, buf, n - 40, 0);
     CHECK(open_folder(dir, 1, NULL, &ds) == CT_ERR_PARSE);
@@ -253,10 +259,7 @@ int main(void) {
      * 100000x1000 (under the limit) in a 69-byte file: refused before
      * allocating, the second because no deflate stream that short can
      * hold that many rows. The chunk CRC is fixed so libpng reads on. */
-    snprintf(src, sizeof src, "%s/train/a_dog/y.png", dir);
-    f = fopen(src, "rb");
-    n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
+    n = read_sample(dir, "a_dog/y.png", buf, sizeof buf);
     snprintf(p, sizeof p, "%s/train/b_cat/0.png", dir);
     const uint32_t claims[2][2] = {{1000000, 1000000}, {100000, 1000}};
     for (int k = 0; k < 2; k++) {
