@@ -5,7 +5,7 @@
  * micro-batch under the loss scaler skipping the group's step once (the
  * device-side scale and check), and --cuda-graph with accumulation
  * training eagerly with the trainer's one-line note. Labelled gpu; exits
- * 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+ * 77 without a CUDA device. */
 #include <unistd.h>
 
 #include "test_util.h"

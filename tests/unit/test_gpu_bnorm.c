@@ -20,7 +20,7 @@
  * bf16 1e-2 and f16 5e-3 for tensors stored in those dtypes; statistics
  * and parameter gradients (f32) computed from 16-bit inputs 1e-3; bf16
  * parameters and statistics 1e-2. Labelled gpu; exits 77 without a CUDA
- * device. NEVER RUN ON A GPU YET. */
+ * device. */
 #include <stdarg.h>
 
 #include "test_gpu_common.h"

@@ -14,7 +14,7 @@
  * cudnnFind* (cudnn_benchmark) algorithm choice; the emulator's
  * CT_EMU_DNN_NO_NHWC run (emu_test_gpu_layout_no_nhwc) takes every NHWC
  * algorithm away, so the same checks then cover the NCHW fallback.
- * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+ * Labelled gpu; exits 77 without a CUDA device. */
 #include "op_util.h"
 #include "test_util.h"
 

@@ -21,8 +21,7 @@
  *    dy (bf16, f16) the weight gradient beside it is the 16-bit result
  *    widened (its elements are 16-bit values), as PyTorch's autocast.
  * Outputs an op overwrites are filled with NaN before the op, so an
- * element it never writes fails. Skipped (77) without a GPU. NEVER RUN ON
- * A GPU YET. */
+ * element it never writes fails. Skipped (77) without a GPU. */
 #include <stdarg.h>
 
 #include "optim/optimizer_device.h"

@@ -21,7 +21,7 @@
  * twin with the variant's feature switched off (no Nesterov, no amsgrad,
  * AdamW instead of Adam-L2 and back) must end at least 1e-4 away, so a
  * kernel that ignored the feature would miss 1e-6 by two orders.
- * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+ * Labelled gpu; exits 77 without a CUDA device. */
 #include "test_util.h"
 
 #include "backend/backend.h"

@@ -34,7 +34,7 @@
  * CTRAIN_TEST_RECOMPUTE_DEVICE=cpu runs the comparisons on another device
  * (a check of this test's logic without a GPU; the device-step and
  * out-of-memory parts need cuda and are left out).
- * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+ * Labelled gpu; exits 77 without a CUDA device. */
 #include <stdint.h>
 
 #include "test_util.h"

@@ -12,7 +12,7 @@
  * (bitwise), and the cuBLASLt plan cache (repeated and
  * interleaved shapes give the first call's bits and match the reference),
  * and the fused GPU linear regression against ct_linreg_fit.
- * Labelled gpu; exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+ * Labelled gpu; exits 77 without a CUDA device. */
 #include "test_util.h"
 
 #include "backend/backend.h"

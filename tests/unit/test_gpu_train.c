@@ -3,7 +3,7 @@
  * device block) against the same model on the CPU (forward, one training
  * step through ct_device_train_step vs the CPU trainer's calls), weights
  * saved from the device, and the out-of-memory refusal. Labelled gpu;
- * exits 77 without a CUDA device. NEVER RUN ON A GPU YET. */
+ * exits 77 without a CUDA device. */
 #include "test_util.h"
 
 #include "backend/backend.h"
