@@ -4,8 +4,8 @@
  * not, training/eval, accumulate), activations, dropout (bit-identical
  * masks from the same Philox stream), add/axpby/fill/cast, softmax, losses
  * (result in a device tensor) and the sumsq/nonfinite reductions; f32 with
- * tolerance 1e-5 (normwise relative error vs the f64 reference), plus a
- * bf16-storage pass over the elementwise ops at 1e-2; sumsq 1e-10 relative
+ * tolerance 1e-5 (normwise relative error vs the f64 reference), plus
+ * bf16- and f16-storage passes over the elementwise ops at 1e-2; sumsq 1e-10 relative
  * (double sums in another order). 16-bit pooling, NHWC pooling, 16-bit
  * logits and int32 targets: test_gpu_ops2.c. Skipped (77) without a GPU. */
 #include <stdarg.h>
@@ -145,7 +145,7 @@ static void bn_one(int ndim, const int64_t *shape, int affine) {
   gb_free(&sm), gb_free(&si), gb_free(&dg), gb_free(&dbt);
 }
 
-/* dt: storage of inputs and outputs on the GPU (f32 or bf16). */
+/* dt: storage of inputs and outputs on the GPU. */
 static void act_all(int64_t n, ct_dtype dt) {
   double tol = dt == CT_F32 ? TOL32 : TOL16;
   gb x = GB(3, n), y = GB(3, n), dy = GB(3, n), dx = GB(3, n);
@@ -326,6 +326,7 @@ int main(void) {
   act_all(101, CT_F32);
   act_all(40000, CT_F32);
   act_all(1001, CT_BF16);
+  act_all(1001, CT_F16);
   dropout_one(2, 3, 49, 0, 0.3f, 1);
   dropout_one(2, 3, 49, 1, 0.5f, 2);
   dropout_one(3, 101, 333, 0, 0.2f, 7);
@@ -333,6 +334,7 @@ int main(void) {
   misc_elementwise(7, CT_F32);
   misc_elementwise(100003, CT_F32);
   misc_elementwise(1003, CT_BF16);
+  misc_elementwise(1003, CT_F16);
   softmax_loss(5, 10);
   softmax_loss(64, 1000);
   printf("worst normwise relative error (f32): %.3g\n", worst);

@@ -31,16 +31,30 @@ __device__ __forceinline__ float ct_rng_uniform_at_dev(uint64_t seed, uint32_t k
 
 /* ---- kernels ---- */
 
-__global__ void k_act_fwd(int act, float alpha, const void *x, int xt, void *y, int yt, int64_t n) {
-  CT_GRID_STRIDE(i, n) ct_st(y, yt, i, ct_act_dev(act, alpha, ct_ld(x, xt, i)));
+/* The elementwise kernels below take vec (ct_vec_for: 8 elements a step
+ * when every pointer is 16-byte aligned); the results do not depend on it. */
+
+__global__ void k_act_fwd(int act, float alpha, const void *x, int xt, void *y, int yt, int64_t n, int vec) {
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    ct_ldw<W>(x, xt, i, v);
+    for (int k = 0; k < W; k++) v[k] = ct_act_dev(act, alpha, v[k]);
+    ct_stw<W>(y, yt, i, v);
+  });
 }
 
 __global__ void k_act_bwd(int act, float alpha, const void *x, int xt, const void *y, int yt, const void *dy, int dyt,
-                          void *dx, int dxt, int64_t n) {
-  CT_GRID_STRIDE(i, n) {
-    float xv = x ? ct_ld(x, xt, i) : 0.f, yv = y ? ct_ld(y, yt, i) : 0.f;
-    ct_st(dx, dxt, i, ct_ld(dy, dyt, i) * ct_act_grad_dev(act, alpha, xv, yv));
-  }
+                          void *dx, int dxt, int64_t n, int vec) {
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float xv[W] = {}, yv[W] = {}, g[W];
+    if (x) ct_ldw<W>(x, xt, i, xv);
+    if (y) ct_ldw<W>(y, yt, i, yv);
+    ct_ldw<W>(dy, dyt, i, g);
+    for (int k = 0; k < W; k++) g[k] *= ct_act_grad_dev(act, alpha, xv[k], yv[k]);
+    ct_stw<W>(dx, dxt, i, g);
+  });
 }
 
 /* mode 0: copy, 1: zero, 2: mask and scale. step_dev: the step from
@@ -65,19 +79,39 @@ __global__ void k_dropout(int mode, float pf, double scale, int64_t group, uint6
 }
 
 /* y = act(a + b), the residual add with its folded ReLU in one pass. */
-__global__ void k_add(int act, const void *a, int at, const void *b, int bt, void *y, int yt, int64_t n) {
-  CT_GRID_STRIDE(i, n) ct_st(y, yt, i, ct_act_dev(act, 0.01f, ct_ld(a, at, i) + ct_ld(b, bt, i)));
+__global__ void k_add(int act, const void *a, int at, const void *b, int bt, void *y, int yt, int64_t n, int vec) {
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float va[W], vb[W];
+    ct_ldw<W>(a, at, i, va);
+    ct_ldw<W>(b, bt, i, vb);
+    for (int k = 0; k < W; k++) va[k] = ct_act_dev(act, 0.01f, va[k] + vb[k]);
+    ct_stw<W>(y, yt, i, va);
+  });
 }
 
-__global__ void k_axpby(float alpha, const void *x, int xt, float beta, void *y, int yt, int64_t n) {
-  CT_GRID_STRIDE(i, n) {
+__global__ void k_axpby(float alpha, const void *x, int xt, float beta, void *y, int yt, int64_t n, int vec) {
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
     /* beta 0 overwrites, so stale NaN in y does not leak through */
-    float old = beta != 0.f ? beta * ct_ld(y, yt, i) : 0.f;
-    ct_st(y, yt, i, alpha * ct_ld(x, xt, i) + old);
-  }
+    float vx[W], vy[W] = {};
+    ct_ldw<W>(x, xt, i, vx);
+    if (beta != 0.f) ct_ldw<W>(y, yt, i, vy);
+    /* fmaf spelled out: a*x + b*y may fuse either product, and the two
+     * widths must not choose differently */
+    for (int k = 0; k < W; k++) vy[k] = fmaf(alpha, vx[k], beta != 0.f ? beta * vy[k] : 0.f);
+    ct_stw<W>(y, yt, i, vy);
+  });
 }
 
-__global__ void k_fill(void *x, int xt, float v, int64_t n) { CT_GRID_STRIDE(i, n) ct_st(x, xt, i, v); }
+__global__ void k_fill(void *x, int xt, float v, int64_t n, int vec) {
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float f[W];
+    for (int k = 0; k < W; k++) f[k] = v;
+    ct_stw<W>(x, xt, i, f);
+  });
+}
 
 /* Any-to-any conversion through double, with the host's rules: floats to
  * 16-bit round to nearest even (f64 -> f16/bf16 via f32, as ct_convert),
@@ -106,22 +140,43 @@ __device__ __forceinline__ void st_any(void *p, int t, int64_t i, double v) {
   }
 }
 
-__global__ void k_cast(const void *x, int xt, void *y, int yt, int64_t n) {
-  CT_GRID_STRIDE(i, n) {
-    if (xt == CT_F32 && yt == CT_BF16) /* the hot pair, no detour */
-      ((uint16_t *)y)[i] = ct_f32_to_bf16_dev(((const float *)x)[i]);
-    else
-      st_any(y, yt, i, ld_any(x, xt, i));
+/* vec: both dtypes float (f32, bf16, f16; through float, which is exact
+ * between them and rounds as the double detour would) and aligned. */
+__global__ void k_cast(const void *x, int xt, void *y, int yt, int64_t n, int vec) {
+  if (vec) {
+    ct_vec_for(n, 1, [&](int64_t i, auto w) {
+      constexpr int W = decltype(w)::value;
+      float f[W];
+      ct_ldw<W>(x, xt, i, f);
+      ct_stw<W>(y, yt, i, f);
+    });
+    return;
   }
+  CT_GRID_STRIDE(i, n) st_any(y, yt, i, ld_any(x, xt, i));
 }
 
+/* The channel of the group's first element takes two divisions; the rest
+ * step through [channels][inner] by counting. */
 __global__ void k_bias_act(void *y, int yt, int64_t n, const void *b, int bt, int64_t channels, int64_t inner,
-                           int act) {
-  CT_GRID_STRIDE(i, n) {
-    float v = ct_ld(y, yt, i);
-    if (b) v += ct_ld(b, bt, (i / inner) % channels);
-    ct_st(y, yt, i, ct_act_dev(act, 0.01f, v));
-  }
+                           int act, int vec) {
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    ct_ldw<W>(y, yt, i, v);
+    if (b) {
+      const int64_t q = i / inner;
+      int64_t c = q % channels, r = i - q * inner;
+      for (int k = 0; k < W; k++) {
+        v[k] += ct_ld(b, bt, c);
+        if (++r == inner) {
+          r = 0;
+          if (++c == channels) c = 0;
+        }
+      }
+    }
+    for (int k = 0; k < W; k++) v[k] = ct_act_dev(act, 0.01f, v[k]);
+    ct_stw<W>(y, yt, i, v);
+  });
 }
 
 /* Column sums of a row-major [rows][C] matrix (an NHWC gradient, a linear
@@ -187,7 +242,9 @@ extern "C" ct_status cuda_act_fwd(ct_device *d, ct_act act, float alpha, const c
   CT_TRY(cuda_enter(d));
   int64_t n = ct_tensor_numel(x);
   if (!n) return CT_OK;
-  k_act_fwd<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>((int)act, alpha, x->data, x->dtype, y->data, y->dtype, n);
+  const int vec = ct_vec_ok(x->data, y->data);
+  k_act_fwd<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>((int)act, alpha, x->data, x->dtype, y->data, y->dtype,
+                                                                 n, vec);
   CUDA_LAUNCHED("act_fwd");
   return CT_OK;
 }
@@ -207,9 +264,10 @@ extern "C" ct_status cuda_act_bwd(ct_device *d, ct_act act, float alpha, const c
   if (!n) return CT_OK;
   /* Pass only what the formula reads, so a caller's NULL is never touched. */
   const void *xp = CT_ACT_BWD_NEEDS_X(act) ? x->data : NULL, *yp = CT_ACT_BWD_NEEDS_Y(act) ? y->data : NULL;
-  k_act_bwd<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>((int)act, alpha, xp, x ? x->dtype : CT_F32, yp,
-                                                        y ? y->dtype : CT_F32, dy->data, dy->dtype, dx->data,
-                                                        dx->dtype, n);
+  const int vec = ct_vec_ok(xp, yp, dy->data, dx->data);
+  k_act_bwd<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>((int)act, alpha, xp, x ? x->dtype : CT_F32, yp,
+                                                                 y ? y->dtype : CT_F32, dy->data, dy->dtype, dx->data,
+                                                                 dx->dtype, n, vec);
   CUDA_LAUNCHED("act_bwd");
   return CT_OK;
 }
@@ -249,8 +307,9 @@ extern "C" ct_status cuda_add(ct_device *d, const ct_tensor *a, const ct_tensor 
   CT_TRY(cuda_enter(d));
   int64_t n = ct_tensor_numel(y);
   if (!n) return CT_OK;
-  k_add<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>((int)act, a->data, a->dtype, b->data, b->dtype, y->data, y->dtype,
-                                                    n);
+  const int vec = ct_vec_ok(a->data, b->data, y->data);
+  k_add<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>((int)act, a->data, a->dtype, b->data, b->dtype, y->data,
+                                                             y->dtype, n, vec);
   CUDA_LAUNCHED("add");
   return CT_OK;
 }
@@ -261,7 +320,9 @@ extern "C" ct_status cuda_axpby(ct_device *d, float alpha, const ct_tensor *x, f
   CT_TRY(cuda_enter(d));
   int64_t n = ct_tensor_numel(y);
   if (!n) return CT_OK;
-  k_axpby<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(alpha, x->data, x->dtype, beta, y->data, y->dtype, n);
+  const int vec = ct_vec_ok(x->data, y->data);
+  k_axpby<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(alpha, x->data, x->dtype, beta, y->data, y->dtype, n,
+                                                               vec);
   CUDA_LAUNCHED("axpby");
   return CT_OK;
 }
@@ -271,9 +332,14 @@ extern "C" ct_status cuda_fill(ct_device *d, ct_tensor *x, float value) {
   CT_TRY(cuda_enter(d));
   int64_t n = ct_tensor_numel(x);
   if (!n) return CT_OK;
-  k_fill<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(x->data, x->dtype, value, n);
+  const int vec = ct_vec_ok(x->data);
+  k_fill<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(x->data, x->dtype, value, n, vec);
   CUDA_LAUNCHED("fill");
   return CT_OK;
+}
+
+static int cast_vec(const void *x, ct_dtype xt, const void *y, ct_dtype yt) {
+  return cuda_float_dtype(xt) && cuda_float_dtype(yt) && ct_vec_ok(x, y);
 }
 
 extern "C" ct_status cuda_cast(ct_device *d, const ct_tensor *x, ct_tensor *y) {
@@ -288,7 +354,8 @@ extern "C" ct_status cuda_cast(ct_device *d, const ct_tensor *x, ct_tensor *y) {
     CUDA_TRY(cudaMemcpyAsync(y->data, x->data, (size_t)n * ct_dtype_size(x->dtype), cudaMemcpyDeviceToDevice, STREAM(d)));
     return CT_OK;
   }
-  k_cast<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(x->data, x->dtype, y->data, y->dtype, n);
+  const int vec = cast_vec(x->data, x->dtype, y->data, y->dtype);
+  k_cast<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(x->data, x->dtype, y->data, y->dtype, n, vec);
   CUDA_LAUNCHED("cast");
   return CT_OK;
 }
@@ -296,7 +363,8 @@ extern "C" ct_status cuda_cast(ct_device *d, const ct_tensor *x, ct_tensor *y) {
 extern "C" ct_status cuda_convert(ct_device *d, const void *src, ct_dtype st, void *dst, ct_dtype dt, int64_t n) {
   CT_TRY(cuda_enter(d));
   if (!n) return CT_OK;
-  k_cast<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(src, st, dst, dt, n);
+  const int vec = cast_vec(src, st, dst, dt);
+  k_cast<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(src, st, dst, dt, n, vec);
   CUDA_LAUNCHED("convert");
   return CT_OK;
 }
@@ -306,7 +374,8 @@ extern "C" ct_status cuda_bias_act(ct_device *d, void *y, ct_dtype yt, int64_t n
   if (!n || (!b && act == CT_ACT_NONE)) return CT_OK;
   if (channels < 1 || inner < 1)
     return ct_error(CT_ERR_INTERNAL, "cuda bias_act: channels %lld inner %lld", (long long)channels, (long long)inner);
-  k_bias_act<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(y, yt, n, b, bt, channels, inner, (int)act);
+  const int vec = ct_vec_ok(y);
+  k_bias_act<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(y, yt, n, b, bt, channels, inner, (int)act, vec);
   CUDA_LAUNCHED("bias_act");
   return CT_OK;
 }
