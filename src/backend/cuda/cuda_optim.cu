@@ -14,18 +14,24 @@
  * step is deterministic run to run. */
 #define STATS_BLOCKS 512
 
-__global__ void k_grad_stats_partial(const float *g, int64_t n, const ct_step_stats *st, double *part_sum,
+/* vec: ct_vec_for's 8-wide loads (g 16-byte aligned); the partials then
+ * add the same squares in another order. */
+__global__ void k_grad_stats_partial(const float *g, int64_t n, int vec, const ct_step_stats *st, double *part_sum,
                                      int *part_bad) {
   __shared__ double sh[CT_THREADS / 32];
   const float inv = ct_fused_inv_scale(&st->scaler);
   double acc = 0;
   int bad = 0;
-  CT_GRID_STRIDE(i, n) {
-    float x = g[i];
-    if (!isfinite(x)) bad = 1;
-    float u = inv != 1.0f ? x * inv : x;
-    acc += (double)u * (double)u;
-  }
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float x[W];
+    ct_ldw<W>(g, CT_F32, i, x);
+    for (int k = 0; k < W; k++) {
+      if (!isfinite(x[k])) bad = 1;
+      float u = inv != 1.0f ? x[k] * inv : x[k];
+      acc += (double)u * (double)u;
+    }
+  });
   double t = ct_block_sum(acc, sh);
   int anyb = __syncthreads_or(bad);
   if (threadIdx.x == 0) {
@@ -58,8 +64,8 @@ extern "C" ct_status cuda_grad_stats(ct_device *d, const ct_tensor *grads, ct_st
   double *ps = (double *)scr;
   int *pb = (int *)(ps + STATS_BLOCKS);
   cudaStream_t s = cuda_stream(d);
-  k_grad_stats_partial<<<STATS_BLOCKS, CT_THREADS, 0, s>>>((const float *)grads->data, ct_tensor_numel(grads), stats,
-                                                           ps, pb);
+  k_grad_stats_partial<<<STATS_BLOCKS, CT_THREADS, 0, s>>>((const float *)grads->data, ct_tensor_numel(grads),
+                                                           ct_vec_ok(grads->data), stats, ps, pb);
   CUDA_LAUNCHED("grad_stats");
   k_grad_stats_final<<<1, CT_THREADS, 0, s>>>(ps, pb, STATS_BLOCKS, stats);
   CUDA_LAUNCHED("grad_stats (final)");
@@ -69,37 +75,56 @@ extern "C" ct_status cuda_grad_stats(ct_device *d, const ct_tensor *grads, ct_st
 /* Unscale, clip and update this thread's elements with the arguments a
  * (the caller has checked that the step is not skipped). */
 __device__ __forceinline__ void fused_update(const ct_fused_optim_args *a, float *p, const float *g, float *s0,
-                                             float *s1, float *s2, const ct_step_stats *st) {
+                                             float *s1, float *s2, const ct_step_stats *st, int vec) {
   const float inv = ct_fused_inv_scale(&st->scaler);
   float cf = 1.0f;
   const int clip = ct_fused_clip(a, st, &cf);
-  CT_GRID_STRIDE(i, a->n) {
-    float gi = ct_fused_grad(g[i], inv, clip, cf);
-    if (a->kind == 0)
-      ct_fused_sgd_elem(a, &p[i], gi, s0 ? &s0[i] : (float *)0);
-    else
-      ct_fused_adam_elem(a, &p[i], gi, &s0[i], &s1[i], s2 ? &s2[i] : (float *)0);
-  }
+  ct_vec_for(a->n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float pv[W], gv[W], m[W] = {}, v[W] = {}, vm[W] = {};
+    ct_ldw<W>(p, CT_F32, i, pv);
+    ct_ldw<W>(g, CT_F32, i, gv);
+    if (s0) ct_ldw<W>(s0, CT_F32, i, m);
+    if (s1) ct_ldw<W>(s1, CT_F32, i, v);
+    if (s2) ct_ldw<W>(s2, CT_F32, i, vm);
+    for (int k = 0; k < W; k++) {
+      float gi = ct_fused_grad(gv[k], inv, clip, cf);
+      if (a->kind == 0)
+        ct_fused_sgd_elem(a, &pv[k], gi, s0 ? &m[k] : (float *)0);
+      else
+        ct_fused_adam_elem(a, &pv[k], gi, &m[k], &v[k], s2 ? &vm[k] : (float *)0);
+    }
+    ct_stw<W>(p, CT_F32, i, pv);
+    if (s0) ct_stw<W>(s0, CT_F32, i, m);
+    if (s1) ct_stw<W>(s1, CT_F32, i, v);
+    if (s2) ct_stw<W>(s2, CT_F32, i, vm);
+  });
+}
+
+/* 1 when the pass may take 8 elements a step (ct_vec_for). */
+static int optim_vec(const float *p, const float *g, const float *s0, const float *s1, const float *s2) {
+  return ct_vec_ok(p, g, s0, s1) && ct_vec_ok(s2);
 }
 
 /* The argument block travels by value (kernel parameter space), so the
  * host may reuse its copy at once. */
 __global__ void k_fused_optim(ct_fused_optim_args a, float *p, const float *g, float *s0, float *s1, float *s2,
-                              const ct_step_stats *st) {
+                              const ct_step_stats *st, int vec) {
   if (ct_fused_skip(st)) return;
-  fused_update(&a, p, g, s0, s1, s2, st);
+  fused_update(&a, p, g, s0, s1, s2, st, vec);
 }
 
 /* The same pass with its scalars read from device memory (the row of
  * st->args matching the device's step count), so a replayed graph sees
  * the host's latest learning rate; the row goes through shared memory
  * once per block. */
-__global__ void k_fused_optim_dev(float *p, const float *g, float *s0, float *s1, float *s2, const ct_step_stats *st) {
+__global__ void k_fused_optim_dev(float *p, const float *g, float *s0, float *s1, float *s2, const ct_step_stats *st,
+                                  int vec) {
   __shared__ ct_fused_optim_args a;
   if (ct_fused_skip(st)) return;
   if (threadIdx.x == 0) a = *ct_step_args_pick(&st->args, st->opt_steps);
   __syncthreads();
-  fused_update(&a, p, g, s0, s1, s2, st);
+  fused_update(&a, p, g, s0, s1, s2, st, vec);
 }
 
 extern "C" ct_status cuda_fused_optim_step_dev(ct_device *d, int kind, int64_t n, float *params, const float *grads,
@@ -108,7 +133,8 @@ extern "C" ct_status cuda_fused_optim_step_dev(ct_device *d, int kind, int64_t n
     return ct_error(CT_ERR_INVALID_ARG, "cuda fused_optim_step_dev: Adam needs exp_avg and exp_avg_sq");
   CT_TRY(cuda_enter(d));
   if (n <= 0) return CT_OK;
-  k_fused_optim_dev<<<ct_blocks(n), CT_THREADS, 0, cuda_stream(d)>>>(params, grads, s0, s1, s2, stats);
+  const int vec = optim_vec(params, grads, s0, s1, s2);
+  k_fused_optim_dev<<<ct_vec_blocks(n, vec), CT_THREADS, 0, cuda_stream(d)>>>(params, grads, s0, s1, s2, stats, vec);
   CUDA_LAUNCHED("fused_optim_step_dev");
   return CT_OK;
 }
@@ -122,7 +148,9 @@ extern "C" ct_status cuda_fused_optim_step(ct_device *d, const ct_fused_optim_ar
     return ct_error(CT_ERR_INVALID_ARG, "cuda fused_optim_step: SGD with momentum needs the momentum buffer");
   if (a->amsgrad && !s2) return ct_error(CT_ERR_INVALID_ARG, "cuda fused_optim_step: amsgrad needs max_exp_avg_sq");
   CT_TRY(cuda_enter(d));
-  k_fused_optim<<<ct_blocks(a->n), CT_THREADS, 0, cuda_stream(d)>>>(*a, params, grads, s0, s1, s2, stats);
+  const int vec = optim_vec(params, grads, s0, s1, s2);
+  k_fused_optim<<<ct_vec_blocks(a->n, vec), CT_THREADS, 0, cuda_stream(d)>>>(*a, params, grads, s0, s1, s2, stats,
+                                                                             vec);
   CUDA_LAUNCHED("fused_optim_step");
   return CT_OK;
 }
@@ -182,12 +210,14 @@ extern "C" ct_status cuda_count_correct(ct_device *d, const ct_tensor *scores, c
 
 /* ---- fused full-batch linear regression (src/train/linreg.c's math) ----
  * Per step: one pass over the points sums {r^2, r x_j, r} in double into a
- * fixed number of per-block partials, then one thread adds the partials in
- * block order, forms loss = sum r^2 / n and grad_j = 2/n sum r x_j rounded
- * to f32 (the CPU's formulas), and applies the optimizer element formulas
- * of fused_step.h with step k's arguments (args[k], rounded on the host).
- * Every step of the run is queued at once: the host reads nothing until
- * the end. */
+ * fixed number of per-block partials, then one block adds the partials
+ * (a fixed tree, so a run is deterministic), and its first thread forms
+ * loss = sum r^2 / n and grad_j = 2/n sum r x_j rounded to f32 (the CPU's
+ * formulas) and applies the optimizer element formulas of fused_step.h
+ * with step k's arguments (args[k], rounded on the host). Every step of
+ * the run is queued at once: the host reads nothing until the end. (One
+ * thread adding the 512 x (F+2) partials itself, as this did at first,
+ * took longer than the pass over the data.) */
 #define LINREG_BLOCKS 512
 
 __global__ void k_linreg_partial(const float *x, const float *y, int64_t n, int F, const float *p, double *part) {
@@ -211,10 +241,15 @@ __global__ void k_linreg_partial(const float *x, const float *y, int64_t n, int 
 
 __global__ void k_linreg_update(const double *part, int F, int64_t n, const ct_fused_optim_args *a, float *p,
                                 float *s0, float *s1, float *s2, double *loss_out) {
-  double sum[CT_LINREG_MAX_FEATURES + 2];
-  for (int j = 0; j < F + 2; j++) sum[j] = 0;
-  for (int b = 0; b < LINREG_BLOCKS; b++)
-    for (int j = 0; j < F + 2; j++) sum[j] += part[(size_t)b * (F + 2) + j];
+  __shared__ double sh[CT_THREADS / 32];
+  __shared__ double sum[CT_LINREG_MAX_FEATURES + 2];
+  for (int j = 0; j < F + 2; j++) {
+    double t = 0;
+    for (int b = threadIdx.x; b < LINREG_BLOCKS; b += blockDim.x) t += part[(size_t)b * (F + 2) + j];
+    t = ct_block_sum(t, sh);
+    if (threadIdx.x == 0) sum[j] = t;
+  }
+  if (threadIdx.x != 0) return;
   const double inv_n = 1.0 / (double)n;
   *loss_out = sum[0] * inv_n;
   for (int j = 0; j <= F; j++) {
@@ -241,8 +276,8 @@ extern "C" ct_status cuda_linreg_fit(ct_device *d, const float *x, const float *
   for (int64_t k = 0; k < steps; k++) {
     k_linreg_partial<<<LINREG_BLOCKS, CT_THREADS, 0, st>>>(x, y, n, features, params, (double *)scr);
     CUDA_LAUNCHED("linreg partial sums");
-    k_linreg_update<<<1, 1, 0, st>>>((const double *)scr, features, n, args + k, params, s0, s1, s2,
-                                     loss_history + k);
+    k_linreg_update<<<1, CT_THREADS, 0, st>>>((const double *)scr, features, n, args + k, params, s0, s1, s2,
+                                              loss_history + k);
     CUDA_LAUNCHED("linreg update");
   }
   return CT_OK;
