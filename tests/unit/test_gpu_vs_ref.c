@@ -1,7 +1,9 @@
 /* The cuda device against the reference on the same random inputs:
  * convolution (cuDNN), linear and matmul (cuBLASLt): forward, backward data,
  * backward data overwriting and accumulating, backward weights with beta 0
- * and 1; the shapes of test_cpu_vs_ref.c.
+ * and 1; the shapes of test_cpu_vs_ref.c. A linear layer with a 16-bit
+ * output runs with an f32 bias and with one of its own dtype (the second
+ * may take the cuBLASLt bias epilogue).
  * Precisions and tolerances (normwise relative error vs the f64
  * reference): f32 with FMA math (TF32 off: the default device) 1e-5 for
  * matmul/linear and the bias gradient (a double channel sum); f32
@@ -134,6 +136,15 @@ static void linear_one(const mctx *M, const lin_case *c) {
   CHECK_OK(B->linear_fwd(m->dev, &xg, &wg, c->bias ? &bg : NULL, c->act, &yg));
   CHECK_OK(R_->linear_fwd(g_ref, &xr, &wr, c->bias ? &br : NULL, c->act, &yr));
   CHECK_E(M, &y, m->tol, "%s fwd", nm);
+  if (c->bias && m->out != CT_F32) {
+    /* A bias of the output's dtype (autocast's 16-bit weight copy) may
+     * take the cuBLASLt epilogue; the f32 one above never does. */
+    gb_put(&b, m->out);
+    bg = gb_gpu(&b), br = gb_ref(&b);
+    CHECK_OK(B->linear_fwd(m->dev, &xg, &wg, &bg, c->act, &yg));
+    CHECK_OK(R_->linear_fwd(g_ref, &xr, &wr, &br, c->act, &yr));
+    CHECK_E(M, &y, m->tol, "%s fwd, %s bias", nm, ct_dtype_name(m->out));
+  }
   ct_tensor dxg = gb_out(&dx, m->out), dxr = gb_ref(&dx);
   CHECK_OK(B->linear_bwd_data(m->dev, &dyg, &wg, &dxg));
   CHECK_OK(R_->linear_bwd_data(g_ref, &dyr, &wr, &dxr));

@@ -4,10 +4,13 @@
  * inputs f32, bf16 or f16 (both inputs alike), output the input dtype or
  * f32; accumulation in f32 (CUBLAS_COMPUTE_32F, or TF32 tensor cores for
  * f32 when the device was opened with CTRAIN_CUDA_TF32=1). linear_fwd uses
- * the cuBLASLt bias/ReLU epilogue for f32 outputs with f32 bias; other
+ * the cuBLASLt bias/ReLU epilogue when the bias has the output's dtype
+ * (f32, or under autocast the 16-bit weight copy's bias with a 16-bit
+ * output: then the sum is rounded once, as PyTorch's fused addmm does,
+ * where the separate kernel rounds the product and then the sum); other
  * activations (GELU here is the exact erf form, cuBLASLt's is the tanh
- * approximation) and dtypes run a separate bias+activation kernel, and so
- * does a shape for which the heuristic finds no algorithm with the
+ * approximation) and dtype pairs run a separate bias+activation kernel,
+ * and so does a shape for which the heuristic finds no algorithm with the
  * epilogue. Descriptors and the heuristic's choice (or that it found none)
  * are cached per shape (blas_plan). */
 #include <stdio.h>
@@ -270,7 +273,7 @@ ct_status cuda_linear_fwd(ct_device *d, const ct_tensor *x, const ct_tensor *w, 
   /* The epilogue adds bias along D's rows (= output features). */
   /* The epilogue wants a 16-byte aligned bias; a view into a flat
    * parameter buffer may not be, and then the separate kernel runs. */
-  int fuse = y->dtype == CT_F32 && (!b || (b->dtype == CT_F32 && ((uintptr_t)b->data & 15) == 0)) &&
+  int fuse = (!b || (b->dtype == y->dtype && ((uintptr_t)b->data & 15) == 0)) &&
              (act == CT_ACT_NONE || act == CT_ACT_RELU);
   if (fuse) {
     g.epi = b ? (act == CT_ACT_RELU ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
