@@ -42,7 +42,9 @@
  * `ctrain train`), --cudnn-benchmark as `ctrain train`'s, and --profile
  * times each layer's forward and backward between two device
  * synchronisations (wall time, so each includes a launch and a sync,
- * some microseconds); the RSS figures are the host's, the device's peak
+ * some microseconds) and then lists the backend's choices (each cuDNN
+ * plan's algorithm, cudnnFind* times, workspace, scratch; the backend's
+ * describe op); the RSS figures are the host's, the device's peak
  * is reported beside them. --threads is the host's OpenMP threads.
  * Last line: "RESULT key=value ..." for bench/run.sh. */
 #include <errno.h>
@@ -416,6 +418,18 @@ int main(int argc, char **argv) {
     printf("\n");
   }
   if (prof) profile(&sc, steps < 5 ? 5 : steps, threads);
+  const ct_backend *dbe = ct_device_backend(dev);
+  if (prof && dbe->describe) {
+    /* cuda: which cuDNN algorithm each convolution pass settled on, what
+     * cudnnFind* timed, and what the scratch buffer grew to */
+    size_t need = dbe->describe(dev, NULL, 0);
+    char *txt = malloc(need + 1);
+    if (txt) {
+      dbe->describe(dev, txt, need + 1);
+      printf("backend choices:\n%s", txt);
+      free(txt);
+    }
+  }
   printf("RESULT workload=%s device=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
          "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f optim=%s plan_mb=%.1f state_mb=%.1f "
          "segments=%d rc_layers=%d layers=%d rc_gflop=%.4f rss0_mb=%.0f\n",

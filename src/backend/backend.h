@@ -131,6 +131,13 @@ struct ct_backend {
   ct_status (*set_option)(ct_device *d, const char *name, int value);
   /* Free and total bytes of the device's memory. */
   ct_status (*mem_info)(ct_device *d, size_t *free_bytes, size_t *total_bytes);
+  /* Lines on the backend's choices so far (cuda: the scratch buffer's
+   * size and each convolution plan's algorithm, cudnnFind* times,
+   * workspace, and any candidate it gave up on) into buf, NUL-terminated
+   * and cut to n bytes; returns the length of the whole text, as snprintf.
+   * NULL where there is nothing to tell. For benchmarks' profiles: the
+   * library itself never prints it. */
+  size_t (*describe)(ct_device *d, char *buf, size_t n);
 
   /* ---- a step without host synchronisation, and CUDA graphs
    * (src/train/device_step.c); NULL on the host backends. ---- */

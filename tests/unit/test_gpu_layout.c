@@ -13,7 +13,9 @@
  * bitwise). The convolutions run under both the heuristic and the
  * cudnnFind* (cudnn_benchmark) algorithm choice; the emulator's
  * CT_EMU_DNN_NO_NHWC run (emu_test_gpu_layout_no_nhwc) takes every NHWC
- * algorithm away, so the same checks then cover the NCHW fallback.
+ * algorithm away, so the same checks then cover the NCHW fallback. The
+ * backend's describe op then lists those plans (and, under
+ * CT_EMU_DNN_FIRST_FAILS, the algorithms it gave up on).
  * Labelled gpu; exits 77 without a CUDA device. */
 #include "op_util.h"
 #include "test_util.h"
@@ -292,6 +294,27 @@ static void compare_step(ct_device *gpu, const char *name, int c, int h, int w, 
   free(a), free(b);
 }
 
+/* The backend's describe op after the convolutions above: snprintf's
+ * contract (length query, a cut that still ends in NUL), a line per pass
+ * kind, the cudnnFind* times of the benchmark plans, and under the
+ * emulator's CT_EMU_DNN_FIRST_FAILS the candidates it gave up on. */
+static void check_describe(ct_device *gpu) {
+  const ct_backend *be = ct_device_backend(gpu);
+  CHECK(be->describe != NULL);
+  if (!be->describe) return;
+  size_t need = be->describe(gpu, NULL, 0);
+  char small[24], *all = malloc(need + 1);
+  CHECK(be->describe(gpu, small, sizeof small) == need && strlen(small) == sizeof small - 1);
+  CHECK(all && be->describe(gpu, all, need + 1) == need && strlen(all) == need);
+  if (!all) return;
+  CHECK_MSG(strstr(all, "scratch buffer") && strstr(all, "conv2d_fwd ") && strstr(all, "conv2d_bwd_data ") &&
+                strstr(all, "conv2d_bwd_weights") && strstr(all, "accumulating") && strstr(all, "find (ms):"),
+            "describe:\n%s", all);
+  const char *ff = getenv("CT_EMU_DNN_FIRST_FAILS");
+  if (ff && *ff == '1') CHECK_MSG(strstr(all, "cuDNN refused it") != NULL, "describe:\n%s", all);
+  free(all);
+}
+
 int main(void) {
   ct_device *gpu, *ref;
   unsetenv("CTRAIN_CUDA_TF32"); /* the f32 convolution checks assume FMA math (TF32 off) */
@@ -316,6 +339,7 @@ int main(void) {
   conv_case(gpu, ref, 0, 1, 1, 6, 1);
   CHECK_OK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmark", 0));
   CHECK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmarks", 1) == CT_ERR_NOT_FOUND);
+  check_describe(gpu);
   check_pool(gpu, ref, 1);
   check_pool(gpu, ref, 0);
   check_global_pool(gpu, ref, 1);

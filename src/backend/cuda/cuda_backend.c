@@ -74,6 +74,7 @@ static ct_backend cuda_table = {
     .copy_h2d_async = cuda_copy_h2d_async,
     .set_option = cuda_set_option,
     .mem_info = cuda_mem_info,
+    .describe = cuda_conv_describe,
     .copy_async = cuda_copy_async,
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,

@@ -73,6 +73,7 @@ typedef struct conv_cand {
   int algo;
   cudnnMathType_t math; /* set on the descriptor while this candidate runs */
   size_t wsb;           /* workspace bytes */
+  float ms;             /* cudnnFind*'s time for it; < 0 from the heuristic */
 } conv_cand;
 
 #define CONV_CANDS 8
@@ -92,6 +93,14 @@ typedef struct conv_plan {
   cudnnConvolutionDescriptor_t cv;
   conv_cand cand[CONV_CANDS];
   int ncand, cur;
+  /* What cuda_conv_describe reports: why each candidate before cur was
+   * left (1: its scratch did not fit in memory, 0: cuDNN refused to run
+   * it), whether a call accumulated (beta != 0), the most scratch one
+   * call took (workspace and staged operands), and how many calls ran. */
+  unsigned char left_oom[CONV_CANDS];
+  int accumulated;
+  size_t scratch_max;
+  long long calls;
 } conv_plan;
 
 struct cuda_conv_cache {
@@ -145,12 +154,16 @@ typedef struct conv_ranked {
   int ok, algo;
   cudnnMathType_t math;
   size_t mem;
+  float ms;
 } conv_ranked;
 
-#define RANKED(perf, n)                                                                          \
+/* The heuristic's entries carry no time (cuDNN fills -1); bench: the
+ * list came from cudnnFind*, whose times are real. */
+#define RANKED(perf, n, bench)                                                                   \
   for (int i_ = 0; i_ < (n); i_++) {                                                             \
     r[i_].ok = (perf)[i_].status == CUDNN_STATUS_SUCCESS, r[i_].algo = (int)(perf)[i_].algo;     \
     r[i_].math = (perf)[i_].mathType, r[i_].mem = (perf)[i_].memory;                             \
+    r[i_].ms = (bench) ? (perf)[i_].time : -1.f;                                                 \
   }
 
 /* 1 for the algorithms that trade accuracy for speed: FFT and the
@@ -185,7 +198,7 @@ static int order_cands(const conv_ranked *r, int n, conv_kind kind, cudnnMathTyp
       int rank = 0;
       if (math == CUDNN_FMA_MATH) rank = lossy_algo(kind, r[i].algo) ? 2 : tensor_op_math(r[i].math) ? 1 : 0;
       if (rank != pass) continue;
-      conv_cand c = {r[i].algo, math == CUDNN_FMA_MATH ? math : r[i].math, r[i].mem};
+      conv_cand c = {r[i].algo, math == CUDNN_FMA_MATH ? math : r[i].math, r[i].mem, r[i].ms};
       int dup = 0;
       for (int j = 0; j < k; j++) dup |= out[j].algo == c.algo && out[j].math == c.math;
       if (!dup) out[k++] = c;
@@ -259,21 +272,21 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
         DNN(none_if_unsupported(cudnnFindConvolutionForwardAlgorithm(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf), &n));
       else
         DNN(none_if_unsupported(cudnnGetConvolutionForwardAlgorithm_v7(h, c.xd, c.wd, c.cv, c.yd, 16, &n, perf), &n));
-      RANKED(perf, n);
+      RANKED(perf, n, bench);
     } else if (kind == CONV_BWD_DATA) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[16];
       if (bench)
         DNN(none_if_unsupported(cudnnFindConvolutionBackwardDataAlgorithm(h, c.wd, c.yd, c.cv, c.xd, 16, &n, perf), &n));
       else
         DNN(none_if_unsupported(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.wd, c.yd, c.cv, c.xd, 16, &n, perf), &n));
-      RANKED(perf, n);
+      RANKED(perf, n, bench);
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[16];
       if (bench)
         DNN(none_if_unsupported(cudnnFindConvolutionBackwardFilterAlgorithm(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf), &n));
       else
         DNN(none_if_unsupported(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf), &n));
-      RANKED(perf, n);
+      RANKED(perf, n, bench);
     }
     conv_cand all[CONV_CANDS];
     int na = order_cands(r, n, kind, math, all);
@@ -354,7 +367,7 @@ static conv_arg in_layout(conv_arg a, int nhwc) {
  * the scratch did not fit in memory, or cuDNN refused to run the
  * algorithm (NOT_SUPPORTED). Nothing but scratch is written before the
  * cuDNN call, so a retry starts clean. */
-static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const conv_plan *c, int nhwc, ct_dtype rt,
+static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_plan *c, int nhwc, ct_dtype rt,
                           conv_arg in1, conv_arg in2, void *out, conv_arg oa, float beta, int *retry) {
   in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
   const conv_cand *k = &c->cand[c->cur];
@@ -372,6 +385,9 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
     *retry = s == CT_ERR_OUT_OF_MEMORY;
     CT_TRY(s);
   }
+  c->calls++;
+  if (beta != 0.f) c->accumulated = 1;
+  if (total > c->scratch_max) c->scratch_max = total;
   void *ws = wsb ? scr : NULL;
   const void *a = in1.p, *b = in2.p;
   void *dst = out;
@@ -487,10 +503,51 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
     int retry = 0;
     ct_status s = conv_try(d, h, kind, c, nhwc, rt, in1, in2, out, oa, beta, &retry);
     if (s == CT_OK || !retry || c->cur + 1 >= c->ncand) return s;
+    c->left_oom[c->cur] = s == CT_ERR_OUT_OF_MEMORY;
     c->cur++;
     cudnnStatus_t e = cudnnSetConvolutionMathType(c->cv, c->cand[c->cur].math);
     if (e != CUDNN_STATUS_SUCCESS) return cuda_dnn_fail(e, __FILE__, __LINE__, "cudnnSetConvolutionMathType");
   }
+}
+
+/* Math type names for cuda_conv_describe. */
+static const char *math_name(cudnnMathType_t m) {
+  return m == CUDNN_FMA_MATH ? "fma" : tensor_op_math(m) ? "tensor-op" : "default";
+}
+
+size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
+  const struct cuda_conv_cache *cc = cuda_dev_of(d)->conv_cache;
+  size_t len = 0;
+#define PUT(...)                                                                          \
+  do {                                                                                    \
+    int w_ = snprintf(len < n ? buf + len : NULL, len < n ? n - len : 0, __VA_ARGS__);    \
+    if (w_ > 0) len += (size_t)w_;                                                        \
+  } while (0)
+  PUT("scratch buffer %.1f MB (cuDNN and cuBLASLt workspaces, staged operands, partial sums)\n",
+      cuda_dev_of(d)->scratch_bytes / 1048576.0);
+  for (int i = 0; cc && i < cc->n; i++) {
+    const conv_plan *c = &cc->p[i];
+    const int *k = c->key;
+    PUT("%-18s %-4s %s x %dx%dx%dx%d w %dx%dx%dx%d stride %d pad %d groups %d:", kind_name[k[0]],
+        ct_dtype_name((ct_dtype)k[1]), k[23] ? "nhwc" : "nchw", k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11],
+        k[16], k[18], k[22]);
+    if (!c->ncand) {
+      PUT(" no algorithm\n");
+      continue;
+    }
+    const conv_cand *a = &c->cand[c->cur];
+    PUT(" algo %d %s, workspace %.1f MB, scratch %.1f MB, %lld calls%s", a->algo, math_name(a->math), a->wsb / 1048576.0,
+        c->scratch_max / 1048576.0, c->calls, c->accumulated ? ", accumulating" : "");
+    if (a->ms >= 0) {
+      PUT("; find (ms):");
+      for (int j = 0; j < c->ncand; j++) PUT(" %s%d=%.3f", j == c->cur ? "*" : "", c->cand[j].algo, c->cand[j].ms);
+    }
+    for (int j = 0; j < c->cur; j++)
+      PUT("; left algo %d: %s", c->cand[j].algo, c->left_oom[j] ? "out of memory" : "cuDNN refused it");
+    PUT("\n");
+  }
+#undef PUT
+  return len;
 }
 
 /* 1 for NHWC, 0 for plain; anything else (C16 is the cpu's) is refused. */

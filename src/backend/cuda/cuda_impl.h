@@ -269,6 +269,9 @@ ct_status cuda_set_option(ct_device *d, const char *name, int value);
 ct_status cuda_mem_info(ct_device *d, size_t *free_bytes, size_t *total_bytes);
 /* Frees the convolution plan cache (cuda_conv.c). */
 void cuda_conv_cache_free(ct_device *d);
+/* The backend's describe op: the scratch size, then one line per cached
+ * convolution plan. */
+size_t cuda_conv_describe(ct_device *d, char *buf, size_t n);
 /* Frees the cuBLASLt plan cache (cuda_blas.c) and the step events
  * (cuda_graph.c). */
 void cuda_blas_cache_free(ct_device *d);
