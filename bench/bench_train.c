@@ -19,6 +19,7 @@
  *                    [--memory-format auto|contiguous|channels-last]
  *                    [--recompute auto|cheap|N|off] [--optim adam|sgd]
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
+ *                    [--profiler-range]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
  * --no-fuse turns off the ReLU folding of src/nn/fuse.c (and with it
@@ -45,7 +46,9 @@
  * some microseconds) and then lists the backend's choices (each cuDNN
  * plan's algorithm, cudnnFind* times, workspace, scratch; the backend's
  * describe op); the RSS figures are the host's, the device's peak
- * is reported beside them. --threads is the host's OpenMP threads.
+ * is reported beside them. --profiler-range brackets the timed steps with
+ * cudaProfilerStart/Stop, so `ncu --profile-from-start off` records just
+ * their kernels (bench/gpu/ncu_table.py). --threads is the host's OpenMP threads.
  * Last line: "RESULT key=value ..." for bench/run.sh. */
 #include <errno.h>
 #include <omp.h>
@@ -215,7 +218,7 @@ int main(int argc, char **argv) {
   int c = 0, h = 0, w = 0;
   const char *prec = "fp32", *device = "cpu";
   ct_memory_format fmt = CT_MEMORY_FORMAT_AUTO;
-  int recompute = 0, cudnn_benchmark = 0;
+  int recompute = 0, cudnn_benchmark = 0, profiler_range = 0;
   double momentum = 0;
   ct_optim_kind optim = CT_OPTIM_ADAM;
   for (int i = 1; i < argc; i++) {
@@ -226,6 +229,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(a, "--cudnn-benchmark")) {
       cudnn_benchmark = 1;
+      continue;
+    }
+    if (!strcmp(a, "--profiler-range")) {
+      profiler_range = 1;
       continue;
     }
     if (!strcmp(a, "--no-fuse")) {
@@ -369,6 +376,14 @@ int main(int argc, char **argv) {
   if (prof && !sc.resident)
     for (int p = 0; p < STEP_PHASES; p++) sc.phase[p] = malloc(sizeof(double) * (size_t)steps);
   double loss = 0;
+  const ct_backend *dbe = ct_device_backend(dev);
+  if (profiler_range) {
+    if (!dbe->set_option) {
+      fprintf(stderr, "bench_train: --profiler-range needs a backend with a profiler (cuda)\n");
+      return 2;
+    }
+    CK(dbe->set_option(dev, "profiler_range", 1));
+  }
   for (int i = 0; i < steps; i++) {
     sc.timed = i;
     double c0 = bench_cpu_now(), t0 = bench_now();
@@ -376,6 +391,7 @@ int main(int argc, char **argv) {
     t[i] = bench_now() - t0;
     ct[i] = (bench_cpu_now() - c0) / threads;
   }
+  if (profiler_range) CK(dbe->set_option(dev, "profiler_range", 0));
   double tmin = t[0], tmax = t[0];
   for (int i = 0; i < steps; i++) tmin = t[i] < tmin ? t[i] : tmin, tmax = t[i] > tmax ? t[i] : tmax;
   double med = bench_median(t, steps), cmed = bench_median(ct, steps);
@@ -418,7 +434,6 @@ int main(int argc, char **argv) {
     printf("\n");
   }
   if (prof) profile(&sc, steps < 5 ? 5 : steps, threads);
-  const ct_backend *dbe = ct_device_backend(dev);
   if (prof && dbe->describe) {
     /* cuda: which cuDNN algorithm each convolution pass settled on, what
      * cudnnFind* timed, and what the scratch buffer grew to */

@@ -47,6 +47,7 @@ if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
 # alexnet resnet50 resnet9, GPU_TESTS=0 leaves out ctest -L gpu. Later
 # calls can then do ROWS=train COMPILE=only MODELS=alexnet GPU_TESTS=0.
 ROWS=${ROWS:-train profile recompute maxbatch tta cpugpu}
+# (kernels, the Nsight Compute tables, runs only when named in ROWS.)
 # COMPILE_ROWS: the "model:mode" pairs that get a torch.compile row
 # (default all), e.g. "alexnet:fp16" (each compile costs a minute or more).
 COMPILE_ROWS=${COMPILE_ROWS:-}
@@ -261,6 +262,52 @@ if want profile; then
   profile_pair alexnet $W_ALEXNET fp16 amp_fp16
   # shellcheck disable=SC2086
   profile_pair resnet50 $W_RESNET50 bf16 amp_bf16
+fi
+
+# Kernel by kernel, both sides measured the same way (not yet run on a
+# GPU): Nsight Compute with --profile-from-start off records only the
+# timed steps (bench_train and torch_gpu.py --profiler-range bracket them
+# with cudaProfilerStart/Stop), each kernel timed alone
+# (gpu__time_duration, clocks left alone), and bench/gpu/ncu_table.py
+# sums them by kernel into <date>-gpu-kernels.md. KERNEL_STEPS (2) steps
+# after 3 warm-up; bench_train's --profile part also lists its cuDNN
+# plans (algorithms, cudnnFind times, workspace, scratch).
+KERNELS=$RESDIR/$DATE-gpu-kernels.md
+kernels_one() { # label, ncu report name, command...
+  local label=$1 rep=$TMP/$2
+  shift 2
+  if ! timeout "$TMO" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum -f -o "$rep" \
+    "$@" >"$rep.log" 2>&1; then
+    # shellcheck disable=SC2016
+    printf '%s: ncu failed; the last lines of its log:\n\n```\n%s\n```\n\n' "$label" "$(tail -n 20 "$rep.log")" >>"$KERNELS"
+    return
+  fi
+  ncu --import "$rep.ncu-rep" --csv --page raw --print-units base --metrics gpu__time_duration.sum >"$rep.csv" 2>>"$rep.log"
+  "$PYTHON" "$ROOT/bench/gpu/ncu_table.py" --steps "${KERNEL_STEPS:-2}" --title "$label" "$rep.csv" >>"$KERNELS" 2>&1 ||
+    echo "ncu_table.py failed on $label" >>"$KERNELS"
+  echo >>"$KERNELS"
+}
+kernels_pair() {
+  local m=$1 in=$2 cl=$3 b=$4 cprec=$5 tmode=$6 ks=${KERNEL_STEPS:-2}
+  echo "## $m $in batch $b: ctrain $cprec, PyTorch $tmode" >>"$KERNELS"
+  echo >>"$KERNELS"
+  kernels_one "ctrain $m $cprec" "k-ctrain-$m" "$BENCH_BIN/bench_train" --device cuda --cudnn-benchmark --model "$m" \
+    --input "$in" --classes "$cl" --batch "$b" --precision "$cprec" --optim sgd --momentum 0.9 --steps "$ks" \
+    --warmup 3 --profiler-range
+  kernels_one "PyTorch $m $tmode" "k-torch-$m" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" \
+    --model "$m" --input "$in" --classes "$cl" --batch "$b" --mode "$tmode" --steps "$ks" --warmup 3 --profiler-range
+}
+if want kernels; then
+  echo "# Kernel time of a training step, ctrain and PyTorch, from Nsight Compute ($DATE)" >"$KERNELS"
+  echo >>"$KERNELS"
+  if ! command -v ncu >/dev/null; then
+    echo "ncu (Nsight Compute) is not on the PATH here; nothing measured." >>"$KERNELS"
+  else
+    # shellcheck disable=SC2086
+    kernels_pair alexnet $W_ALEXNET fp16 amp_fp16
+    # shellcheck disable=SC2086
+    kernels_pair resnet50 $W_RESNET50 bf16 amp_bf16
+  fi
 fi
 
 # Activation recompute (gradient checkpointing): the throughput row ran on

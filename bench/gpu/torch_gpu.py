@@ -204,11 +204,15 @@ def train_speed(a):
         step()
     d.sync()
     d.reset_peak()
+    if a.profiler_range and d.cuda:
+        torch.cuda.profiler.start()  # cudaProfilerStart: ncu --profile-from-start off records from here
     t0 = time.perf_counter()
     for _ in range(a.steps):
         step()
     d.sync()
     dt = time.perf_counter() - t0
+    if a.profiler_range and d.cuda:
+        torch.cuda.profiler.stop()
     print(f"RESULT workload={a.model} mode={mode_name(a)} "
           f"img_s={a.batch * a.steps / dt:.1f} peak_bytes={d.peak()}")
     if a.profile > 0:
@@ -504,6 +508,8 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="train: after the timing, torch.profiler over N more steps (op table on stdout)")
+    p.add_argument("--profiler-range", action="store_true",
+                   help="train: bracket the timed steps with cudaProfilerStart/Stop (ncu_table.py)")
     p.add_argument("--checkpoint-segments", type=int, default=0,
                    help="train/maxbatch: checkpoint_sequential with N >= 2 segments (0: off)")
     p.add_argument("--granularity", type=float, default=1 / 16,

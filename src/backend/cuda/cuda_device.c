@@ -2,6 +2,7 @@
  * API (cudart) is used, never the driver API, so a binary built here runs
  * on machines without a driver and says "no CUDA driver" when asked for a
  * GPU. */
+#include <cuda_profiler_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,7 +409,16 @@ ct_status cuda_set_option(ct_device *d, const char *name, int value) {
     cuda_dev_of(d)->cudnn_benchmark = value != 0;
     return CT_OK;
   }
-  return ct_error(CT_ERR_NOT_FOUND, "%s: no backend option '%s' (known: cudnn_benchmark)", d->name, name);
+  if (!strcmp(name, "profiler_range")) {
+    /* Starts (1) or stops (0) the profiler's collection: Nsight Compute
+     * run with --profile-from-start off records only what is queued in
+     * between (bench_train --profiler-range, bench/gpu/ncu_table.py). */
+    CT_TRY(cuda_enter(d));
+    CUDA_TRY(value ? cudaProfilerStart() : cudaProfilerStop());
+    return CT_OK;
+  }
+  return ct_error(CT_ERR_NOT_FOUND, "%s: no backend option '%s' (known: cudnn_benchmark, profiler_range)", d->name,
+                  name);
 }
 
 ct_status cuda_mem_info(ct_device *d, size_t *free_bytes, size_t *total_bytes) {
