@@ -315,6 +315,7 @@ int main(void) {
   adaptive_one(2, 3, 10, 9, 3, 4);
   adaptive_one(1, 4, 13, 6, 6, 6); /* overlapping bins */
   adaptive_one(2, 2, 5, 5, 7, 7);  /* output larger than input */
+  adaptive_one(3, 5, 6, 6, 6, 6);  /* one pixel per bin: a copy */
   const int64_t s2[] = {8, 5}, s3[] = {4, 3, 7}, s4[] = {3, 4, 5, 6}, s4b[] = {1, 2, 3, 3}, s4c[] = {16, 32, 13, 13};
   for (int affine = 0; affine <= 1; affine++) {
     bn_one(2, s2, affine);
