@@ -17,7 +17,8 @@
 #   (ctrain's data path in the training rows, default "--data-on-gpu
 #   --cuda-graph"; empty = the host loader), COMPILE_ROWS ("model:mode"
 #   pairs that get a torch.compile row, default all), CTEST_ARGS (extra
-#   ctest arguments, e.g. "-j4" or "-R recompute"), TTA_TARGET (0.91).
+#   ctest arguments, e.g. "-j4" or "-R recompute"), TTA_TARGET (0.91),
+#   KERNEL_STEPS (2: the steps Nsight Compute records in ROWS=kernels).
 # What bench/gpu/rehearse.sh sets to run all of this without a GPU (the
 # defaults are the real benchmark): SKIP_BUILD=1 (use BUILD_DIR as it is),
 #   CTRAIN and BENCH_BIN (the ctrain executable, the folder of bench_matmul,
