@@ -63,6 +63,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_conv.h"
 #include "nn/device_state.h"
+#include "nn/exec_impl.h"
 #include "nn/fuse.h"
 #include "nn/model_impl.h"
 #include "optim/optimizer_device.h"
@@ -187,14 +188,18 @@ static void profile(step_ctx *c, int runs, int threads) {
     for (int i = 0; i < L; i++) {
       ct_layer *l = &m->layers[i];
       double t0 = layer_clock(c, threads);
+      ct_exec_pass_workspace(m, i, CT_PASS_FWD); /* as the step runs it */
       CK(l->cls->forward(l, &e));
+      ct_exec_pass_workspace(m, i, -1);
       tf[i * runs + r] = layer_clock(c, threads) - t0;
     }
     for (int i = L - 1; i >= 0; i--) {
       ct_layer *l = &m->layers[i];
       l->grad_beta = 1.0f;
       double t0 = layer_clock(c, threads);
+      ct_exec_pass_workspace(m, i, CT_PASS_BWD);
       CK(l->cls->backward(l, &e));
+      ct_exec_pass_workspace(m, i, -1);
       tb[i * runs + r] = layer_clock(c, threads) - t0;
     }
   }

@@ -208,6 +208,24 @@ struct ct_backend {
   ct_status (*conv2d_bwd_data_acc)(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
                                    ct_tensor *dx);
 
+  /* ---- planned device workspace, NULL where passes need none ---- */
+  /* Device memory one convolution pass needs while it runs (cuDNN's
+   * workspace and its operands staged in another dtype or layout), for the
+   * algorithm it will run on these operands: pass 0 forward (a = x, b = w,
+   * out = y), 1 backward-data (a = dy, b = w, out = dx), 2 backward-weights
+   * (a = x, b = dy, out = dw). Shapes, dtypes and layouts are read, data
+   * never. Chooses (and caches) the algorithm now, timing the candidates
+   * under cudnn_benchmark as the first call would. 0 when it needs none or
+   * the question has no answer (the pass then takes its memory as before).
+   * NULL on backends whose passes need no device workspace. The planner
+   * gives each convolution layer this much for its forward and its backward
+   * (src/nn/exec_plan.c) and hands it over with set_workspace. */
+  size_t (*conv2d_workspace_bytes)(ct_device *d, int pass, const ct_conv2d_params *p, const ct_tensor *a,
+                                   const ct_tensor *b, const ct_tensor *out);
+  /* Device memory ops may use as workspace until the next call (p NULL,
+   * bytes 0: none); an op needing more takes its own as before. */
+  void (*set_workspace)(ct_device *d, void *p, size_t bytes);
+
   /* ---- training batch norm with its activation fused, NULL where the
    * backend has none: the batch-norm layer then applies act_fwd / act_bwd
    * in place around batchnorm_fwd / batchnorm_bwd (src/nn/layers/

@@ -33,5 +33,9 @@ static inline int ct_exec_saves_output(const ct_layer *l) {
 /* Sets every layer's x/y/dx/dy descriptors (shape, dtype, layout, device)
  * for batch n; data pointers are bound separately. */
 void ct_exec_shape_tensors(ct_model *m, int64_t n);
+/* Hands layer i's planned workspace of pass `pass` (CT_PASS_FWD, _RC or
+ * _BWD: exec_plan.c) to the backend for the calls that follow, or none
+ * (pass -1; also where the plan has none for that pass). */
+void ct_exec_pass_workspace(ct_model *m, int i, int pass);
 
 #endif

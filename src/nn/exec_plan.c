@@ -38,8 +38,8 @@ static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
 /* Tables indexed per layer (L) or per input edge (2L). */
 static void free_plan_tables(ct_exec_bufs *b) {
   free(b->act), free(b->grad), free(b->ws), free(b->tmp), free(b->xcast), free(b->dxcast);
-  free(b->act_rc), free(b->ws_rc), free(b->xcast_rc);
-  b->act = b->grad = b->ws = b->tmp = b->xcast = b->dxcast = b->act_rc = b->ws_rc = b->xcast_rc = NULL;
+  free(b->act_rc), free(b->ws_rc), free(b->xcast_rc), free(b->pws);
+  b->act = b->grad = b->ws = b->tmp = b->xcast = b->dxcast = b->act_rc = b->ws_rc = b->xcast_rc = b->pws = NULL;
   ct_timeline_free(&b->tl);
 }
 
@@ -53,9 +53,12 @@ static int alloc_plan_tables(ct_exec_bufs *b, int L) {
   size_t one = sizeof(int) * (size_t)(L ? L : 1), two = 2 * one;
   b->act = malloc(one), b->grad = malloc(one), b->ws = malloc(one), b->act_rc = malloc(one), b->ws_rc = malloc(one);
   b->tmp = malloc(two), b->xcast = malloc(two), b->dxcast = malloc(two), b->xcast_rc = malloc(two);
-  if (!b->act || !b->grad || !b->ws || !b->act_rc || !b->ws_rc || !b->tmp || !b->xcast || !b->dxcast || !b->xcast_rc)
+  b->pws = malloc(3 * one);
+  if (!b->act || !b->grad || !b->ws || !b->act_rc || !b->ws_rc || !b->tmp || !b->xcast || !b->dxcast || !b->xcast_rc ||
+      !b->pws)
     return 0;
   for (int i = 0; i < L; i++) b->act[i] = b->grad[i] = b->ws[i] = b->act_rc[i] = b->ws_rc[i] = -1;
+  for (int i = 0; i < 3 * L; i++) b->pws[i] = -1;
   for (int i = 0; i < 2 * L; i++) b->tmp[i] = b->xcast[i] = b->dxcast[i] = b->xcast_rc[i] = -1;
   b->out32 = b->dout32 = -1;
   return 1;
@@ -211,6 +214,17 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
       if (wsb) b->ws[i] = ct_plan_add(plan, wsb, i, rerun[i] ? i : bwd[i]);
       if (wsb && rerun[i]) b->ws_rc[i] = ct_plan_add(plan, wsb, rc[i], bwd[i]);
     }
+  }
+  /* Pass workspaces: each lives at its pass's time only, so the planner
+   * lays it over whatever is dead then (cuDNN's workspace on cuda). */
+  for (int i = 0; i < L; i++) {
+    ct_layer *l = &m->layers[i];
+    if (!l->cls->pass_workspace_bytes) continue;
+    ct_exec e = {dev, ct_device_backend(dev), training, max_batch, 0, 0, 0};
+    size_t f = l->cls->pass_workspace_bytes(l, &e, 0), bw = training ? l->cls->pass_workspace_bytes(l, &e, 1) : 0;
+    if (f) b->pws[3 * i + CT_PASS_FWD] = ct_plan_add(plan, f, i, i);
+    if (f && training && rerun[i]) b->pws[3 * i + CT_PASS_RC] = ct_plan_add(plan, f, rc[i], rc[i]);
+    if (bw) b->pws[3 * i + CT_PASS_BWD] = ct_plan_add(plan, bw, bwd[i], bwd[i]);
   }
   /* Mixed precision: a copy of each input the layer reads in another
    * dtype (kept to the backward when the layer reads its input there), its

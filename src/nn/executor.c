@@ -68,6 +68,13 @@ static void bind(ct_model *m, ct_exec_bufs *b, const ct_tensor *x, int64_t n, in
   }
 }
 
+void ct_exec_pass_workspace(ct_model *m, int i, int pass) {
+  const ct_backend *be = ct_device_backend(m->dev);
+  if (!be->set_workspace) return;
+  const int id = pass >= 0 && m->eb.pws ? m->eb.pws[3 * i + pass] : -1;
+  be->set_workspace(m->dev, id >= 0 ? at(m, id) : NULL, id >= 0 ? m->plan.bufs[id].bytes : 0);
+}
+
 /* The tensor input edge j of layer l reads from (before any cast). */
 static ct_tensor edge_source(const ct_model *m, const ct_layer *l, int j, const ct_tensor *x) {
   ct_tensor t = l->x[j];
@@ -86,7 +93,11 @@ static ct_status forward_layer(ct_model *m, int i, ct_exec *e, const ct_tensor *
       ct_tensor src = edge_source(m, l, j, x);
       s = e->be->cast(e->dev, &src, &l->x[j]);
     }
-  if (s == CT_OK) s = l->cls->forward(l, e);
+  if (s == CT_OK) {
+    ct_exec_pass_workspace(m, i, e->recompute ? CT_PASS_RC : CT_PASS_FWD);
+    s = l->cls->forward(l, e);
+    ct_exec_pass_workspace(m, i, -1);
+  }
   if (s != CT_OK)
     return ct_error_wrap(s, "model '%s', %s of layer %d (%s %s)", m->name, e->recompute ? "recompute forward" : "forward",
                          i, l->cls->kind, l->name);
@@ -159,7 +170,9 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
     for (; next < tl->n_rerun && tl->rc_at[tl->order[next]] == i; next++)
       CT_TRY(forward_layer(m, tl->order[next], &rc, &m->input));
     l->grad_beta = beta;
+    ct_exec_pass_workspace(m, i, CT_PASS_BWD);
     ct_status s = l->cls->backward(l, &e);
+    ct_exec_pass_workspace(m, i, -1);
     if (s != CT_OK) return ct_error_wrap(s, "model '%s', backward of layer %d (%s %s)", m->name, i, l->cls->kind, l->name);
     for (int j = 0; j < l->n_inputs; j++) {
       if (l->inputs[j] < 0) continue;

@@ -13,7 +13,7 @@ static ct_status noop(ct_layer *l, ct_exec *e) {
  * no buffer (its y is the producer's), no gradient (nothing reads it), and
  * counts no gradient edge into the producer. kind stays "activation" for
  * the precision policy; torch_name is what the summary prints. */
-static const ct_layer_class fused_relu = {"activation", "ReLU", CT_LAYER_ALIAS, NULL, NULL, NULL, noop, noop};
+static const ct_layer_class fused_relu = {"activation", "ReLU", CT_LAYER_ALIAS, NULL, NULL, NULL, noop, noop, NULL};
 
 static int enabled = 1;
 void ct_fuse_set_enabled(int on) { enabled = on; }

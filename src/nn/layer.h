@@ -86,6 +86,12 @@ typedef struct ct_layer_class {
   size_t (*workspace_bytes)(ct_layer *l, ct_exec *e);
   ct_status (*forward)(ct_layer *l, ct_exec *e);
   ct_status (*backward)(ct_layer *l, ct_exec *e);
+  /* Bytes of device workspace the forward (backward 0) or the backward
+   * (1) needs only while it runs, for the tensors as bound at the planned
+   * batch (may be NULL: none). The planner gives each pass a buffer of
+   * this size at that pass's time, and the executor hands it to the
+   * backend (set_workspace) around the call. */
+  size_t (*pass_workspace_bytes)(ct_layer *l, ct_exec *e, int backward);
 } ct_layer_class;
 
 struct ct_layer {

@@ -36,7 +36,13 @@ typedef struct ct_exec_bufs {
   int *act_rc;   /* [L] */
   int *ws_rc;    /* [L] */
   int *xcast_rc; /* [2L] */
+  /* Pass workspaces (the cuDNN workspace a convolution needs only while
+   * it runs): entry 3i + CT_PASS_* of layer i's forward, recompute forward
+   * and backward, each alive at that pass's time alone. */
+  int *pws; /* [3L] */
 } ct_exec_bufs;
+
+enum { CT_PASS_FWD, CT_PASS_RC, CT_PASS_BWD };
 
 struct ct_model {
   char name[64];

@@ -2,13 +2,16 @@
  * against their host reference, a model prepared on the GPU (state in the
  * device block) against the same model on the CPU (forward, one training
  * step through ct_device_train_step vs the CPU trainer's calls), weights
- * saved from the device, and the out-of-memory refusal. Labelled gpu;
- * exits 77 without a CUDA device. */
+ * saved from the device, the convolutions' cuDNN workspace in the memory
+ * plan (every pass has its planned buffer and none took the device's
+ * scratch buffer, per the backend's describe op), and the out-of-memory
+ * refusal. Labelled gpu; exits 77 without a CUDA device. */
 #include "test_util.h"
 
 #include "backend/backend.h"
 #include "ctrain/checkpoint.h"
 #include "nn/device_state.h"
+#include "nn/model_impl.h"
 #include "optim/optimizer_device.h"
 #include "train/device_step.h"
 
@@ -96,6 +99,37 @@ static void test_fused_kernels(ct_device *d) {
   free(p), free(g), free(m), free(v), free(out);
 }
 
+/* Each convolution of m has a planned workspace for its forward and its
+ * backward, and (describe) no convolution plan of the device took the
+ * scratch buffer unless it gave up a candidate, whose successor may need
+ * more than was planned. */
+static void check_planned_workspace(const ct_model *m, ct_device *gpu) {
+  int convs = 0;
+  for (int i = 0; i < m->n_layers; i++)
+    if (m->layers[i].cls == &ct_layer_conv2d) {
+      convs++;
+      CHECK_MSG(m->eb.pws[3 * i + CT_PASS_FWD] >= 0 && m->eb.pws[3 * i + CT_PASS_BWD] >= 0,
+                "conv layer %d has no planned workspace (fwd %d, bwd %d)", i, m->eb.pws[3 * i + CT_PASS_FWD],
+                m->eb.pws[3 * i + CT_PASS_BWD]);
+    }
+  CHECK(convs > 0);
+  const ct_backend *be = ct_device_backend(gpu);
+  size_t need = be->describe(gpu, NULL, 0);
+  char *txt = malloc(need + 1);
+  be->describe(gpu, txt, need + 1);
+  int lines = 0;
+  for (char *ln = strtok(txt, "\n"); ln; ln = strtok(NULL, "\n")) {
+    if (strncmp(ln, "conv2d_", 7)) continue;
+    const char *c = strstr(ln, " calls (");
+    long long scratch = -1;
+    CHECK_MSG(c && sscanf(c, " calls (%lld in scratch)", &scratch) == 1, "describe line: %s", ln);
+    CHECK_MSG(scratch == 0 || strstr(ln, "; left algo"), "a pass took the scratch buffer: %s", ln);
+    lines++;
+  }
+  CHECK_MSG(lines >= convs, "%d convolution plans described for %d layers", lines, convs);
+  free(txt);
+}
+
 /* The same model (same seed) on the CPU and resident on the GPU: one
  * SGD-momentum training step each, then the parameters compared. */
 static void test_resident_step(ct_device *gpu) {
@@ -167,6 +201,7 @@ static void test_resident_step(ct_device *gpu) {
   CHECK_MSG(den > 0, "the CPU step did not change any weight; the comparison is blind");
   CHECK_MSG(num <= 1e-3 * den, "updates after one step differ: max |du| %g, max |u| %g", num, den);
   CHECK(ct_optimizer_steps(o2) == 1);
+  check_planned_workspace(mg, gpu);
   /* Weights saved from the device equal the device copy. */
   const char *tmp = getenv("CTRAIN_TEST_TMP");
   char path[512];

@@ -27,6 +27,8 @@ static ct_backend cuda_table = {
     .conv2d_bwd_data = cuda_conv2d_bwd_data,
     .conv2d_bwd_data_acc = cuda_conv2d_bwd_data_acc,
     .conv2d_bwd_weights = cuda_conv2d_bwd_weights,
+    .conv2d_workspace_bytes = cuda_conv2d_workspace_bytes,
+    .set_workspace = cuda_set_workspace,
 
     .maxpool2d_workspace_bytes = cuda_maxpool2d_workspace_bytes,
     .maxpool2d_fwd = cuda_maxpool2d_fwd,
@@ -91,6 +93,12 @@ static ct_backend cuda_table = {
 };
 
 /* Here because the device struct is visible to C files only. */
+void cuda_set_workspace(ct_device *d, void *p, size_t bytes) {
+  cuda_dev *cd = cuda_dev_of(d);
+  cd->pass_ws = p;
+  cd->pass_ws_bytes = p ? bytes : 0;
+}
+
 ct_status cuda_dropout_step_from(ct_device *d, const uint32_t *step) {
   cuda_dev_of(d)->dropout_step = step;
   return CT_OK;

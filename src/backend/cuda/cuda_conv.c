@@ -95,12 +95,14 @@ typedef struct conv_plan {
   int ncand, cur;
   /* What cuda_conv_describe reports: why each candidate before cur was
    * left (1: its scratch did not fit in memory, 0: cuDNN refused to run
-   * it), whether a call accumulated (beta != 0), the most scratch one
-   * call took (workspace and staged operands), and how many calls ran. */
+   * it), whether a call accumulated (beta != 0), the most memory one call
+   * took (workspace and staged operands), how many calls ran, and how many
+   * of them took the scratch buffer (the rest needed nothing or ran in the
+   * planned workspace). */
   unsigned char left_oom[CONV_CANDS];
   int accumulated;
-  size_t scratch_max;
-  long long calls;
+  size_t need_max;
+  long long calls, in_scratch;
 } conv_plan;
 
 struct cuda_conv_cache {
@@ -367,27 +369,56 @@ static conv_arg in_layout(conv_arg a, int nhwc) {
  * the scratch did not fit in memory, or cuDNN refused to run the
  * algorithm (NOT_SUPPORTED). Nothing but scratch is written before the
  * cuDNN call, so a retry starts clean. */
+/* What one call of candidate k takes: its workspace, then each operand
+ * staged in the pass's dtype rt and layout nhwc (those already in both are
+ * used where they lie); *off* give each staged operand's offset. */
+typedef struct conv_layout {
+  int st1, st2, sto;        /* staged: first and second input, output */
+  size_t off1, off2, offo;  /* their offsets after the workspace */
+  size_t total;             /* bytes of it all */
+} conv_layout;
+
+static conv_layout conv_need(const conv_cand *k, int nhwc, ct_dtype rt, conv_arg in1, conv_arg in2, conv_arg oa) {
+  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
+  const size_t es = ct_dtype_size(rt);
+  conv_layout L;
+  L.st1 = in1.t != rt || in1.nhwc != nhwc, L.st2 = in2.t != rt || in2.nhwc != nhwc;
+  L.sto = oa.t != rt || oa.nhwc != nhwc;
+  L.off1 = round256(k->wsb);
+  L.off2 = L.off1 + (L.st1 ? round256((size_t)(in1.n * in1.c * in1.hw) * es) : 0);
+  L.offo = L.off2 + (L.st2 ? round256((size_t)(in2.n * in2.c * in2.hw) * es) : 0);
+  L.total = L.offo + (L.sto ? round256((size_t)(oa.n * oa.c * oa.hw) * es) : 0);
+  return L;
+}
+
 static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_plan *c, int nhwc, ct_dtype rt,
                           conv_arg in1, conv_arg in2, void *out, conv_arg oa, float beta, int *retry) {
-  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
   const conv_cand *k = &c->cand[c->cur];
-  const size_t wsb = k->wsb, es = ct_dtype_size(rt);
+  const conv_layout L = conv_need(k, nhwc, rt, in1, in2, oa);
+  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
+  const size_t wsb = k->wsb;
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
-  const int st1 = t1 != rt || in1.nhwc != nhwc, st2 = t2 != rt || in2.nhwc != nhwc, sto = ot != rt || oa.nhwc != nhwc;
-  const int64_t n1 = in1.n * in1.c * in1.hw, n2 = in2.n * in2.c * in2.hw, no = oa.n * oa.c * oa.hw;
-  size_t off1 = round256(wsb), off2 = off1 + (st1 ? round256((size_t)n1 * es) : 0);
-  size_t offo = off2 + (st2 ? round256((size_t)n2 * es) : 0);
-  size_t total = offo + (sto ? round256((size_t)no * es) : 0);
+  const int st1 = L.st1, st2 = L.st2, sto = L.sto;
+  const int64_t n1 = in1.n * in1.c * in1.hw, n2 = in2.n * in2.c * in2.hw;
+  const size_t off1 = L.off1, off2 = L.off2, offo = L.offo, total = L.total;
   void *scr = NULL;
   *retry = 0;
   if (total) {
-    ct_status s = cuda_scratch(d, total, &scr);
-    *retry = s == CT_ERR_OUT_OF_MEMORY;
-    CT_TRY(s);
+    /* The layer's planned workspace (set_workspace) when it is large
+     * enough, else the device's scratch buffer. */
+    const cuda_dev *cd = cuda_dev_of(d);
+    if (total <= cd->pass_ws_bytes) {
+      scr = cd->pass_ws;
+    } else {
+      ct_status s = cuda_scratch(d, total, &scr);
+      *retry = s == CT_ERR_OUT_OF_MEMORY;
+      CT_TRY(s);
+      c->in_scratch++;
+    }
   }
   c->calls++;
   if (beta != 0.f) c->accumulated = 1;
-  if (total > c->scratch_max) c->scratch_max = total;
+  if (total > c->need_max) c->need_max = total;
   void *ws = wsb ? scr : NULL;
   const void *a = in1.p, *b = in2.p;
   void *dst = out;
@@ -459,9 +490,11 @@ static ct_status plan_for(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
  * (NCHW when cuDNN has no NHWC algorithm for it), and operands in the
  * other layout or another dtype than the pass's are staged in scratch
  * (inputs before, the output after the cuDNN call). */
-static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
-                           const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, void *out, conv_arg oa,
-                           float beta) {
+/* The plan a pass runs with (*c), its dtype (*rt) and layout (*nhwc), from
+ * the operands' dtypes and layouts; *h the device's cuDNN handle. */
+static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
+                              const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, conv_arg oa,
+                              cudnnHandle_t *h, conv_plan **c, ct_dtype *rt, int *nhwc) {
   const char *op = kind_name[kind];
   cuda_dev *cd = cuda_dev_of(d);
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
@@ -479,26 +512,35 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
       return ct_error(CT_ERR_SHAPE, "cuda %s: every extent must be in 1..INT_MAX for cuDNN (x [%lld,%lld,%lld,%lld])",
                       op, (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3]);
   CT_TRY(cuda_enter(d));
-  cudnnHandle_t h;
-  CT_TRY(cuda_dnn_handle(d, &h));
+  CT_TRY(cuda_dnn_handle(d, h));
 
   /* The dtype cuDNN runs in (the header says why). */
-  ct_dtype rt = kind == CONV_BWD_FILTER && t1 != CT_F32 ? t1 : ot;
+  *rt = kind == CONV_BWD_FILTER && t1 != CT_F32 ? t1 : ot;
   const int any_nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
-  int nhwc = any_nhwc;
-  conv_plan *c = NULL;
-  CT_TRY(plan_for(d, h, kind, p, xs, wsh, ys, rt, conv_math(cd, rt, t1), &nhwc, &c));
-  if (!c->ncand && rt != ot) {
-    rt = ot;
-    nhwc = any_nhwc;
-    CT_TRY(plan_for(d, h, kind, p, xs, wsh, ys, rt, conv_math(cd, rt, t1), &nhwc, &c));
+  *nhwc = any_nhwc;
+  CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), nhwc, c));
+  if (!(*c)->ncand && *rt != ot) {
+    *rt = ot;
+    *nhwc = any_nhwc;
+    CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), nhwc, c));
   }
-  if (!c->ncand)
+  if (!(*c)->ncand)
     return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, "
                     "%lld, %lld, %lld] groups %d in %s (tried %s)",
                     op, (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], (long long)wsh[0],
-                    (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(rt),
+                    (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(*rt),
                     any_nhwc ? "NHWC, then NCHW" : "NCHW");
+  return CT_OK;
+}
+
+static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
+                           const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, void *out, conv_arg oa,
+                           float beta) {
+  cudnnHandle_t h;
+  conv_plan *c;
+  ct_dtype rt;
+  int nhwc;
+  CT_TRY(conv_resolve(d, kind, p, xs, wsh, ys, in1, in2, oa, &h, &c, &rt, &nhwc));
   for (;;) {
     int retry = 0;
     ct_status s = conv_try(d, h, kind, c, nhwc, rt, in1, in2, out, oa, beta, &retry);
@@ -536,8 +578,9 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
       continue;
     }
     const conv_cand *a = &c->cand[c->cur];
-    PUT(" algo %d %s, workspace %.1f MB, scratch %.1f MB, %lld calls%s", a->algo, math_name(a->math), a->wsb / 1048576.0,
-        c->scratch_max / 1048576.0, c->calls, c->accumulated ? ", accumulating" : "");
+    PUT(" algo %d %s, workspace %.1f MB, %.1f MB a call with staging, %lld calls (%lld in scratch)%s", a->algo,
+        math_name(a->math), a->wsb / 1048576.0, c->need_max / 1048576.0, c->calls, c->in_scratch,
+        c->accumulated ? ", accumulating" : "");
     if (a->ms >= 0) {
       PUT("; find (ms):");
       for (int j = 0; j < c->ncand; j++) PUT(" %s%d=%.3f", j == c->cur ? "*" : "", c->cand[j].algo, c->cand[j].ms);
@@ -625,4 +668,25 @@ ct_status cuda_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const
                             db->data, db->dtype, beta);
   return cuda_channel_sum(d, dy->data, dy->dtype, dy->shape[0], dy->shape[1], dy->shape[2] * dy->shape[3], db->data,
                           db->dtype, beta);
+}
+
+size_t cuda_conv2d_workspace_bytes(ct_device *d, int pass, const ct_conv2d_params *p, const ct_tensor *a,
+                                   const ct_tensor *b, const ct_tensor *out) {
+  if (pass < 0 || pass > 2 || a->ndim != 4 || b->ndim != 4 || out->ndim != 4) return 0;
+  const conv_kind kind = (conv_kind)pass;
+  /* x, w and y shapes by pass, as the ops pass them to conv_exec */
+  const ct_tensor *x = kind == CONV_BWD_DATA ? out : a, *y = kind == CONV_FWD ? out : kind == CONV_BWD_DATA ? a : b;
+  const ct_tensor *w = kind == CONV_BWD_FILTER ? out : b;
+  int an = 0, bn = 0, on = 0;
+  if (nhwc_of(kind_name[kind], "a", a, &an) != CT_OK || nhwc_of(kind_name[kind], "b", b, &bn) != CT_OK ||
+      nhwc_of(kind_name[kind], "out", out, &on) != CT_OK || w->layout != CT_LAYOUT_PLAIN)
+    return 0;
+  conv_arg in1 = arg_of(NULL, a->dtype, an, a->shape), in2 = arg_of(NULL, b->dtype, bn, b->shape);
+  conv_arg oa = arg_of(NULL, out->dtype, on, out->shape);
+  cudnnHandle_t h;
+  conv_plan *c;
+  ct_dtype rt;
+  int nhwc;
+  if (conv_resolve(d, kind, p, x->shape, w->shape, y->shape, in1, in2, oa, &h, &c, &rt, &nhwc) != CT_OK) return 0;
+  return conv_need(&c->cand[c->cur], nhwc, rt, in1, in2, oa).total;
 }

@@ -44,6 +44,12 @@ typedef struct cuda_dev {
    * Grows on demand (after a stream sync), never shrinks until close. */
   void *scratch;
   size_t scratch_bytes;
+  /* The workspace of the layer pass running now (set_workspace: a buffer
+   * of the model's memory plan, sized by conv2d_workspace_bytes); a
+   * convolution that needs no more than this runs in it instead of the
+   * scratch buffer. NULL/0 outside a planned pass. */
+  void *pass_ws;
+  size_t pass_ws_bytes;
   /* Sizes of live allocations (open addressing, key = pointer), because
    * ct_device_free() accounts the freed bytes and cudaFree does not say. */
   pthread_mutex_t mu;
@@ -160,6 +166,9 @@ ct_status cuda_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct
                                ct_tensor *dx);
 ct_status cuda_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
                                   ct_tensor *dw, ct_tensor *db, float beta);
+size_t cuda_conv2d_workspace_bytes(ct_device *d, int pass, const ct_conv2d_params *p, const ct_tensor *a,
+                                   const ct_tensor *b, const ct_tensor *out);
+void cuda_set_workspace(ct_device *d, void *p, size_t bytes);
 
 /* ---- pooling kernels (cuda_pool.cu) ---- */
 size_t cuda_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x,

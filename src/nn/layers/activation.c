@@ -17,11 +17,11 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
 }
 
 /* Which of x/y backward reads depends on the activation (see the planner). */
-const ct_layer_class ct_layer_activation = {"activation", "Activation", 0, setup, NULL, NULL, forward, backward};
+const ct_layer_class ct_layer_activation = {"activation", "Activation", 0, setup, NULL, NULL, forward, backward, NULL};
 
 static ct_status copy_fwd(ct_layer *l, ct_exec *e) { return e->be->axpby(e->dev, 1.0f, &l->x[0], 0.0f, &l->y); }
 static ct_status copy_bwd(ct_layer *l, ct_exec *e) {
   return l->dx[0].data ? e->be->axpby(e->dev, 1.0f, &l->dy, 0.0f, &l->dx[0]) : CT_OK;
 }
 
-const ct_layer_class ct_layer_identity = {"identity", "Identity", 0, setup, NULL, NULL, copy_fwd, copy_bwd};
+const ct_layer_class ct_layer_identity = {"identity", "Identity", 0, setup, NULL, NULL, copy_fwd, copy_bwd, NULL};

@@ -30,6 +30,6 @@ static ct_status max_bwd(ct_layer *l, ct_exec *e) {
 }
 
 const ct_layer_class ct_layer_adaptive_avgpool2d = {"adaptiveavgpool2d", "AdaptiveAvgPool2d", 0, setup, NULL, NULL,
-                                                    avg_fwd, avg_bwd};
+                                                    avg_fwd, avg_bwd, NULL};
 const ct_layer_class ct_layer_adaptive_maxpool2d = {"adaptivemaxpool2d", "AdaptiveMaxPool2d", 0, setup, NULL, max_ws,
-                                                    max_fwd, max_bwd};
+                                                    max_fwd, max_bwd, NULL};

@@ -120,4 +120,4 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
 }
 
 const ct_layer_class ct_layer_batchnorm = {"batchnorm", "BatchNorm", CT_LAYER_SAVES_INPUT, setup, init, ws_bytes,
-                                           forward, backward};
+                                           forward, backward, NULL};

@@ -60,4 +60,18 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
   return CT_OK;
 }
 
-const ct_layer_class ct_layer_conv2d = {"conv2d", "Conv2d", CT_LAYER_SAVES_INPUT, setup, init, NULL, forward, backward};
+/* cuDNN's workspace and staged operands (backend conv2d_workspace_bytes):
+ * the forward's, or the larger of the weight gradient's and (when the
+ * input takes a gradient) the data gradient's, which run one after the
+ * other. */
+static size_t pass_workspace_bytes(ct_layer *l, ct_exec *e, int backward) {
+  if (!e->be->conv2d_workspace_bytes) return 0;
+  ct_conv2d_params p = params(l);
+  if (!backward) return e->be->conv2d_workspace_bytes(e->dev, 0, &p, &l->x[0], &l->w[0], &l->y);
+  size_t dw = e->be->conv2d_workspace_bytes(e->dev, 2, &p, &l->x[0], &l->dy, &l->g[0]);
+  size_t dx = l->inputs[0] >= 0 ? e->be->conv2d_workspace_bytes(e->dev, 1, &p, &l->dy, &l->w[0], &l->dx[0]) : 0;
+  return dw > dx ? dw : dx;
+}
+
+const ct_layer_class ct_layer_conv2d = {"conv2d", "Conv2d", CT_LAYER_SAVES_INPUT, setup, init, NULL, forward, backward,
+                                        pass_workspace_bytes};

@@ -38,5 +38,5 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
   return e->be->dropout_bwd(e->dev, l->fp[0], group(l), key(l, e), &l->dy, &l->dx[0]);
 }
 
-const ct_layer_class ct_layer_dropout = {"dropout", "Dropout", 0, setup, NULL, NULL, forward, backward};
-const ct_layer_class ct_layer_dropout2d = {"dropout2d", "Dropout2d", 0, setup2d, NULL, NULL, forward, backward};
+const ct_layer_class ct_layer_dropout = {"dropout", "Dropout", 0, setup, NULL, NULL, forward, backward, NULL};
+const ct_layer_class ct_layer_dropout2d = {"dropout2d", "Dropout2d", 0, setup2d, NULL, NULL, forward, backward, NULL};

@@ -39,4 +39,5 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
   return CT_OK;
 }
 
-const ct_layer_class ct_layer_linear = {"linear", "Linear", CT_LAYER_SAVES_INPUT, setup, init, NULL, forward, backward};
+const ct_layer_class ct_layer_linear = {"linear", "Linear", CT_LAYER_SAVES_INPUT, setup, init, NULL, forward, backward,
+                                        NULL};

@@ -62,5 +62,5 @@ static ct_status avg_bwd(ct_layer *l, ct_exec *e) {
   return l->dx[0].data ? e->be->avgpool2d_bwd(e->dev, &p, &l->dy, &l->dx[0]) : CT_OK;
 }
 
-const ct_layer_class ct_layer_maxpool2d = {"maxpool2d", "MaxPool2d", 0, setup, NULL, max_ws, max_fwd, max_bwd};
-const ct_layer_class ct_layer_avgpool2d = {"avgpool2d", "AvgPool2d", 0, setup, NULL, NULL, avg_fwd, avg_bwd};
+const ct_layer_class ct_layer_maxpool2d = {"maxpool2d", "MaxPool2d", 0, setup, NULL, max_ws, max_fwd, max_bwd, NULL};
+const ct_layer_class ct_layer_avgpool2d = {"avgpool2d", "AvgPool2d", 0, setup, NULL, NULL, avg_fwd, avg_bwd, NULL};

@@ -18,7 +18,7 @@ static ct_status flatten_bwd(ct_layer *l, ct_exec *e) {
 }
 
 const ct_layer_class ct_layer_flatten = {"flatten", "Flatten", CT_LAYER_ALIAS, flatten_setup, NULL, NULL, flatten_fwd,
-                                         flatten_bwd};
+                                         flatten_bwd, NULL};
 
 static ct_status add_setup(ct_layer *l) {
   if (l->in_ndim[0] != l->in_ndim[1] || ct_shape_numel(l->in_ndim[0], l->in_shape[0]) != ct_shape_numel(l->in_ndim[1], l->in_shape[1]))
@@ -47,4 +47,4 @@ static ct_status add_bwd(ct_layer *l, ct_exec *e) {
   return CT_OK;
 }
 
-const ct_layer_class ct_layer_add = {"add", "Add", 0, add_setup, NULL, NULL, add_fwd, add_bwd};
+const ct_layer_class ct_layer_add = {"add", "Add", 0, add_setup, NULL, NULL, add_fwd, add_bwd, NULL};

@@ -19,6 +19,6 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
 }
 
 const ct_layer_class ct_layer_softmax = {"softmax", "Softmax", CT_LAYER_SAVES_OUTPUT, setup, NULL, NULL, forward,
-                                         backward};
+                                         backward, NULL};
 const ct_layer_class ct_layer_log_softmax = {"logsoftmax", "LogSoftmax", CT_LAYER_SAVES_OUTPUT, setup, NULL, NULL,
-                                             forward, backward};
+                                             forward, backward, NULL};
