@@ -5,7 +5,8 @@
  * plus a tail when n % 8 != 0) and again on the same values one element
  * further on (misaligned for every float dtype: the scalar path), and the
  * two outputs are compared bitwise: add with and without its ReLU, every
- * activation forward and backward, axpby (beta 0 and not), fill, and casts
+ * activation forward and backward, axpby (beta 0 and not), fill, dropout
+ * (one mask per element and per group), and casts
  * between f32, bf16 and f16, operands of mixed dtypes included; and the
  * fused optimizer pass (SGD with Nesterov momentum and weight decay, Adam,
  * AdamW with amsgrad: parameters and every state buffer bitwise) and the
@@ -114,6 +115,17 @@ static void paths(int64_t n, ct_dtype dt, ct_dtype dt2) {
     CHECK_OK(G_->fill(g_gpu, &to, -3.25f));
   }
   SAME(&out, "fill n=%lld %s", (long long)n, tn);
+  /* dropout: one mask per element (the wide path draws two Philox blocks
+   * for 8 elements) and one per group of 7 */
+  const int64_t groups[2] = {1, 7};
+  for (int k = 0; k < 2; k++) {
+    ct_dropout_key key = {0x0123456789abcdefull, 5, 11};
+    for (int m = 0; m < 2; m++) {
+      ct_tensor ta = view(&a, m), to = view(&out, m);
+      CHECK_OK(G_->dropout_fwd(g_gpu, 0.4f, groups[k], key, &ta, &to));
+    }
+    SAME(&out, "dropout group %lld n=%lld %s", (long long)groups[k], (long long)n, tn);
+  }
   for (int m = 0; m < 2; m++) {
     ct_tensor tb = view(&b, m), to = view(&out, m);
     CHECK_OK(G_->cast(g_gpu, &tb, &to));

@@ -8,10 +8,10 @@
 
 /* ---- Philox4x32-10, a copy of ct_philox4x32 / ct_rng_uniform_at ---- */
 
-__device__ __forceinline__ float ct_rng_uniform_at_dev(uint64_t seed, uint32_t kind, uint32_t a, uint32_t b,
-                                                       uint64_t i) {
+/* The four words of counter block blk (elements 4 blk .. 4 blk + 3). */
+__device__ __forceinline__ void ct_philox_block_dev(uint64_t seed, uint32_t kind, uint32_t a, uint32_t b, uint64_t blk,
+                                                    uint32_t *w) {
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-  uint64_t blk = i >> 2;
   uint32_t c0 = (uint32_t)blk, c1 = kind ^ ((uint32_t)(blk >> 32) << 8), c2 = a, c3 = b;
 #pragma unroll
   for (int round = 0; round < 10; round++) {
@@ -25,8 +25,16 @@ __device__ __forceinline__ float ct_rng_uniform_at_dev(uint64_t seed, uint32_t k
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  uint32_t w = (i & 3) == 0 ? c0 : (i & 3) == 1 ? c1 : (i & 3) == 2 ? c2 : c3;
-  return (float)(w >> 8) * (1.0f / 16777216.0f);
+  w[0] = c0, w[1] = c1, w[2] = c2, w[3] = c3;
+}
+
+__device__ __forceinline__ float ct_rng_word_uniform(uint32_t w) { return (float)(w >> 8) * (1.0f / 16777216.0f); }
+
+__device__ __forceinline__ float ct_rng_uniform_at_dev(uint64_t seed, uint32_t kind, uint32_t a, uint32_t b,
+                                                       uint64_t i) {
+  uint32_t w[4];
+  ct_philox_block_dev(seed, kind, a, b, i >> 2, w);
+  return ct_rng_word_uniform(w[i & 3]);
 }
 
 /* ---- kernels ---- */
@@ -60,22 +68,31 @@ __global__ void k_act_bwd(int act, float alpha, const void *x, int xt, const voi
 /* mode 0: copy, 1: zero, 2: mask and scale. step_dev: the step from
  * device memory (a captured graph replays the address, not the value);
  * NULL: the step argument. Either way the Philox inputs are the same. */
+/* 8 elements with one mask per element (group 1) draw two Philox blocks
+ * where one at a time each element draws the whole block of its word. */
 __global__ void k_dropout(int mode, float pf, double scale, int64_t group, uint64_t seed, uint32_t layer,
                           uint32_t step, const uint32_t *step_dev, const void *x, int xt, void *y, int yt,
-                          int64_t n) {
+                          int64_t n, int vec) {
   if (mode == 2 && step_dev) step = *step_dev;
-  CT_GRID_STRIDE(i, n) {
-    float v;
-    if (mode == 0) {
-      v = ct_ld(x, xt, i);
-    } else if (mode == 1) {
-      v = 0.f;
-    } else {
-      float u = ct_rng_uniform_at_dev(seed, CT_RNG_DROPOUT, layer, step, (uint64_t)(i / group));
-      v = u < pf ? 0.f : (float)((double)ct_ld(x, xt, i) * scale);
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W] = {};
+    if (mode != 1) ct_ldw<W>(x, xt, i, v);
+    if (mode == 2) {
+      float u[W];
+      if (W == CT_VEC && group == 1) {
+        uint32_t r[8];
+        ct_philox_block_dev(seed, CT_RNG_DROPOUT, layer, step, (uint64_t)i >> 2, r);
+        ct_philox_block_dev(seed, CT_RNG_DROPOUT, layer, step, ((uint64_t)i >> 2) + 1, r + 4);
+        for (int k = 0; k < W; k++) u[k] = ct_rng_word_uniform(r[k]);
+      } else {
+        for (int k = 0; k < W; k++)
+          u[k] = ct_rng_uniform_at_dev(seed, CT_RNG_DROPOUT, layer, step, (uint64_t)((i + k) / group));
+      }
+      for (int k = 0; k < W; k++) v[k] = u[k] < pf ? 0.f : (float)((double)v[k] * scale);
     }
-    ct_st(y, yt, i, v);
-  }
+    ct_stw<W>(y, yt, i, v);
+  });
 }
 
 /* y = act(a + b), the residual add with its folded ReLU in one pass. */
@@ -282,9 +299,10 @@ static ct_status dropout_apply(ct_device *d, const char *op, float p, int64_t gr
   if (!n) return CT_OK;
   int mode = p == 0 ? 0 : p >= 1 ? 1 : 2;
   double scale = mode == 2 ? 1.0 / (1.0 - (double)p) : 1.0;
-  k_dropout<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(mode, p, scale, group, key.seed, key.layer, key.step,
-                                                        cuda_dropout_step(d), x->data, x->dtype, y->data, y->dtype,
-                                                        n);
+  const int vec = ct_vec_ok(x->data, y->data);
+  k_dropout<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(mode, p, scale, group, key.seed, key.layer, key.step,
+                                                                 cuda_dropout_step(d), x->data, x->dtype, y->data,
+                                                                 y->dtype, n, vec);
   CUDA_LAUNCHED(op);
   return CT_OK;
 }
