@@ -133,7 +133,8 @@ struct ct_backend {
   ct_status (*mem_info)(ct_device *d, size_t *free_bytes, size_t *total_bytes);
   /* Lines on the backend's choices so far (cuda: the scratch buffer's
    * size and each convolution plan's algorithm, cudnnFind* times,
-   * workspace, and any candidate it gave up on) into buf, NUL-terminated
+   * workspace, calls that took scratch, and any candidate it gave up on)
+   * into buf, NUL-terminated
    * and cut to n bytes; returns the length of the whole text, as snprintf.
    * NULL where there is nothing to tell. For benchmarks' profiles: the
    * library itself never prints it. */

@@ -565,7 +565,8 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
     int w_ = snprintf(len < n ? buf + len : NULL, len < n ? n - len : 0, __VA_ARGS__);    \
     if (w_ > 0) len += (size_t)w_;                                                        \
   } while (0)
-  PUT("scratch buffer %.1f MB (cuDNN and cuBLASLt workspaces, staged operands, partial sums)\n",
+  PUT("scratch buffer %.1f MB (cuBLASLt's and batch norm's workspaces, partial sums, and convolution calls that "
+      "needed more than was planned)\n",
       cuda_dev_of(d)->scratch_bytes / 1048576.0);
   for (int i = 0; cc && i < cc->n; i++) {
     const conv_plan *c = &cc->p[i];
