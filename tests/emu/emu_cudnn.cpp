@@ -56,6 +56,10 @@
  * - CT_EMU_DNN_FIRST_FAILS=1: the compute calls refuse the algorithm every
  *   query ranks first (NOT_SUPPORTED, as cuDNN can at execution for an
  *   entry its heuristics listed as supported); the second still runs.
+ * - CT_EMU_DNN_BIG_WS=1: the first-ranked algorithm asks for a workspace
+ *   as large as its largest tensor (f32 sizes) instead of a few KB, as
+ *   cuDNN's fast algorithms can, and every call scribbles all of it; a
+ *   workspace laid over memory something still reads then shows.
  *
  * Every compute call checks each data pointer (bytes from its descriptor)
  * and the workspace with ct_emu::check_device_range; on a failure it returns
@@ -272,6 +276,13 @@ bool no_nhwc() {
   return on;
 }
 
+/* CT_EMU_DNN_BIG_WS=1: the first-ranked algorithm's workspace is the size
+ * of its largest tensor. */
+bool big_ws() {
+  static const bool on = ct_emu::env_flag("CT_EMU_DNN_BIG_WS");
+  return on;
+}
+
 /* CT_EMU_DNN_FIRST_FAILS=1: the first-ranked algorithm refuses to run. */
 bool first_fails() {
   static const bool on = ct_emu::env_flag("CT_EMU_DNN_FIRST_FAILS");
@@ -430,6 +441,10 @@ const int algo_count[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CUDNN_CONVOLUTION_B
 int64_t algo_workspace(pass p, int algo, const geo &g) {
   if (algo == offered[p][1]) return 0;
   if (algo != offered[p][0]) return -1;
+  if (big_ws()) {
+    const int64_t x = (int64_t)g.N * g.C * g.H * g.W, y = (int64_t)g.N * g.K * g.OH * g.OW;
+    return 256 + 4 * (x > y ? x : y);
+  }
   return 256 + (int64_t)g.R * g.S * g.Cg * 8;
 }
 

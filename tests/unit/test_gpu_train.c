@@ -100,17 +100,22 @@ static void test_fused_kernels(ct_device *d) {
 }
 
 /* Each convolution of m has a planned workspace for its forward and its
- * backward, and (describe) no convolution plan of the device took the
- * scratch buffer unless it gave up a candidate, whose successor may need
- * more than was planned. */
+ * backward, each alive at its own pass's time only, and (describe) no
+ * convolution plan of the device took the scratch buffer unless it gave
+ * up a candidate, whose successor may need more than was planned. */
 static void check_planned_workspace(const ct_model *m, ct_device *gpu) {
   int convs = 0;
   for (int i = 0; i < m->n_layers; i++)
     if (m->layers[i].cls == &ct_layer_conv2d) {
       convs++;
-      CHECK_MSG(m->eb.pws[3 * i + CT_PASS_FWD] >= 0 && m->eb.pws[3 * i + CT_PASS_BWD] >= 0,
-                "conv layer %d has no planned workspace (fwd %d, bwd %d)", i, m->eb.pws[3 * i + CT_PASS_FWD],
-                m->eb.pws[3 * i + CT_PASS_BWD]);
+      const int f = m->eb.pws[3 * i + CT_PASS_FWD], b = m->eb.pws[3 * i + CT_PASS_BWD];
+      CHECK_MSG(f >= 0 && b >= 0, "conv layer %d has no planned workspace (fwd %d, bwd %d)", i, f, b);
+      if (f < 0 || b < 0) continue;
+      const ct_plan_buf *pf = &m->plan.bufs[f], *pb = &m->plan.bufs[b];
+      const int tb = m->eb.tl.bwd[i];
+      CHECK_MSG(pf->first == i && pf->last == i && pb->first == tb && pb->last == tb,
+                "conv layer %d: workspaces live [%d, %d] and [%d, %d], expected [%d, %d] and [%d, %d]", i,
+                pf->first, pf->last, pb->first, pb->last, i, i, tb, tb);
     }
   CHECK(convs > 0);
   const ct_backend *be = ct_device_backend(gpu);
