@@ -371,7 +371,8 @@ static conv_arg in_layout(conv_arg a, int nhwc) {
  * cuDNN call, so a retry starts clean. */
 /* What one call of candidate k takes: its workspace, then each operand
  * staged in the pass's dtype rt and layout nhwc (those already in both are
- * used where they lie); *off* give each staged operand's offset. */
+ * used where they lie); *off* give each staged operand's offset. The
+ * operands as in_layout leaves them for this pass. */
 typedef struct conv_layout {
   int st1, st2, sto;        /* staged: first and second input, output */
   size_t off1, off2, offo;  /* their offsets after the workspace */
@@ -379,7 +380,6 @@ typedef struct conv_layout {
 } conv_layout;
 
 static conv_layout conv_need(const conv_cand *k, int nhwc, ct_dtype rt, conv_arg in1, conv_arg in2, conv_arg oa) {
-  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
   const size_t es = ct_dtype_size(rt);
   conv_layout L;
   L.st1 = in1.t != rt || in1.nhwc != nhwc, L.st2 = in2.t != rt || in2.nhwc != nhwc;
@@ -393,9 +393,9 @@ static conv_layout conv_need(const conv_cand *k, int nhwc, ct_dtype rt, conv_arg
 
 static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_plan *c, int nhwc, ct_dtype rt,
                           conv_arg in1, conv_arg in2, void *out, conv_arg oa, float beta, int *retry) {
+  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
   const conv_cand *k = &c->cand[c->cur];
   const conv_layout L = conv_need(k, nhwc, rt, in1, in2, oa);
-  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
   const size_t wsb = k->wsb;
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
   const int st1 = L.st1, st2 = L.st2, sto = L.sto;
@@ -689,5 +689,6 @@ size_t cuda_conv2d_workspace_bytes(ct_device *d, int pass, const ct_conv2d_param
   ct_dtype rt;
   int nhwc;
   if (conv_resolve(d, kind, p, x->shape, w->shape, y->shape, in1, in2, oa, &h, &c, &rt, &nhwc) != CT_OK) return 0;
+  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
   return conv_need(&c->cand[c->cur], nhwc, rt, in1, in2, oa).total;
 }

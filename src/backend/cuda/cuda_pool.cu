@@ -108,10 +108,10 @@ static ct_status check_pool(const char *op, const ct_pool2d_params *p, const ct_
 }
 
 /* Whether max pooling takes the NHWC vector kernels below: both tensors
- * NHWC in one dtype, whole vectors of channels, 32-bit indices. */
-#define POOL_VEC 8
-static int nhwc_vec(const pool_geom &g, int at, int bt) {
-  return g.nhwc && at == bt && g.C % POOL_VEC == 0 && pool_fits32(g);
+ * NHWC in one dtype and 16-byte aligned, whole vectors of channels,
+ * 32-bit indices. */
+static int nhwc_vec(const pool_geom &g, const ct_tensor *a, const ct_tensor *b) {
+  return g.nhwc && a->dtype == b->dtype && g.C % CT_VEC == 0 && pool_fits32(g) && ct_vec_ok(a->data, b->data);
 }
 
 template <typename I> __device__ __forceinline__ I imin(I a, I b) { return a < b ? a : b; }
@@ -195,67 +195,69 @@ __global__ void k_maxpool_bwd(pool_geom_t<I> g, const void *dy, int dyt, const i
   }
 }
 
-/* NHWC max pooling, POOL_VEC channels of one pixel per thread: the
+/* NHWC max pooling, CT_VEC channels of one pixel per thread: the
  * index unpacking (the divisions) is paid once per vector instead of once
  * per element. Same windows, order and comparisons as k_maxpool_fwd and
  * k_maxpool_bwd, so the results are the same bits. DT is the dtype of
- * both tensors (a compile-time constant: ct_ld and ct_st fold to plain
- * loads and stores). Used
- * when C is a multiple of POOL_VEC and the geometry fits int32. */
+ * both tensors, a compile-time constant; the 8 channels move through
+ * ct_ldw / ct_stw (cuda_common.cuh), 16-byte accesses. Used when C is a
+ * multiple of CT_VEC and the geometry fits int32. */
 
 template <int DT> __global__ void k_maxpool_fwd_nhwc(pool_geom_t<int32_t> g, const void *x, void *y, int32_t *ws) {
-  const int32_t cv = g.C / POOL_VEC, n = g.planes / g.C * g.OH * g.OW * cv;
+  const int32_t cv = g.C / CT_VEC, n = g.planes / g.C * g.OH * g.OW * cv;
   CT_GRID_STRIDE_T(int32_t, t, n) {
-    const int32_t c0 = t % cv * POOL_VEC, px = t / cv;
+    const int32_t c0 = t % cv * CT_VEC, px = t / cv;
     const int32_t ow = px % g.OW, oh = px / g.OW % g.OH, img = px / (g.OW * g.OH);
     int32_t h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
     const int32_t h1 = imin<int32_t>(h0 + g.kh, g.H), w1 = imin<int32_t>(w0 + g.kw, g.W);
     h0 = imax<int32_t>(h0, 0);
     w0 = imax<int32_t>(w0, 0);
-    float best[POOL_VEC];
-    int32_t arg[POOL_VEC];
+    float best[CT_VEC];
+    int32_t arg[CT_VEC];
 #pragma unroll
-    for (int j = 0; j < POOL_VEC; j++) best[j] = -INFINITY, arg[j] = (h0 < h1 && w0 < w1) ? h0 * g.W + w0 : -1;
+    for (int j = 0; j < CT_VEC; j++) best[j] = -INFINITY, arg[j] = (h0 < h1 && w0 < w1) ? h0 * g.W + w0 : -1;
     for (int32_t ih = h0; ih < h1; ih++)
       for (int32_t iw = w0; iw < w1; iw++) {
-        const int32_t b = ((img * g.H + ih) * g.W + iw) * g.C + c0;
+        float v[CT_VEC];
+        ct_ldw<CT_VEC>(x, DT, ((img * g.H + ih) * g.W + iw) * g.C + c0, v);
 #pragma unroll
-        for (int j = 0; j < POOL_VEC; j++) {
-          float v = ct_ld(x, DT, b + j);
-          if (v > best[j] || isnan(v)) best[j] = v, arg[j] = ih * g.W + iw;
-        }
+        for (int j = 0; j < CT_VEC; j++)
+          if (v[j] > best[j] || isnan(v[j])) best[j] = v[j], arg[j] = ih * g.W + iw;
       }
     const int32_t o = px * g.C + c0;
+    ct_stw<CT_VEC>(y, DT, o, best);
+    if (ws) {
 #pragma unroll
-    for (int j = 0; j < POOL_VEC; j++) {
-      ct_st(y, DT, o + j, best[j]);
-      if (ws) ws[o + j] = arg[j];
+      for (int j = 0; j < CT_VEC; j++) ws[o + j] = arg[j];
     }
   }
 }
 
 template <int DT> __global__ void k_maxpool_bwd_nhwc(pool_geom_t<int32_t> g, const void *dy, const int32_t *ws, void *dx) {
-  const int32_t cv = g.C / POOL_VEC, n = g.planes / g.C * g.H * g.W * cv;
+  const int32_t cv = g.C / CT_VEC, n = g.planes / g.C * g.H * g.W * cv;
   CT_GRID_STRIDE_T(int32_t, t, n) {
-    const int32_t c0 = t % cv * POOL_VEC, px = t / cv;
+    const int32_t c0 = t % cv * CT_VEC, px = t / cv;
     const int32_t iw = px % g.W, ih = px / g.W % g.H, img = px / (g.W * g.H);
     int32_t oh0, oh1, ow0, ow1;
     cover<int32_t>(ih, g.kh, g.sh, g.ph, g.OH, &oh0, &oh1);
     cover<int32_t>(iw, g.kw, g.sw, g.pw, g.OW, &ow0, &ow1);
     const int32_t me = ih * g.W + iw;
-    double s[POOL_VEC];
+    double s[CT_VEC];
 #pragma unroll
-    for (int j = 0; j < POOL_VEC; j++) s[j] = 0;
+    for (int j = 0; j < CT_VEC; j++) s[j] = 0;
     for (int32_t oh = oh0; oh <= oh1; oh++)
       for (int32_t ow = ow0; ow <= ow1; ow++) {
         const int32_t o = ((img * g.OH + oh) * g.OW + ow) * g.C + c0;
+        float v[CT_VEC];
+        ct_ldw<CT_VEC>(dy, DT, o, v);
 #pragma unroll
-        for (int j = 0; j < POOL_VEC; j++)
-          if (ws[o + j] == me) s[j] += ct_ld(dy, DT, o + j);
+        for (int j = 0; j < CT_VEC; j++)
+          if (ws[o + j] == me) s[j] += v[j];
       }
-    const int32_t i = px * g.C + c0;
+    float f[CT_VEC];
 #pragma unroll
-    for (int j = 0; j < POOL_VEC; j++) ct_st(dx, DT, i + j, (float)s[j]);
+    for (int j = 0; j < CT_VEC; j++) f[j] = (float)s[j];
+    ct_stw<CT_VEC>(dx, DT, px * g.C + c0, f);
   }
 }
 
@@ -397,10 +399,10 @@ extern "C" ct_status cuda_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p,
   CT_TRY(cuda_enter(d));
   int64_t n = g.planes * g.OH * g.OW;
   if (!n) return CT_OK;
-  if (nhwc_vec(g, x->dtype, y->dtype)) {
+  if (nhwc_vec(g, x, y)) {
     auto k = x->dtype == CT_F32 ? k_maxpool_fwd_nhwc<CT_F32> : x->dtype == CT_BF16 ? k_maxpool_fwd_nhwc<CT_BF16>
                                                                                      : k_maxpool_fwd_nhwc<CT_F16>;
-    k<<<ct_blocks(n / POOL_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), x->data, y->data, (int32_t *)ws);
+    k<<<ct_blocks(n / CT_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), x->data, y->data, (int32_t *)ws);
   } else {
     POOL_LAUNCH(k_maxpool_fwd, n, g, x->data, x->dtype, y->data, y->dtype, (int32_t *)ws);
   }
@@ -416,10 +418,10 @@ extern "C" ct_status cuda_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p,
   CT_TRY(cuda_enter(d));
   int64_t n = g.planes * g.H * g.W;
   if (!n) return CT_OK;
-  if (nhwc_vec(g, dy->dtype, dx->dtype)) {
+  if (nhwc_vec(g, dy, dx)) {
     auto k = dx->dtype == CT_F32 ? k_maxpool_bwd_nhwc<CT_F32> : dx->dtype == CT_BF16 ? k_maxpool_bwd_nhwc<CT_BF16>
                                                                                        : k_maxpool_bwd_nhwc<CT_F16>;
-    k<<<ct_blocks(n / POOL_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), dy->data, (const int32_t *)ws,
+    k<<<ct_blocks(n / CT_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), dy->data, (const int32_t *)ws,
                                                              dx->data);
   } else {
     POOL_LAUNCH(k_maxpool_bwd, n, g, dy->data, dy->dtype, (const int32_t *)ws, dx->data, dx->dtype);
