@@ -83,6 +83,7 @@
 
 #include "ctrain/dtype.h"
 #include "emu.h"
+#include "emu_dnn.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
@@ -143,14 +144,19 @@ namespace {
 
 thread_local std::string last_error;
 
+cudnnStatus_t vrefuse(cudnnStatus_t s, const char *fmt, va_list ap) {
+  char buf[512];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  last_error = buf;
+  return s;
+}
+
 cudnnStatus_t refuse(cudnnStatus_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 cudnnStatus_t refuse(cudnnStatus_t s, const char *fmt, ...) {
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  vrefuse(s, fmt, ap);
   va_end(ap);
-  last_error = buf;
   return s;
 }
 
@@ -691,7 +697,109 @@ cudnnStatus_t queue_conv(cudnnHandle_t handle, const void *alpha, const void *be
   return CUDNN_STATUS_SUCCESS;
 }
 
+/* The legacy descriptors that describe a graph-API convolution. */
+cudnnStatus_t graph_descs(const ct_emu::dnn_conv &c, tdesc *x, fdesc *w, cdesc *cv, tdesc *y, const char *who) {
+  if (!supported_type(c.dt))
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: data type %d (emulated: FLOAT, HALF, BFLOAT16)", who, (int)c.dt);
+  const int64_t *dims[3] = {c.x, c.w, c.y};
+  for (const int64_t *d : dims)
+    for (int i = 0; i < 4; i++)
+      if (d[i] < 1 || d[i] > INT_MAX)
+        return refuse(CUDNN_STATUS_BAD_PARAM, "%s: dimension %lld out of 1..INT_MAX", who, (long long)d[i]);
+  auto tensor = [&](const int64_t *d, const int64_t *s) {
+    tdesc t;
+    t.set = true, t.dt = c.dt, t.fmt = s[1] == 1 && d[1] > 1 ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    t.n = (int)d[0], t.c = (int)d[1], t.h = (int)d[2], t.w = (int)d[3];
+    t.ns = s[0], t.cs = s[1], t.hs = s[2], t.ws = s[3];
+    return t;
+  };
+  *x = tensor(c.x, c.xs), *y = tensor(c.y, c.ys);
+  const int64_t K = c.w[0], C = c.w[1], R = c.w[2], S = c.w[3];
+  const int64_t *st = c.wst;
+  const bool kcrs = st[0] == C * R * S && st[1] == R * S && st[2] == S && st[3] == 1;
+  const bool krsc = st[0] == R * S * C && st[1] == 1 && st[2] == S * C && st[3] == C;
+  if (!kcrs && !krsc)
+    return refuse(CUDNN_STATUS_NOT_SUPPORTED, "%s: filter strides %lld,%lld,%lld,%lld are neither packed KCRS nor KRSC",
+                  who, (long long)st[0], (long long)st[1], (long long)st[2], (long long)st[3]);
+  *w = fdesc{true, c.dt, kcrs ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC, (int)K, (int)C, (int)R, (int)S};
+  if (x->c % w->c)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "%s: %d input channels, filter %d per group", who, x->c, w->c);
+  for (int i = 0; i < 2; i++)
+    if (c.pad[i] < 0 || c.stride[i] < 1 || c.dil[i] < 1)
+      return refuse(CUDNN_STATUS_BAD_PARAM, "%s: pad %lld stride %lld dilation %lld", who, (long long)c.pad[i],
+                    (long long)c.stride[i], (long long)c.dil[i]);
+  cdesc d;
+  d.set = true;
+  d.ph = (int)c.pad[0], d.pw = (int)c.pad[1], d.u = (int)c.stride[0], d.v = (int)c.stride[1];
+  d.dh = (int)c.dil[0], d.dw = (int)c.dil[1];
+  d.mode = c.cross ? CUDNN_CROSS_CORRELATION : CUDNN_CONVOLUTION;
+  d.compute = CUDNN_DATA_FLOAT;
+  d.groups = x->c / w->c;
+  d.math = c.tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  *cv = d;
+  return CUDNN_STATUS_SUCCESS;
+}
+
 }  // namespace
+
+namespace ct_emu {
+
+cudnnStatus_t dnn_refuse(cudnnStatus_t s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vrefuse(s, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+bool dnn_no_nhwc() { return no_nhwc(); }
+bool dnn_big_ws() { return big_ws(); }
+bool dnn_first_fails() { return first_fails(); }
+
+cudnnStatus_t conv_check(const dnn_conv &c, const char *who) {
+  tdesc x, y;
+  fdesc w;
+  cdesc cv;
+  geo g{};
+  cudnnStatus_t s = graph_descs(c, &x, &w, &cv, &y, who);
+  return s != CUDNN_STATUS_SUCCESS ? s : conv_geo(x, w, cv, y, &g, who);
+}
+
+cudnnStatus_t conv_queue(cudnnHandle_t h, const dnn_conv &c, void *x, void *w, void *y, double alpha, double beta,
+                         void *ws, size_t ws_need, const char *who) {
+  tdesc xd, yd;
+  fdesc wd;
+  cdesc cv;
+  geo g{};
+  cudnnStatus_t s = graph_descs(c, &xd, &wd, &cv, &yd, who);
+  if (s == CUDNN_STATUS_SUCCESS) s = conv_geo(xd, wd, cv, yd, &g, who);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (!h) return refuse(CUDNN_STATUS_BAD_PARAM, "%s: NULL handle", who);
+  const char *names[3][3] = {{"x", "w", "y"}, {"dx", "w", "dy"}, {"x", "dw", "dy"}};
+  const char *const *nm = names[c.pass];
+  if (!dev(x, tensor_bytes(xd), who, nm[0]) || !dev(w, filter_bytes(wd), who, nm[1]) ||
+      !dev(y, tensor_bytes(yd), who, nm[2]) || !dev(ws, ws_need, who, "workspace"))
+    return refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: an argument is not device memory", who);
+  ct_emu::trace(h->stream, "cudnn %s x %d,%d,%d,%d w %d,%d,%d,%d y %d,%d groups %d %s dtype %d flops %.0f", who, g.N,
+                g.C, g.H, g.W, g.K, g.Cg, g.R, g.S, g.OH, g.OW, g.G, g.nhwc ? "nhwc" : "nchw", (int)g.dt,
+                2.0 * g.N * g.K * g.OH * g.OW * g.Cg * g.R * g.S);
+  const int pass = c.pass;
+  ct_emu::enqueue(h->stream, [=] {
+    if (ws_need) memset(ws, 0xff, ws_need);
+    if (pass == 0) {
+      scatter_nhwc(y, yd, conv_fwd(g, gather_nhwc(x, xd, g.tf32), gather_filter(w, wd, g.flip, g.tf32)), alpha, beta);
+    } else if (pass == 1) {
+      scatter_nhwc(x, xd, conv_bwd_data(g, gather_nhwc(y, yd, g.tf32), gather_filter(w, wd, g.flip, g.tf32)), alpha,
+                   beta);
+    } else {
+      scatter_filter(w, wd, g.flip, conv_bwd_filter(g, gather_nhwc(x, xd, g.tf32), gather_nhwc(y, yd, g.tf32)), alpha,
+                     beta);
+    }
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace ct_emu
 
 /* ---- the API ------------------------------------------------------------ */
 

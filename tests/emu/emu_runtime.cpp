@@ -829,6 +829,23 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   return event_wait(e, "cudaEventQuery");
 }
 
+/* The emulator has no clock for device work: the time between two events
+ * of one stream is 1 us per job queued between them, so a caller that
+ * times alternatives (cuda_conv_graph.c under cudnn_benchmark) sees the
+ * one that queues less as faster, deterministically. Both events must
+ * have been recorded outside a capture, without cudaEventDisableTiming,
+ * and be complete (they are made so here, as the runtime would wait). */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  LOCK;
+  if (!ms || !start || !end) return ret(cudaErrorInvalidValue);
+  if ((start->flags | end->flags) & cudaEventDisableTiming) return ret(cudaErrorInvalidResourceHandle);
+  if (!start->stream || !end->stream || start->stream != end->stream) return ret(cudaErrorInvalidResourceHandle);
+  cudaError_t e = event_wait(end, "cudaEventElapsedTime");
+  if (e != cudaSuccess) return e;
+  *ms = 0.001f * (float)((double)end->seq - (double)start->seq);
+  return cudaSuccess;
+}
+
 /* No profiler attaches to the emulator: the range is a no-op. */
 cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
 cudaError_t cudaProfilerStop(void) { return cudaSuccess; }
