@@ -1,8 +1,9 @@
 /* The CUDA device layer: a GPU that is not there is refused with
  * CT_ERR_NO_DEVICE and one line (this part runs everywhere); with a GPU,
  * alloc/copy/sync/free round trips, memory accounting, and an allocation
- * far beyond the GPU's memory failing with a message that names the size.
- * Without a GPU the rest exits 77 (skipped). */
+ * far beyond the GPU's memory failing with a message that names the size,
+ * and an unknown CTRAIN_CUDA_CONV_API refused. Without a GPU the rest
+ * exits 77 (skipped). */
 #include "test_gpu_common.h"
 
 int main(void) {
@@ -18,6 +19,17 @@ int main(void) {
     return test_failures_ ? 1 : 77;
   }
   CHECK(ct_device_get_type(d) == CT_DEVICE_CUDA);
+  /* A convolution API the backend does not know is refused, named. */
+  const char *api = getenv("CTRAIN_CUDA_CONV_API");
+  char *api_keep = api ? strdup(api) : NULL;
+  setenv("CTRAIN_CUDA_CONV_API", "graf", 1);
+  ct_device *bad = NULL;
+  CHECK(ct_device_open("cuda", &bad) == CT_ERR_INVALID_ARG && bad == NULL);
+  CHECK_MSG(strstr(ct_last_error(), "CTRAIN_CUDA_CONV_API=graf: expected graph or legacy") != NULL, "message: %s",
+            ct_last_error());
+  if (api_keep) setenv("CTRAIN_CUDA_CONV_API", api_keep, 1);
+  else unsetenv("CTRAIN_CUDA_CONV_API");
+  free(api_keep);
   /* round trip through two device buffers (H2D, D2D, D2H) */
   const size_t n = 1000003;
   float *h = malloc(n * 4), *back = malloc(n * 4);

@@ -296,7 +296,7 @@ static void compare_step(ct_device *gpu, const char *name, int c, int h, int w, 
 
 /* The backend's describe op after the convolutions above: snprintf's
  * contract (length query, a cut that still ends in NUL), a line per pass
- * kind, the cudnnFind* times of the benchmark plans, and under the
+ * kind, the measured times of the benchmark plans, under the
  * emulator's CT_EMU_DNN_FIRST_FAILS the candidates it gave up on. */
 static void check_describe(ct_device *gpu) {
   const ct_backend *be = ct_device_backend(gpu);
@@ -308,10 +308,27 @@ static void check_describe(ct_device *gpu) {
   CHECK(all && be->describe(gpu, all, need + 1) == need && strlen(all) == need);
   if (!all) return;
   CHECK_MSG(strstr(all, "scratch buffer") && strstr(all, "conv2d_fwd ") && strstr(all, "conv2d_bwd_data ") &&
-                strstr(all, "conv2d_bwd_weights") && strstr(all, "accumulating") && strstr(all, "find (ms):"),
+                strstr(all, "conv2d_bwd_weights") && strstr(all, "accumulating") && strstr(all, "timed (ms):"),
             "describe:\n%s", all);
   const char *ff = getenv("CT_EMU_DNN_FIRST_FAILS");
   if (ff && *ff == '1') CHECK_MSG(strstr(all, "cuDNN refused it") != NULL, "describe:\n%s", all);
+  free(all);
+}
+
+/* Under CTRAIN_CUDA_CONV_API=graph, after the 16-bit steps: the graph
+ * API's engines were candidates, and (where cuDNN refused none) ran. */
+static void check_graph_describe(ct_device *gpu) {
+  const char *api = getenv("CTRAIN_CUDA_CONV_API");
+  if (!api || strcmp(api, "graph")) return;
+  const ct_backend *be = ct_device_backend(gpu);
+  size_t need = be->describe(gpu, NULL, 0);
+  char *all = malloc(need + 1);
+  if (!all) return;
+  be->describe(gpu, all, need + 1);
+  fputs(all, stdout);
+  CHECK_MSG(strstr(all, "graph and legacy API") && strstr(all, "ranked: *e"), "describe:\n%s", all);
+  const char *nn = getenv("CT_EMU_DNN_NO_NHWC");
+  if (!nn || *nn != '1') CHECK_MSG(strstr(all, ": engine ") != NULL, "describe:\n%s", all);
   free(all);
 }
 
@@ -359,6 +376,7 @@ int main(void) {
   /* bf16 NHWC: the stem's and each block's first batch norm take their
    * ReLU fused (9), against the plain step's unfused ones */
   compare_step(gpu, "resnet18", 3, 32, 32, CT_PRECISION_BF16, 1, 9);
+  check_graph_describe(gpu);
   ct_device_close(ref);
   ct_device_close(gpu);
   return test_summary("gpu_layout");

@@ -4,8 +4,11 @@
  * runs nothing; cudnnFind* under cudnn_benchmark), or the next one when its
  * workspace does not fit or cuDNN refuses to run it, restricted to plain FMA
  * math for f32 unless the device allows TF32 or the f32 operands were
- * widened from 16 bits (below); the workspace comes from the
- * device's scratch buffer. Bias and the
+ * widened from 16 bits (below); the workspace is the pass's planned one
+ * (set_workspace) when large enough, else the device's scratch buffer.
+ * Under CTRAIN_CUDA_CONV_API=graph the graph API's execution plans
+ * (cuda_conv_graph.h) are candidates too, ahead of the legacy algorithms
+ * or, under cudnn_benchmark, ordered with them by measured time. Bias and the
  * fused activation run as one extra elementwise kernel; the bias gradient is
  * a per-channel sum kernel. Backward-data can add into dx instead of
  * overwriting it (cuDNN's beta = 1: cuda_conv2d_bwd_data_acc), which the
@@ -45,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/cuda_conv_graph.h"
 
 typedef enum conv_kind { CONV_FWD, CONV_BWD_DATA, CONV_BWD_FILTER } conv_kind;
 
@@ -68,15 +71,23 @@ static size_t round256(size_t b) { return (b + 255) / 256 * 256; }
     }                                                               \
   } while (0)
 
-/* One algorithm cuDNN offered, as the call runs it. */
+/* One algorithm cuDNN offered, as the call runs it: a legacy algorithm,
+ * or (gplan set) a graph API execution plan. */
 typedef struct conv_cand {
   int algo;
   cudnnMathType_t math; /* set on the descriptor while this candidate runs */
   size_t wsb;           /* workspace bytes */
-  float ms;             /* cudnnFind*'s time for it; < 0 from the heuristic */
+  float ms;             /* measured time (cudnnFind*'s, or cuda_conv_graph's); < 0 from a heuristic */
+  cudnnBackendDescriptor_t gplan; /* owned by the plan's graph */
+  long long engine;               /* gplan's engine */
 } conv_cand;
 
-#define CONV_CANDS 8
+/* At most LEGACY_CANDS legacy algorithms (cuDNN names 8 or fewer per
+ * pass) and GRAPH_CANDS graph plans. */
+#define LEGACY_CANDS 8
+#define GRAPH_CANDS 6
+#define CONV_CANDS (LEGACY_CANDS + GRAPH_CANDS)
+#define KEY_LEN 25
 
 /* A convolution plan: the descriptors and the algorithms for one shape,
  * pass, dtype, math type and layout. Built once per shape (heuristic, or
@@ -87,10 +98,11 @@ typedef struct conv_cand {
  * PyTorch tries algorithms in turn. ncand 0 (descriptors destroyed) caches
  * "cuDNN has no algorithm here". */
 typedef struct conv_plan {
-  int key[24];
+  int key[KEY_LEN];
   cudnnTensorDescriptor_t xd, yd;
   cudnnFilterDescriptor_t wd;
   cudnnConvolutionDescriptor_t cv;
+  cuda_conv_graph *graph; /* the graph API candidates' descriptors, or NULL */
   conv_cand cand[CONV_CANDS];
   int ncand, cur;
   /* What cuda_conv_describe reports: why each candidate before cur was
@@ -111,6 +123,8 @@ struct cuda_conv_cache {
 };
 
 static void plan_destroy(conv_plan *c) {
+  cuda_conv_graph_free(c->graph);
+  c->graph = NULL;
   if (c->cv) cudnnDestroyConvolutionDescriptor(c->cv);
   if (c->wd) cudnnDestroyFilterDescriptor(c->wd);
   if (c->yd) cudnnDestroyTensorDescriptor(c->yd);
@@ -136,14 +150,17 @@ void cuda_conv_cache_free(ct_device *d) {
   cd->conv_cache = NULL;
 }
 
+/* beta: the blend a graph plan bakes in (0 where the legacy API runs
+ * alone, which takes it per call). */
 static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs, const int64_t *wsh,
-                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int nhwc) {
-  memset(k, 0, sizeof(int) * 24);
+                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int nhwc, float beta) {
+  memset(k, 0, sizeof(int) * KEY_LEN);
   k[0] = (int)kind, k[1] = (int)rt, k[2] = (int)math, k[3] = bench;
   for (int i = 0; i < 4; i++) k[4 + i] = (int)xs[i], k[8 + i] = (int)wsh[i], k[12 + i] = (int)ys[i];
   k[16] = p->stride_h, k[17] = p->stride_w, k[18] = p->pad_h, k[19] = p->pad_w, k[20] = p->dil_h, k[21] = p->dil_w;
   k[22] = p->groups;
   k[23] = nhwc;
+  memcpy(&k[24], &beta, sizeof beta);
 }
 
 /* 1 for the math types that use tensor cores. */
@@ -195,12 +212,12 @@ static int lossy_algo(conv_kind kind, int a) {
 static int order_cands(const conv_ranked *r, int n, conv_kind kind, cudnnMathType_t math, conv_cand *out) {
   int k = 0;
   for (int pass = 0; pass < 3; pass++)
-    for (int i = 0; i < n && k < CONV_CANDS; i++) {
+    for (int i = 0; i < n && k < LEGACY_CANDS; i++) {
       if (!r[i].ok) continue;
       int rank = 0;
       if (math == CUDNN_FMA_MATH) rank = lossy_algo(kind, r[i].algo) ? 2 : tensor_op_math(r[i].math) ? 1 : 0;
       if (rank != pass) continue;
-      conv_cand c = {r[i].algo, math == CUDNN_FMA_MATH ? math : r[i].math, r[i].mem, r[i].ms};
+      conv_cand c = {r[i].algo, math == CUDNN_FMA_MATH ? math : r[i].math, r[i].mem, r[i].ms, NULL, -1};
       int dup = 0;
       for (int j = 0; j < k; j++) dup |= out[j].algo == c.algo && out[j].math == c.math;
       if (!dup) out[k++] = c;
@@ -226,16 +243,57 @@ static cudnnStatus_t cand_workspace(cudnnHandle_t h, conv_kind kind, const conv_
   return e;
 }
 
+/* Graph API plans ahead of the legacy candidates in c (under bench, all
+ * in order of measured time, the untimed last), for passes the graph
+ * path takes: CTRAIN_CUDA_CONV_API=graph, no groups, not strict f32 (its
+ * engines are chosen by numerical notes the legacy FMA math type
+ * already settles). The graph API only adds candidates: a failure to
+ * build its plans leaves the pass to the legacy ones (the first such
+ * failure is kept for describe), except running out of memory. */
+static ct_status add_graph_cands(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
+                                 const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
+                                 cudnnMathType_t math, int bench, int nhwc, float beta, conv_plan *c) {
+  if (!cuda_dev_of(d)->conv_graph || p->groups != 1 || math == CUDNN_FMA_MATH) return CT_OK;
+  cuda_graph_plan gp[GRAPH_CANDS];
+  int ng = 0;
+  const cuda_conv_desc cd = {(int)kind, p, xs, wsh, ys, rt, nhwc, beta};
+  ct_status s = cuda_conv_graph_build(d, h, &cd, bench, gp, GRAPH_CANDS, &ng, &c->graph);
+  if (s == CT_ERR_OUT_OF_MEMORY) return s;
+  if (s != CT_OK) {
+    cuda_dev *dv = cuda_dev_of(d);
+    if (!dv->conv_graph_err[0]) snprintf(dv->conv_graph_err, sizeof dv->conv_graph_err, "%s", ct_last_error());
+    return CT_OK;
+  }
+  conv_cand all[CONV_CANDS];
+  int k = 0;
+  for (int i = 0; i < ng; i++) {
+    conv_cand g = {-1, math, gp[i].wsb, gp[i].ms, gp[i].plan, gp[i].engine};
+    all[k++] = g;
+  }
+  for (int i = 0; i < c->ncand && k < CONV_CANDS; i++) all[k++] = c->cand[i];
+  /* insertion sort: stable, so equal times keep the graph plans first */
+  for (int i = 1; bench && i < k; i++)
+    for (int j = i; j > 0; j--) {
+      const float a = all[j - 1].ms, b = all[j].ms;
+      if (!(b >= 0 && (a < 0 || b < a))) break;
+      conv_cand t = all[j];
+      all[j] = all[j - 1], all[j - 1] = t;
+    }
+  memcpy(c->cand, all, sizeof all[0] * (size_t)k);
+  c->ncand = k;
+  return CT_OK;
+}
+
 static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                             const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                            cudnnMathType_t math, int bench, int nhwc, conv_plan *out) {
+                            cudnnMathType_t math, int bench, int nhwc, float beta, conv_plan *out) {
   const char *op = kind_name[kind];
   const cudnnDataType_t dt = dnn_type(rt);
   const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   ct_status s = CT_OK;
   conv_plan c;
   memset(&c, 0, sizeof c);
-  make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench, nhwc);
+  make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench, nhwc, beta);
   DNN(cudnnCreateTensorDescriptor(&c.xd));
   DNN(cudnnCreateTensorDescriptor(&c.yd));
   DNN(cudnnCreateFilterDescriptor(&c.wd));
@@ -290,7 +348,7 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
         DNN(none_if_unsupported(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.xd, c.yd, c.cv, c.wd, 16, &n, perf), &n));
       RANKED(perf, n, bench);
     }
-    conv_cand all[CONV_CANDS];
+    conv_cand all[LEGACY_CANDS];
     int na = order_cands(r, n, kind, math, all);
     /* A candidate whose workspace query is NOT_SUPPORTED is dropped. */
     for (int i = 0; i < na; i++) {
@@ -299,6 +357,8 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
       else if (!cuda_dnn_unsupported(e)) DNN(e);
     }
   }
+  s = add_graph_cands(d, h, kind, p, xs, wsh, ys, rt, math, bench, nhwc, beta, &c);
+  if (s != CT_OK) goto done;
   if (c.ncand) DNN(cudnnSetConvolutionMathType(c.cv, c.cand[0].math));
   else plan_destroy(&c);
 done:
@@ -313,10 +373,10 @@ done:
 /* The cached plan for this call, built on a miss. */
 static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                           const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                          cudnnMathType_t math, int nhwc, conv_plan **out) {
+                          cudnnMathType_t math, int nhwc, float beta, conv_plan **out) {
   cuda_dev *cd = cuda_dev_of(d);
-  int key[24];
-  make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc);
+  int key[KEY_LEN];
+  make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, beta);
   struct cuda_conv_cache *c = cd->conv_cache;
   for (int i = 0; c && i < c->n; i++)
     if (!memcmp(c->p[i].key, key, sizeof key)) {
@@ -335,7 +395,7 @@ static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
     c->p = np;
     c->cap = cap;
   }
-  CT_TRY(plan_build(d, h, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, &c->p[c->n]));
+  CT_TRY(plan_build(d, h, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, beta, &c->p[c->n]));
   *out = &c->p[c->n++];
   return CT_OK;
 }
@@ -439,7 +499,25 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_pl
   /* A staged output is written whole here and accumulated on the way out. */
   const float *pbeta = beta != 0.f && !sto ? &beta : &zero;
   cudnnStatus_t e;
-  if (kind == CONV_FWD)
+  if (k->gplan) {
+    /* x, w, y as cuDNN names them for this pass (the plan baked in *pbeta) */
+    void *px = kind == CONV_BWD_DATA ? dst : (void *)a, *pw = kind == CONV_BWD_FILTER ? dst : (void *)b;
+    void *py = kind == CONV_FWD ? dst : kind == CONV_BWD_DATA ? (void *)a : (void *)b;
+    if (((uintptr_t)px | (uintptr_t)pw | (uintptr_t)py | (uintptr_t)ws) % CUDA_CONV_GRAPH_ALIGN) {
+      *retry = 1;
+      return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN engine %lld: an operand is not %d-byte aligned",
+                      kind_name[kind], k->engine, CUDA_CONV_GRAPH_ALIGN);
+    }
+    e = cuda_conv_graph_run(h, k->gplan, px, pw, py, ws);
+    if (e != CUDNN_STATUS_SUCCESS) {
+      /* Anything but a failed execution (which may have left the context
+       * broken) hands the pass to the next candidate: the legacy ones
+       * come after the graph plans. */
+      *retry = e != CUDNN_STATUS_EXECUTION_FAILED;
+      return ct_error(CT_ERR_BACKEND, "cuda %s: cuDNN engine %lld (graph API, %zu bytes of workspace): %s",
+                      kind_name[kind], k->engine, wsb, cudnnGetErrorString(e));
+    }
+  } else if (kind == CONV_FWD)
     e = cudnnConvolutionForward(h, &one, c->xd, a, c->wd, b, c->cv, (cudnnConvolutionFwdAlgo_t)k->algo, ws, wsb, &zero,
                                 c->yd, dst);
   else if (kind == CONV_BWD_DATA)
@@ -448,7 +526,7 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_pl
   else
     e = cudnnConvolutionBackwardFilter(h, &one, c->xd, a, c->yd, b, c->cv, (cudnnConvolutionBwdFilterAlgo_t)k->algo, ws,
                                        wsb, pbeta, c->wd, dst);
-  if (e != CUDNN_STATUS_SUCCESS) {
+  if (!k->gplan && e != CUDNN_STATUS_SUCCESS) {
     *retry = cuda_dnn_unsupported(e);
     return ct_error(CT_ERR_BACKEND, "cuda %s: cuDNN algorithm %d (%s math, %zu bytes of workspace): %s", kind_name[kind],
                     k->algo, k->math == CUDNN_FMA_MATH ? "FMA" : tensor_op_math(k->math) ? "tensor-op" : "default",
@@ -466,16 +544,26 @@ static cudnnMathType_t conv_math(const cuda_dev *cd, ct_dtype rt, ct_dtype in) {
   return cd->tf32 || in != CT_F32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
+/* The beta cuDNN itself applies in a pass run in dtype rt and layout
+ * nhwc, as conv_try calls it (a staged output is blended on the way
+ * back), where a graph plan must bake it in; 0 with the legacy API alone,
+ * which takes it per call, so one plan serves every beta. */
+static float plan_beta(const cuda_dev *cd, float beta, conv_arg oa, ct_dtype rt, int nhwc) {
+  oa = in_layout(oa, nhwc);
+  return cd->conv_graph && oa.t == rt && oa.nhwc == nhwc ? beta : 0.f;
+}
+
 /* The plan for dtype rt in the layout *nhwc asks for, or NCHW (*nhwc
  * cleared) when cuDNN has no channels-last algorithm for it; a plan with
  * no candidates when neither has one. */
 static ct_status plan_for(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                           const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                          cudnnMathType_t math, int *nhwc, conv_plan **c) {
-  CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, *nhwc, c));
+                          cudnnMathType_t math, conv_arg oa, float beta, int *nhwc, conv_plan **c) {
+  const cuda_dev *cd = cuda_dev_of(d);
+  CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, *nhwc, plan_beta(cd, beta, oa, rt, *nhwc), c));
   if (!(*c)->ncand && *nhwc) {
     *nhwc = 0;
-    CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, 0, c));
+    CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, 0, plan_beta(cd, beta, oa, rt, 0), c));
   }
   return CT_OK;
 }
@@ -494,7 +582,7 @@ static ct_status plan_for(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
  * the operands' dtypes and layouts; *h the device's cuDNN handle. */
 static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
                               const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, conv_arg oa,
-                              cudnnHandle_t *h, conv_plan **c, ct_dtype *rt, int *nhwc) {
+                              float beta, cudnnHandle_t *h, conv_plan **c, ct_dtype *rt, int *nhwc) {
   const char *op = kind_name[kind];
   cuda_dev *cd = cuda_dev_of(d);
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
@@ -518,11 +606,11 @@ static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_para
   *rt = kind == CONV_BWD_FILTER && t1 != CT_F32 ? t1 : ot;
   const int any_nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
   *nhwc = any_nhwc;
-  CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), nhwc, c));
+  CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), oa, beta, nhwc, c));
   if (!(*c)->ncand && *rt != ot) {
     *rt = ot;
     *nhwc = any_nhwc;
-    CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), nhwc, c));
+    CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), oa, beta, nhwc, c));
   }
   if (!(*c)->ncand)
     return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, "
@@ -540,7 +628,7 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
   conv_plan *c;
   ct_dtype rt;
   int nhwc;
-  CT_TRY(conv_resolve(d, kind, p, xs, wsh, ys, in1, in2, oa, &h, &c, &rt, &nhwc));
+  CT_TRY(conv_resolve(d, kind, p, xs, wsh, ys, in1, in2, oa, beta, &h, &c, &rt, &nhwc));
   for (;;) {
     int retry = 0;
     ct_status s = conv_try(d, h, kind, c, nhwc, rt, in1, in2, out, oa, beta, &retry);
@@ -557,6 +645,12 @@ static const char *math_name(cudnnMathType_t m) {
   return m == CUDNN_FMA_MATH ? "fma" : tensor_op_math(m) ? "tensor-op" : "default";
 }
 
+/* "algo 1 tensor-op" or "engine 12 (graph)". */
+static void cand_name(const conv_cand *k, char *buf, size_t n) {
+  if (k->gplan) snprintf(buf, n, "engine %lld (graph)", k->engine);
+  else snprintf(buf, n, "algo %d %s", k->algo, math_name(k->math));
+}
+
 size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
   const struct cuda_conv_cache *cc = cuda_dev_of(d)->conv_cache;
   size_t len = 0;
@@ -566,8 +660,10 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
     if (w_ > 0) len += (size_t)w_;                                                        \
   } while (0)
   PUT("scratch buffer %.1f MB (cuBLASLt's and batch norm's workspaces, partial sums, and convolution calls that "
-      "needed more than was planned)\n",
-      cuda_dev_of(d)->scratch_bytes / 1048576.0);
+      "needed more than was planned); convolutions through cuDNN's %s API\n",
+      cuda_dev_of(d)->scratch_bytes / 1048576.0, cuda_dev_of(d)->conv_graph ? "graph and legacy" : "legacy");
+  if (cuda_dev_of(d)->conv_graph_err[0])
+    PUT("graph API plans failed (those passes ran on the legacy API): %s\n", cuda_dev_of(d)->conv_graph_err);
   for (int i = 0; cc && i < cc->n; i++) {
     const conv_plan *c = &cc->p[i];
     const int *k = c->key;
@@ -579,15 +675,23 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
       continue;
     }
     const conv_cand *a = &c->cand[c->cur];
-    PUT(" algo %d %s, workspace %.1f MB, %.1f MB a call with staging, %lld calls (%lld in scratch)%s", a->algo,
-        math_name(a->math), a->wsb / 1048576.0, c->need_max / 1048576.0, c->calls, c->in_scratch,
-        c->accumulated ? ", accumulating" : "");
-    if (a->ms >= 0) {
-      PUT("; find (ms):");
-      for (int j = 0; j < c->ncand; j++) PUT(" %s%d=%.3f", j == c->cur ? "*" : "", c->cand[j].algo, c->cand[j].ms);
+    char nm[48];
+    cand_name(a, nm, sizeof nm);
+    PUT(" %s, workspace %.1f MB, %.1f MB a call with staging, %lld calls (%lld in scratch)%s", nm,
+        a->wsb / 1048576.0, c->need_max / 1048576.0, c->calls, c->in_scratch, c->accumulated ? ", accumulating" : "");
+    if (c->graph || a->ms >= 0) {
+      /* every candidate, the one running starred: engine e<N>, algorithm a<N>, time when measured */
+      PUT("; %s:", a->ms >= 0 ? "timed (ms)" : "ranked");
+      for (int j = 0; j < c->ncand; j++) {
+        const conv_cand *q = &c->cand[j];
+        PUT(" %s%c%lld", j == c->cur ? "*" : "", q->gplan ? 'e' : 'a', q->gplan ? q->engine : (long long)q->algo);
+        if (q->ms >= 0) PUT("=%.3f", q->ms);
+      }
     }
-    for (int j = 0; j < c->cur; j++)
-      PUT("; left algo %d: %s", c->cand[j].algo, c->left_oom[j] ? "out of memory" : "cuDNN refused it");
+    for (int j = 0; j < c->cur; j++) {
+      cand_name(&c->cand[j], nm, sizeof nm);
+      PUT("; left %s: %s", nm, c->left_oom[j] ? "out of memory" : "cuDNN refused it");
+    }
     PUT("\n");
   }
 #undef PUT
@@ -684,11 +788,19 @@ size_t cuda_conv2d_workspace_bytes(ct_device *d, int pass, const ct_conv2d_param
     return 0;
   conv_arg in1 = arg_of(NULL, a->dtype, an, a->shape), in2 = arg_of(NULL, b->dtype, bn, b->shape);
   conv_arg oa = arg_of(NULL, out->dtype, on, out->shape);
-  cudnnHandle_t h;
-  conv_plan *c;
-  ct_dtype rt;
-  int nhwc;
-  if (conv_resolve(d, kind, p, x->shape, w->shape, y->shape, in1, in2, oa, &h, &c, &rt, &nhwc) != CT_OK) return 0;
-  in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
-  return conv_need(&c->cand[c->cur], nhwc, rt, in1, in2, oa).total;
+  /* A backward pass may accumulate (beta 1), for which graph plans are
+   * built apart: the larger need of the two. */
+  size_t most = 0;
+  for (int acc = 0; acc < (kind != CONV_FWD && cuda_dev_of(d)->conv_graph ? 2 : 1); acc++) {
+    cudnnHandle_t h;
+    conv_plan *c;
+    ct_dtype rt;
+    int nhwc;
+    if (conv_resolve(d, kind, p, x->shape, w->shape, y->shape, in1, in2, oa, (float)acc, &h, &c, &rt, &nhwc) != CT_OK)
+      return 0;
+    const size_t need = conv_need(&c->cand[c->cur], nhwc, rt, in_layout(in1, nhwc), in_layout(in2, nhwc),
+                                  in_layout(oa, nhwc)).total;
+    if (need > most) most = need;
+  }
+  return most;
 }

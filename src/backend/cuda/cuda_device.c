@@ -143,6 +143,12 @@ ct_status cuda_open(ct_device *d) {
    * measure what cuDNN's fusion is worth (cuda_bnorm.c) */
   const char *bf = getenv("CTRAIN_CUDA_BN_FUSE");
   cd->bn_act_refused = bf && bf[0] == '0';
+  const char *api = getenv("CTRAIN_CUDA_CONV_API");
+  if (api && *api && strcmp(api, "graph") && strcmp(api, "legacy")) {
+    free(cd);
+    return ct_error(CT_ERR_INVALID_ARG, "device '%s': CTRAIN_CUDA_CONV_API=%s: expected graph or legacy", spec, api);
+  }
+  cd->conv_graph = api && !strcmp(api, "graph");
   pthread_mutex_init(&cd->mu, NULL);
   d->impl = cd;
   ct_status s = CT_OK;
