@@ -10,7 +10,8 @@
 #
 # Usage (repo root, a build with the CUDA backend, i.e. nvcc found):
 #   bench/gpu/rehearse.sh            # BUILD_DIR (build), OUT (a temp dir), PYTHON (/usr/bin/python3)
-#   ROWS="tta cpugpu" bench/gpu/rehearse.sh    # some groups of rows only (run_gpu.sh's ROWS)
+#   ROWS="tta cpugpu" bench/gpu/rehearse.sh    # some groups of rows only (run_gpu.sh's ROWS;
+#                                              # kernels and convapi run only when named)
 # About 8 minutes on the 2-core development machine.
 set -euo pipefail
 
@@ -89,10 +90,12 @@ for r in rows:
         kinds["recompute" if "recompute" in mode else "throughput"] += 1
         for v, what in ((ci, "ctrain img/s"), (ti, "PyTorch img/s"), (ratio, "ratio"), (cp, "ctrain peak")):
             need(re.fullmatch(num, v), r, f"{what} is {v!r}")
-        if "recompute" in mode:
+        if "recompute cheap" in mode:
+            need("--recompute cheap" in note, r, "not the cheap mode: " + note)
+        elif "recompute" in mode:
             need(re.search(r"recompute auto: [0-9]+ segments", note), r, "no segment count: " + note)
 groups = sys.argv[2].split()
-want = {"throughput": 6 * ("train" in groups), "recompute": "recompute" in groups, "largest": "maxbatch" in groups,
+want = {"throughput": 6 * ("train" in groups) + 4 * ("convapi" in groups), "recompute": 2 * ("recompute" in groups), "largest": "maxbatch" in groups,
         "tta": "tta" in groups, "matmul": "cpugpu" in groups, "linreg": "cpugpu" in groups}
 for k, n in want.items():
     if kinds[k] != n:
@@ -104,6 +107,13 @@ if "profile" in groups:
         bad.append(f"{prof}: not two ctrain per-layer tables and two PyTorch op tables")
     if "failed" in text:
         bad.append(f"{prof}: a run failed")
+if "convapi" in groups:
+    ca = sys.argv[1].replace("-gpu.md", "-gpu-convapi.md")
+    text = open(ca).read() if os.path.exists(ca) else ""
+    if text.count("per-layer medians of wall time between device syncs") != 2 or ": engine " not in text:
+        bad.append(f"{ca}: not two per-layer tables with graph API engines")
+    if "failed" in text:
+        bad.append(f"{ca}: a run failed")
 if bad:
     print("rehearse.sh: the table has gaps:\n  " + "\n  ".join(bad), file=sys.stderr)
     sys.exit(1)

@@ -48,7 +48,8 @@ if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
 # alexnet resnet50 resnet9, GPU_TESTS=0 leaves out ctest -L gpu. Later
 # calls can then do ROWS=train COMPILE=only MODELS=alexnet GPU_TESTS=0.
 ROWS=${ROWS:-train profile recompute maxbatch tta cpugpu}
-# (kernels, the Nsight Compute tables, runs only when named in ROWS.)
+# (kernels, the Nsight Compute tables, and convapi, the cuDNN API A/B, run
+# only when named in ROWS.)
 # COMPILE_ROWS: the "model:mode" pairs that get a torch.compile row
 # (default all), e.g. "alexnet:fp16" (each compile costs a minute or more).
 COMPILE_ROWS=${COMPILE_ROWS:-}
@@ -180,6 +181,9 @@ PYEOF
 ctrain_train() {
   local m=$1 in=$2 cl=$3 b=$4 mode=$5 extra=${6:-} j=$TMP/$1-$5${7:-}.json prec=fp32 env=() lg=$TMP/ctrain${7:-}.log
   case $mode in tf32) env=(CTRAIN_CUDA_TF32=1) ;; fp16) prec=fp16 ;; bf16) prec=bf16 ;; esac
+  # CTRAIN_ENV: more VAR=value words for this run (the convapi rows)
+  # shellcheck disable=SC2206
+  env+=(${CTRAIN_ENV:-})
   local per=$(( (SYNTH_N + b - 1) / b ))
   local steps=$(( (STEPS + 5 + per - 1) / per * per ))
   [[ $steps -lt $((2 * per)) ]] && steps=$((2 * per))
@@ -197,9 +201,9 @@ ctrain_train() {
 # PyTorch: $1 model $2 input $3 classes $4 batch $5 torch mode $6 extra flags
 torch_train() {
   local f=$TMP/t.out
-  # $6 unquoted on purpose: a list of flags.
+  # $6 unquoted on purpose: a list of flags; TORCH_ENV: VAR=value words.
   # shellcheck disable=SC2086
-  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" --model "$1" --input "$2" \
+  env ${TORCH_ENV:-} timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" --model "$1" --input "$2" \
     --classes "$3" --batch "$4" --mode "$5" --steps "$STEPS" $6 >"$f" 2>>"$RAW" || { log "torch $1 $5 $6 failed"; echo "- -"; return; }
   cat "$f" >>"$RAW"
   echo "$(kv img_s "$f") $(kv peak_bytes "$f")"
@@ -311,6 +315,46 @@ if want kernels; then
   fi
 fi
 
+# The convolution API (not yet run on a GPU). ctrain calls cuDNN's legacy
+# API by default; CTRAIN_CUDA_CONV_API=graph adds the graph API's engines
+# as candidates, timed against the legacy algorithms under
+# --cudnn-benchmark (src/backend/cuda/cuda_conv_graph.h). PyTorch 2.x uses
+# the graph API (its "v8 API") unless TORCH_CUDNN_V8_API_DISABLED=1. Four
+# runs per model in one call: ctrain graph against PyTorch's default, and
+# ctrain legacy against PyTorch legacy, which says whether the API is what
+# separates the two sides' convolutions. Then bench_train's per-layer
+# profile with the graph API, whose cuDNN plan lines show the engines
+# chosen and the timed candidates, into <date>-gpu-convapi.md.
+CONVAPI=$RESDIR/$DATE-gpu-convapi.md
+conv_api_rows() {
+  local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6
+  [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
+  read -r gi gp < <(CTRAIN_ENV=CTRAIN_CUDA_CONV_API=graph ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-graph")
+  read -r li lp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-legacy")
+  read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
+  read -r vi vp < <(TORCH_ENV=TORCH_CUDNN_V8_API_DISABLED=1 torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
+  row "$m $in b$b | $cmode, graph API | $gi | $ti | $(ratio "$gi" "$ti") | $(mib "$gp") | $(mib "$tp") | ctrain CTRAIN_CUDA_CONV_API=graph; torch eager (its cuDNN v8 API), channels_last, cudnn.benchmark"
+  row "$m $in b$b | $cmode, legacy API | $li | $vi | $(ratio "$li" "$vi") | $(mib "$lp") | $(mib "$vp") | ctrain default (legacy API); torch eager with TORCH_CUDNN_V8_API_DISABLED=1"
+  {
+    echo "## $m $in batch $b, ctrain $cmode, CTRAIN_CUDA_CONV_API=graph"
+    echo
+    echo '```'
+    CTRAIN_CUDA_CONV_API=graph timeout "$TMO" "$BENCH_BIN/bench_train" --device cuda --cudnn-benchmark --model "$m" \
+      --input "$in" --classes "$cl" --batch "$b" --precision "$cmode" --optim sgd --momentum 0.9 \
+      --steps "${PROFILE_STEPS:-10}" --warmup 3 --profile 2>&1 || echo "bench_train failed"
+    echo '```'
+    echo
+  } >>"$CONVAPI"
+}
+if want convapi; then
+  echo "# ctrain's convolutions through cuDNN's graph API: per-layer times and plans ($DATE)" >"$CONVAPI"
+  echo >>"$CONVAPI"
+  # shellcheck disable=SC2086
+  conv_api_rows alexnet $W_ALEXNET fp16 amp_fp16
+  # shellcheck disable=SC2086
+  conv_api_rows resnet50 $W_RESNET50 bf16 amp_bf16
+fi
+
 # Activation recompute (gradient checkpointing): the throughput row ran on
 # an H100 on 2026-11-22; the largest-batch search (maxbatch) has not run.
 # Throughput row: ctrain --recompute auto against PyTorch eager with
@@ -328,8 +372,21 @@ bench_recompute() {
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "--checkpoint-segments $nseg")
   row "$m $in b$b | $cmode + recompute | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | $note; torch eager, channels_last, cudnn.benchmark, checkpoint_sequential($nseg segments, use_reentrant=False)"
 }
+# The cheap mode against PyTorch without checkpointing (not yet run on a
+# GPU): --recompute cheap drops only what memory-efficient batch norm
+# drops (batch-norm, activation, residual-add and dropout outputs, rebuilt
+# from the convolution outputs the backward keeps anyway, no convolution
+# run twice), so it is the plan to set against the plain eager peak.
+bench_recompute_cheap() {
+  local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6
+  read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "--recompute cheap" "-rcc")
+  read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
+  row "$m $in b$b | $cmode + recompute cheap | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | ctrain --recompute cheap: batch-norm/activation/add outputs rebuilt, no convolution rerun; torch eager, channels_last, cudnn.benchmark, no checkpointing"
+}
 # shellcheck disable=SC2086
 want recompute && bench_recompute resnet50 $W_RESNET50 bf16 amp_bf16
+# shellcheck disable=SC2086
+want recompute && bench_recompute_cheap resnet50 $W_RESNET50 bf16 amp_bf16
 
 # What recompute lets fit: the largest batch, without and with it.
 # ctrain: 'ctrain summary --device cuda' prepares the training plan and
