@@ -83,9 +83,12 @@ typedef struct conv_cand {
 } conv_cand;
 
 /* At most LEGACY_CANDS legacy algorithms (cuDNN names 8 or fewer per
- * pass) and GRAPH_CANDS graph plans. */
+ * pass) and GRAPH_CANDS graph plans, all timed under cudnn_benchmark;
+ * without it the heuristic's first GRAPH_FALLBACKS that finalize (each
+ * plan costs a finalize, which loads its kernel). */
 #define LEGACY_CANDS 8
-#define GRAPH_CANDS 6
+#define GRAPH_CANDS 8
+#define GRAPH_FALLBACKS 3
 #define CONV_CANDS (LEGACY_CANDS + GRAPH_CANDS)
 #define KEY_LEN 25
 
@@ -257,7 +260,7 @@ static ct_status add_graph_cands(ct_device *d, cudnnHandle_t h, conv_kind kind, 
   cuda_graph_plan gp[GRAPH_CANDS];
   int ng = 0;
   const cuda_conv_desc cd = {(int)kind, p, xs, wsh, ys, rt, nhwc, beta};
-  ct_status s = cuda_conv_graph_build(d, h, &cd, bench, gp, GRAPH_CANDS, &ng, &c->graph);
+  ct_status s = cuda_conv_graph_build(d, h, &cd, bench, gp, bench ? GRAPH_CANDS : GRAPH_FALLBACKS, &ng, &c->graph);
   if (s == CT_ERR_OUT_OF_MEMORY) return s;
   if (s != CT_OK) {
     cuda_dev *dv = cuda_dev_of(d);

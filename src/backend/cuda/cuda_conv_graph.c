@@ -15,7 +15,7 @@
 
 /* Engine configs asked of the heuristics: enough to find the plans that
  * finalize among the top ones, few enough that building stays quick. */
-#define HEUR_MAX 16
+#define HEUR_MAX 24
 
 struct cuda_conv_graph {
   cudnnBackendDescriptor_t t[3], conv, op, graph;
