@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU benchmark of issue 5: ctrain and the machine's PyTorch 2.x in the
 # same call, one Markdown table (img/s, ctrain/PyTorch ratio, peak memory:
-# ctrain's planned bytes vs torch.cuda.max_memory_allocated). Written and
+# ctrain's device peak and planned bytes vs torch.cuda.max_memory_allocated). Written and
 # shell-checked on a machine without a GPU; first run on an NVIDIA H100 on
 # 2026-11-22 (bench/results/2026-11-22-h100-gpu.md: the calls, their
 # commands and what they measured). The maxbatch group has not run on a GPU.
@@ -148,7 +148,7 @@ fi
 
 kv() { grep '^RESULT' "$2" | tail -n1 | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 jnum() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" "$2" | head -n1; }
-echo "| workload | mode | ctrain img/s | PyTorch img/s | ratio | ctrain peak (planned) MiB | PyTorch peak MiB | notes |" >"$TMP/rows"
+echo "| workload | mode | ctrain img/s | PyTorch img/s | ratio | ctrain peak MiB, device / planned | PyTorch peak MiB | notes |" >"$TMP/rows"
 echo "|---|---|---|---|---|---|---|---|" >>"$TMP/rows"
 row() { echo "| $* |" | tee -a "$RAW" >>"$TMP/rows"; }
 # Numbers only: a failed run yields "-" (or nothing), which awk must not see.
@@ -196,7 +196,9 @@ ctrain_train() {
   cat "$lg" >>"$RAW"
   sed -n 's/.*(recompute: \([0-9]*\) segments.*/\1/p' "$lg" | head -n1 >"$TMP/segments"
   [[ $rc == 0 ]] || { log "ctrain $m $mode $extra failed"; echo "- -"; return; }
-  echo "$(steady "$j") $(jnum peak_memory_bytes "$j")"
+  local dp pp
+  dp=$(mib "$(jnum device_peak_bytes "$j")") pp=$(mib "$(jnum peak_memory_bytes "$j")")
+  echo "$(steady "$j") $dp/$pp"
 }
 # PyTorch: $1 model $2 input $3 classes $4 batch $5 torch mode $6 extra flags
 torch_train() {
@@ -215,11 +217,11 @@ bench_model() {
   read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode")
   if [[ $COMPILE != only ]]; then
     read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags")
-    row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | torch eager, channels_last, cudnn.benchmark"
+    row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | torch eager, channels_last, cudnn.benchmark"
   fi
   if [[ $COMPILE != 0 && ( -z $COMPILE_ROWS || " $COMPILE_ROWS " == *" $m:$cmode "* ) ]]; then
     read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags --compile")
-    row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | torch.compile"
+    row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | torch.compile"
   fi
 }
 
@@ -333,8 +335,8 @@ conv_api_rows() {
   read -r li lp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-legacy")
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
   read -r vi vp < <(TORCH_ENV=TORCH_CUDNN_V8_API_DISABLED=1 torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
-  row "$m $in b$b | $cmode, graph API | $gi | $ti | $(ratio "$gi" "$ti") | $(mib "$gp") | $(mib "$tp") | ctrain CTRAIN_CUDA_CONV_API=graph; torch eager (its cuDNN v8 API), channels_last, cudnn.benchmark"
-  row "$m $in b$b | $cmode, legacy API | $li | $vi | $(ratio "$li" "$vi") | $(mib "$lp") | $(mib "$vp") | ctrain default (legacy API); torch eager with TORCH_CUDNN_V8_API_DISABLED=1"
+  row "$m $in b$b | $cmode, graph API | $gi | $ti | $(ratio "$gi" "$ti") | $gp | $(mib "$tp") | ctrain CTRAIN_CUDA_CONV_API=graph; torch eager (its cuDNN v8 API), channels_last, cudnn.benchmark"
+  row "$m $in b$b | $cmode, legacy API | $li | $vi | $(ratio "$li" "$vi") | $lp | $(mib "$vp") | ctrain default (legacy API); torch eager with TORCH_CUDNN_V8_API_DISABLED=1"
   {
     echo "## $m $in batch $b, ctrain $cmode, CTRAIN_CUDA_CONV_API=graph"
     echo
@@ -370,7 +372,7 @@ bench_recompute() {
   note="ctrain --recompute auto: $nseg segments"
   if ! isnum "${nseg:-}" || [[ $nseg -lt 2 ]]; then nseg=4 note="ctrain's segment count unknown (run failed or no split)"; fi
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "--checkpoint-segments $nseg")
-  row "$m $in b$b | $cmode + recompute | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | $note; torch eager, channels_last, cudnn.benchmark, checkpoint_sequential($nseg segments, use_reentrant=False)"
+  row "$m $in b$b | $cmode + recompute | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | $note; torch eager, channels_last, cudnn.benchmark, checkpoint_sequential($nseg segments, use_reentrant=False)"
 }
 # The cheap mode against PyTorch without checkpointing (not yet run on a
 # GPU): --recompute cheap drops only what memory-efficient batch norm
@@ -381,7 +383,7 @@ bench_recompute_cheap() {
   local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6
   read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "--recompute cheap" "-rcc")
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
-  row "$m $in b$b | $cmode + recompute cheap | $ci | $ti | $(ratio "$ci" "$ti") | $(mib "$cp") | $(mib "$tp") | ctrain --recompute cheap: batch-norm/activation/add outputs rebuilt, no convolution rerun; torch eager, channels_last, cudnn.benchmark, no checkpointing"
+  row "$m $in b$b | $cmode + recompute cheap | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain --recompute cheap: batch-norm/activation/add outputs rebuilt, no convolution rerun; torch eager, channels_last, cudnn.benchmark, no checkpointing"
 }
 # shellcheck disable=SC2086
 want recompute && bench_recompute resnet50 $W_RESNET50 bf16 amp_bf16
@@ -516,8 +518,10 @@ fi
   echo "Steps per measurement: $STEPS after 5 warm-up steps for PyTorch; ctrain runs whole epochs of synthetic"
   echo "data ($SYNTH_N images) and its img/s leaves out the first epoch (cuDNN Find, set-up), falling back to the"
   echo "trainer's all-steps figure. ctrain's flags: --cudnn-benchmark ${CTRAIN_TRAIN_FLAGS:-(host data path)}."
-  echo "ctrain peak = the memory plan (arena + state), PyTorch peak ="
-  echo "torch.cuda.max_memory_allocated. Build with CUDA from scratch: ${BUILD_S}. Raw output: $(basename "$RAW")."
+  echo "ctrain peak: device = everything ctrain allocated on the GPU at its peak (device_peak_bytes: the model's"
+  echo "block with two input staging slots, the scratch buffer, the synthetic data set kept on the GPU), planned ="
+  echo "the memory plan (arena + state, peak_memory_bytes). PyTorch peak = torch.cuda.max_memory_allocated (its"
+  echo "model and one resident batch). Build with CUDA from scratch: ${BUILD_S}. Raw output: $(basename "$RAW")."
   echo
   cat "$TMP/rows"
 } >"$TABLE"

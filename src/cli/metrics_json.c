@@ -33,7 +33,8 @@ ct_status cli_write_metrics_json(const char *path, const cli_metrics *m) {
     if (m->opt_level) fprintf(f, "  \"opt_level\": \"%s\",\n", m->opt_level);
     fprintf(f, "  \"skipped_steps\": %lld,\n", (long long)r->skipped_steps);
     num(f, "loss_scale", r->loss_scale, 1);
-    fprintf(f, "  \"peak_memory_bytes\": %zu\n}\n", r->peak_memory_bytes);
+    fprintf(f, "  \"peak_memory_bytes\": %zu,\n", r->peak_memory_bytes);
+    fprintf(f, "  \"device_peak_bytes\": %zu\n}\n", r->device_peak_bytes);
   } else if (m->eval) {
     num(f, "test_loss", m->eval->loss, 1);
     num(f, "test_accuracy", m->eval->accuracy, 1);

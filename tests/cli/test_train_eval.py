@@ -28,7 +28,7 @@ except ImportError as e:
     sys.exit(77)
 
 REQUIRED = ["model", "dataset", "epochs", "steps", "train_loss", "test_loss", "test_accuracy", "images_per_second",
-            "epoch_seconds", "peak_memory_bytes", "precision", "device", "seed"]
+            "epoch_seconds", "peak_memory_bytes", "device_peak_bytes", "precision", "device", "seed"]
 
 
 class CnnModel(nn.Module):
@@ -136,6 +136,8 @@ def case(tag, model_arg, torch_model, work, data, fm_dir, extra):
             "%s: seed/precision/device %r %r %r" % (tag, m["seed"], m["precision"], m["device"]))
     u.check(m["peak_memory_bytes"] > 0 and m["images_per_second"] > 0, "%s: peak memory %r, img/s %r" % (
         tag, m["peak_memory_bytes"], m["images_per_second"]))
+    # the CPU's step arena at least (parameters are host memory there)
+    u.check(m["device_peak_bytes"] > 0, "%s: device peak %r" % (tag, m["device_peak_bytes"]))
     acc_json = m["test_accuracy"]
     u.check(0 <= acc_json <= 1 and abs(acc_json * n_test - round(acc_json * n_test)) < 1e-9,
             "%s: test_accuracy %r is not k/%d" % (tag, acc_json, n_test))
