@@ -240,6 +240,15 @@ ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_d
   const int64_t *dims[3] = {c->xs, c->wsh, c->ys};
   const float alpha = 1.f, beta = c->beta;
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  /* A plan whose workspace exceeds half the free memory is left out: it
+   * could not be timed, and in the memory plan it would crowd out the
+   * activations (PyTorch's benchmark likewise skips what it cannot
+   * allocate). */
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    free_b = (size_t)-1;
+  }
   for (int i = 0; i < 3; i++) GDNN(make_tensor(uid[i], dims[i], c->nhwc, dt, &g->t[i]));
   GDNN(make_conv(c->p, &g->conv));
   GDNN(cudnnBackendCreateDescriptor(op_type[c->kind], &g->op));
@@ -283,6 +292,7 @@ ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_d
       }
       int64_t wsb = 0, cnt = 0;
       GDNN(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &wsb));
+      if (wsb > 0 && (uint64_t)wsb > free_b / 2) continue;
       cuda_graph_plan p = {plan, engine_index(g->cfg[i]), (size_t)(wsb > 0 ? wsb : 0), -1.f};
       out[(*n)++] = p;
     }

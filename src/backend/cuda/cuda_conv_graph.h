@@ -48,7 +48,8 @@ typedef struct cuda_conv_graph cuda_conv_graph;
 
 /* Builds the plans for c, best first, at most max: the heuristic's order,
  * or with bench each plan timed on scratch buffers of its own (outside a
- * stream capture) and ordered by time, plans that failed to run dropped.
+ * stream capture) and ordered by time, plans that failed to run dropped,
+ * as are plans whose workspace exceeds half the free device memory.
  * *n 0 when cuDNN offers no engine (NOT_SUPPORTED is no error); *g NULL
  * then. Other cuDNN failures are errors. */
 ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_desc *c, int bench,
