@@ -187,6 +187,9 @@ int cmd_train(int argc_in, char **argv_in) {
     if (o.have_momentum) oc.momentum = o.momentum;
     ct_model_reserve_optimizer_state(m, ct_optim_state_buffers(&oc));
   }
+  /* The GPU data path writes each batch on the compute stream: one x
+   * staging buffer is enough (ct_model_share_stage_x). */
+  if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) ct_model_share_stage_x(m, 1);
   if (s == CT_OK) s = ct_model_prepare(m, dev, o.batch_size, 1);
   /* After the model's block, so the fit check sees what is left. */
   if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) s = ct_gpu_data_create(dev, ltr, "train", &gtr);

@@ -21,7 +21,7 @@ struct ct_model_dstate {
   void *lp_round;      /* O3 rounding through the low precision when no lp copy exists */
   float *opt_slab;
   size_t opt_floats;
-  void *x[CT_STAGE_SLOTS];     /* [max_batch, ...] f32 each */
+  void *x[CT_STAGE_SLOTS];     /* [max_batch, ...] f32 each (one buffer for all when shared) */
   int64_t *y[CT_STAGE_SLOTS];  /* [max_batch] each */
   ct_step_stats *stats;
 };
@@ -104,10 +104,11 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   size_t o_lp = o_buffers + al(m->n_buffers * 4);
   size_t lp_bytes = (m->lp_params || need_round) ? al(m->n_params * 2) : 0;
   size_t o_opt = o_lp + lp_bytes, opt_bytes = al((size_t)m->opt_buffers * m->n_params * 4);
-  /* Staging: CT_STAGE_SLOTS x (x, y) back to back; slot k at o_x + k * slot. */
-  size_t x_bytes = al((size_t)(m->max_batch * in_numel) * 4), slot = x_bytes + al((size_t)m->max_batch * 8);
-  size_t o_x = o_opt + opt_bytes;
-  size_t o_stats = o_x + CT_STAGE_SLOTS * slot, total = o_stats + al(sizeof(ct_step_stats));
+  /* Staging: the x buffers (one when shared), then CT_STAGE_SLOTS y. */
+  const int nx = m->stage_x_shared ? 1 : CT_STAGE_SLOTS;
+  size_t x_bytes = al((size_t)(m->max_batch * in_numel) * 4), y_bytes = al((size_t)m->max_batch * 8);
+  size_t o_x = o_opt + opt_bytes, o_y = o_x + (size_t)nx * x_bytes;
+  size_t o_stats = o_y + CT_STAGE_SLOTS * y_bytes, total = o_stats + al(sizeof(ct_step_stats));
 
   ct_mem_numbers nums = {ct_device_name(dev), m->name, ct_precision_name(m->precision), m->max_batch,
                          al(m->plan.peak), al(m->n_params * 4), al(m->n_params * 4),
@@ -136,8 +137,8 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   ds->opt_slab = opt_bytes ? (float *)(b + o_opt) : NULL;
   ds->opt_floats = (size_t)m->opt_buffers * m->n_params;
   for (int k = 0; k < CT_STAGE_SLOTS; k++) {
-    ds->x[k] = b + o_x + (size_t)k * slot;
-    ds->y[k] = (int64_t *)(b + o_x + (size_t)k * slot + x_bytes);
+    ds->x[k] = b + o_x + (size_t)(k % nx) * x_bytes;
+    ds->y[k] = (int64_t *)(b + o_y + (size_t)k * y_bytes);
   }
   ds->stats = (ct_step_stats *)(b + o_stats);
   ds->lp_round = need_round ? b + o_lp : NULL;
@@ -202,3 +203,6 @@ int64_t *ct_model_stage_y_at(ct_model *m, int k) {
 ct_step_stats *ct_model_step_stats(ct_model *m) { return m->dstate ? m->dstate->stats : NULL; }
 
 void *ct_model_round_scratch(ct_model *m) { return m->dstate ? m->dstate->lp_round : NULL; }
+
+void ct_model_share_stage_x(ct_model *m, int on) { m->stage_x_shared = on != 0; }
+int ct_model_stage_x_shared(const ct_model *m) { return m->stage_x_shared; }

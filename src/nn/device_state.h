@@ -62,6 +62,16 @@ void ct_model_reserve_optimizer_state(ct_model *m, int buffers);
  * device_step.c), so the copy can overlap compute. */
 #define CT_STAGE_SLOTS 2
 
+/* on: the slots share one x buffer (their y stay apart). For the GPU data
+ * path, whose transform writes x on the compute stream after everything
+ * queued before it, so a second x buffer (a whole f32 batch: 158 MB for
+ * AlexNet-227 at batch 256) would only hold memory; a host batch staged
+ * into a shared x is copied on the compute stream too, giving up its
+ * overlap with compute. Call before ct_model_prepare, which lays out the
+ * block. */
+void ct_model_share_stage_x(ct_model *m, int on);
+int ct_model_stage_x_shared(const ct_model *m);
+
 /* The resident model's pieces (NULL when not resident): the optimizer
  * slab (*floats set to its size), batch staging for x [max_batch, ...]
  * f32 and y [max_batch] int64 (slot 0), and the step statistics block. */

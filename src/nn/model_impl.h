@@ -96,6 +96,8 @@ struct ct_model {
    * it keeps the host buffers. opt_buffers: optimizer buffers to plan for. */
   struct ct_model_dstate *dstate;
   int opt_buffers;
+  /* 1: one x staging buffer serves every slot (ct_model_share_stage_x). */
+  int stage_x_shared;
 };
 
 /* Points every state entry's value/grad views (and the layers' w/g views)

@@ -56,7 +56,11 @@ static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int slot,
      * uint8 or only indices; the transform runs on the device. */
     CT_TRY(ct_gpu_data_stage(b->device_data, b, slot, xd, yd, x));
   } else if (be->copy_h2d_async) {
-    CT_TRY(be->copy_h2d_async(dev, xd, b->x.data, xb));
+    /* A shared x may still be read by a queued step: the copy goes after
+     * it on the compute stream (ct_model_share_stage_x). */
+    if (ct_model_stage_x_shared(m) && be->copy_async) CT_TRY(be->copy_async(dev, xd, 1, b->x.data, 0, xb));
+    else if (ct_model_stage_x_shared(m)) CT_TRY(ct_device_copy(dev, xd, NULL, b->x.data, xb));
+    else CT_TRY(be->copy_h2d_async(dev, xd, b->x.data, xb));
     CT_TRY(be->copy_h2d_async(dev, yd, b->y.data, yb));
   } else {
     CT_TRY(ct_device_copy(dev, xd, NULL, b->x.data, xb));

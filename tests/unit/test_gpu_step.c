@@ -7,7 +7,8 @@
  * non-deterministic cuDNN algorithms, as close as that control), the same
  * for cnn (dropout: the mask step read from
  * device memory under the graph, two graphs for the two staging slots;
- * synchronous = kernel-argument step, lagged eager, lag 2, graph), and the
+ * synchronous = kernel-argument step, lagged eager, lag 2, graph; lag 2
+ * with one x staging buffer for both slots), and the
  * dropout kernels with the step from device memory against the key's step
  * (bitwise), and the cuBLASLt plan cache (repeated and
  * interleaved shapes give the first call's bits and match the reference),
@@ -75,7 +76,8 @@ static void test_loss_bwd_dev(ct_device *d) {
 enum { B = 32, STEPS = 6 };
 
 /* A resident model trained STEPS steps through the pipeline (mode 1:
- * eager, 2: graph, 3: eager with lag 2) or through ct_device_train_step
+ * eager, 2: graph, 3: eager with lag 2, 4: as 3 with one x staging buffer
+ * for both slots, ct_model_share_stage_x) or through ct_device_train_step
  * (mode 0, sync); returns its parameters. sched: under OneCycleLR over the
  * STEPS steps, with step 2's batch holding an inf so that the scaler skips
  * it: the pipeline steps the schedule at read-back and looks ahead of it,
@@ -86,7 +88,10 @@ static float *train(ct_device *gpu, const char *model, int mode, int sched, int6
   ct_model *m;
   CHECK_OK(ct_model_create(model, &mo, &m));
   ct_model_reserve_optimizer_state(m, 2);
+  if (mode == 4) ct_model_share_stage_x(m, 1);
   CHECK_OK(ct_model_prepare(m, gpu, B, 1));
+  CHECK((ct_model_stage_x_at(m, 0) == ct_model_stage_x_at(m, 1)) == (mode == 4));
+  CHECK(ct_model_stage_y_at(m, 0) != ct_model_stage_y_at(m, 1));
   ct_optim_config oc = ct_optim_config_default(CT_OPTIM_ADAM);
   oc.lr = 1e-3;
   ct_optimizer *o;
@@ -129,10 +134,10 @@ static float *train(ct_device *gpu, const char *model, int mode, int sched, int6
       if (sc && !sk) CHECK_OK(ct_scheduler_step(sc, o));
     }
   } else {
-    ct_device_train_opts dto = {mode == 3 ? 2 : 1, mode == 2, 2};
+    ct_device_train_opts dto = {mode >= 3 ? 2 : 1, mode == 2, 2};
     ct_device_trainer *t;
     CHECK_OK(ct_device_trainer_create(m, gpu, o, &gs, CT_LOSS_CROSS_ENTROPY, 0, 1.0, sc, &dto, &t));
-    CHECK(ct_device_trainer_lag(t) == (mode == 3 ? 2 : 1));
+    CHECK(ct_device_trainer_lag(t) == (mode >= 3 ? 2 : 1));
     int got = 0;
     for (int s = 0; s < STEPS; s++) {
       ct_step_result r;
@@ -193,35 +198,38 @@ static double share_off(const float *a, const float *b, const float *init, int64
  * Adam's arguments, a skipped or repeated step, a stale batch or another
  * dropout mask moves nearly every weight. */
 static void test_pipeline_and_graph(ct_device *gpu, const char *model, int sched) {
-  int64_t n0, n0b, n1, n2, n3;
+  int64_t n0, n0b, n1, n2, n3, n4;
   const char *note = NULL;
   float *init = NULL;
   float *p0 = train(gpu, model, 0, sched, &n0, &note, &init), *p0b = train(gpu, model, 0, sched, &n0b, &note, NULL);
   float *p1 = train(gpu, model, 1, sched, &n1, &note, NULL);
   float *p2 = train(gpu, model, 2, sched, &n2, &note, NULL), *p3 = train(gpu, model, 3, sched, &n3, &note, NULL);
+  float *p4 = train(gpu, model, 4, sched, &n4, &note, NULL);
   char label[64];
   snprintf(label, sizeof label, "%s%s", model, sched ? " (onecycle, a skipped step)" : "");
-  CHECK(n0 == n0b && n0 == n1 && n1 == n2 && n2 == n3);
+  CHECK(n0 == n0b && n0 == n1 && n1 == n2 && n2 == n3 && n3 == n4);
   if (!memcmp(p0, p0b, (size_t)n0 * 4)) {
     CHECK_MSG(!memcmp(p0, p1, (size_t)n0 * 4), "%s: lagged pipeline weights differ from the synchronous step's", label);
     CHECK_MSG(!memcmp(p0, p2, (size_t)n0 * 4), "%s: graph-replayed weights differ from the eager steps'", label);
     CHECK_MSG(!memcmp(p0, p3, (size_t)n0 * 4), "%s: lag 2 (staging waits) weights differ from the synchronous step's",
               label);
+    CHECK_MSG(!memcmp(p0, p4, (size_t)n0 * 4), "%s: lag 2 with a shared x buffer: weights differ from the synchronous "
+              "step's", label);
   } else {
     double ctl = share_off(p0, p0b, init, n0), lim = fmax(0.01, 3 * ctl);
     printf("%s: two synchronous runs differ (non-deterministic kernels, %.3g%% of the weights beyond 1e-2 of the "
            "largest update); comparing the modes at that level\n",
            label, 100 * ctl);
     CHECK_MSG(ctl <= 0.2, "%s: two identical synchronous runs differ at %.3g%% of the weights", label, 100 * ctl);
-    const float *pm[3] = {p1, p2, p3};
-    const char *what[3] = {"lagged pipeline", "graph-replayed", "lag 2 (staging waits)"};
-    for (int k = 0; k < 3; k++) {
+    const float *pm[4] = {p1, p2, p3, p4};
+    const char *what[4] = {"lagged pipeline", "graph-replayed", "lag 2 (staging waits)", "lag 2, shared x"};
+    for (int k = 0; k < 4; k++) {
       double sh = share_off(p0, pm[k], init, n0);
       CHECK_MSG(sh <= lim, "%s: %s weights differ from the synchronous step's at %.3g%% of the weights (control %.3g%%)",
                 label, what[k], 100 * sh, 100 * ctl);
     }
   }
-  free(p0), free(p0b), free(p1), free(p2), free(p3), free(init);
+  free(p0), free(p0b), free(p1), free(p2), free(p3), free(p4), free(init);
 }
 
 /* Dropout with the step read through dropout_step_from == the key's step,
