@@ -333,7 +333,10 @@ struct ct_backend {
   /* y = alpha * x + beta * y (beta 0 overwrites). */
   ct_status (*axpby)(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y);
   ct_status (*fill)(ct_device *d, ct_tensor *x, float value);
-  /* y = x converted to y's dtype (same numel). */
+  /* y = x converted to y's dtype (same numel), in the same layout. A
+   * backend whose act_layout is CT_LAYOUT_NHWC also converts a 4-D plain
+   * x into an NHWC y (the executor's cast of the model input for a
+   * channels-last first convolution); other layout pairs are refused. */
   ct_status (*cast)(ct_device *d, const ct_tensor *x, ct_tensor *y);
 
   /* ---- softmax over the last dim of a 2-D tensor [N,C] ---- */

@@ -11,12 +11,26 @@ static ct_layout layout_of(const ct_model *m, int i) {
   return i >= 0 ? (ct_layout)m->eb.layout[i] : CT_LAYOUT_PLAIN;
 }
 
+/* The layout layer i reads input edge j in: its source's (a cast copy
+ * keeps its source's element order), except for the cast copy of the model
+ * input that a channels-last convolution reads on a backend whose own
+ * layout is NHWC. That cast writes NHWC, so the convolution reads its
+ * input where it lies instead of transposing the whole batch in every
+ * forward and weight-gradient pass (the first convolution of AlexNet and
+ * ResNet-50 under autocast). */
+static ct_layout edge_layout(const ct_model *m, int i, int j) {
+  const ct_layer *l = &m->layers[i];
+  if (l->inputs[j] < 0 && l->cls == &ct_layer_conv2d && l->in_ndim[j] == 3 && layout_of(m, i) == CT_LAYOUT_NHWC &&
+      ct_exec_edge_cast(m, i, j) && m->dev && ct_device_backend(m->dev)->act_layout == CT_LAYOUT_NHWC)
+    return CT_LAYOUT_NHWC;
+  return layout_of(m, l->inputs[j]);
+}
+
 void ct_exec_shape_tensors(ct_model *m, int64_t n) {
   for (int i = 0; i < m->n_layers; i++) {
     ct_layer *l = &m->layers[i];
     for (int j = 0; j < l->n_inputs; j++) {
-      /* A cast copy keeps its source's element order (casts are elementwise). */
-      l->x[j].layout = l->dx[j].layout = layout_of(m, l->inputs[j]);
+      l->x[j].layout = l->dx[j].layout = edge_layout(m, i, j);
       l->x[j].dtype = l->dx[j].dtype = ct_exec_out_dt(m, i);
       ct_layer_batch_shape(&l->x[j], n, l->in_ndim[j], l->in_shape[j]);
       ct_layer_batch_shape(&l->dx[j], n, l->in_ndim[j], l->in_shape[j]);
@@ -80,6 +94,7 @@ static ct_tensor edge_source(const ct_model *m, const ct_layer *l, int j, const 
   ct_tensor t = l->x[j];
   int src = l->inputs[j];
   t.dtype = ct_exec_src_dt(m, src);
+  t.layout = layout_of(m, src);
   t.data = src < 0 ? x->data : m->layers[src].y.data;
   return t;
 }

@@ -5,7 +5,8 @@
  * filters and single-channel inputs, which run untransposed), max/average
  * pooling forward and backward with NHWC tensors and global adaptive
  * pooling from NHWC to a plain 1x1 output, against the ref device on
- * plain tensors; and
+ * plain tensors; the cast of a plain f32 batch into NHWC 16-bit (the
+ * model input of a channels-last first convolution); and
  * one SGD training step of cnn, alexnet and resnet18 (fp32, and bf16,
  * whose NHWC batch norms take their ReLU fused) with the layout
  * choice on vs off (the weight updates compared normwise: fp32 at 1e-3,
@@ -124,6 +125,33 @@ static void conv_case(ct_device *gpu, ct_device *ref, int xn, int yn, int groups
   rm(gpu, &x), rm(gpu, &w), rm(gpu, &b), rm(gpu, &y), rm(gpu, &dy), rm(gpu, &dx), rm(gpu, &dw), rm(gpu, &db);
 }
 
+/* The cast from a plain f32 batch into an NHWC 16-bit one (what the
+ * executor asks for the model input of a channels-last first
+ * convolution) gives the host conversion's bits in NHWC order; the other
+ * direction is refused, not misread. */
+static void check_input_cast(ct_device *gpu) {
+  const ct_backend *G = ct_device_backend(gpu);
+  const int64_t N = 3, C = 5, HW = 7 * 6, n = N * C * HW;
+  buf x = mk(gpu, N, C, 7, 6, 0, 1);
+  const ct_dtype dts[2] = {CT_BF16, CT_F16};
+  for (int k = 0; k < 2; k++) {
+    uint16_t *want = malloc((size_t)n * 2), *got = malloc((size_t)n * 2);
+    to_nhwc(x.hv, x.tmp, N, C, HW);
+    ct_convert(x.tmp, CT_F32, want, dts[k], (size_t)n);
+    ct_tensor y = x.g;
+    y.dtype = dts[k], y.layout = CT_LAYOUT_NHWC, y.data = ct_device_alloc(gpu, (size_t)n * 2);
+    CHECK_OK(G->cast(gpu, &x.g, &y));
+    CHECK_OK(ct_device_sync(gpu));
+    CHECK_OK(ct_device_copy(NULL, got, gpu, y.data, (size_t)n * 2));
+    CHECK_MSG(!memcmp(want, got, (size_t)n * 2), "cast f32 plain -> %s NHWC differs from the host's", ct_dtype_name(dts[k]));
+    ct_tensor back = x.g;
+    CHECK(G->cast(gpu, &y, &back) == CT_ERR_UNSUPPORTED);
+    ct_device_free(gpu, y.data);
+    free(want), free(got);
+  }
+  rm(gpu, &x);
+}
+
 static void check_pool(ct_device *gpu, ct_device *ref, int is_max) {
   const ct_backend *G = ct_device_backend(gpu), *R = ct_device_backend(ref);
   ct_pool2d_params p = {3, 3, 2, 2, 1, 1, 0, 1};
@@ -211,6 +239,15 @@ static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, 
   enum { B = 4 };
   ct_model_reserve_optimizer_state(m, 1);
   CHECK_OK(ct_model_prepare(m, gpu, B, 1));
+  /* A 16-bit channels-last model casts its input straight into NHWC for
+   * its first convolution (executor.c: edge_layout); otherwise it reads
+   * the input as it comes, plain. */
+  const ct_layer *l0 = &m->layers[0];
+  if (l0->cls == &ct_layer_conv2d && l0->inputs[0] < 0) {
+    const ct_layout want = nhwc && prec != CT_PRECISION_FP32 ? CT_LAYOUT_NHWC : CT_LAYOUT_PLAIN;
+    CHECK_MSG(l0->x[0].layout == want, "%s prec %d nhwc %d: the first convolution reads its input in layout %d, "
+              "expected %d", name, (int)prec, nhwc, (int)l0->x[0].layout, (int)want);
+  }
   *np = (size_t)ct_model_param_count(m);
   float *p0 = malloc(*np * 4);
   CHECK_OK(ct_device_copy(NULL, p0, gpu, ct_model_params(m, NULL), *np * 4));
@@ -357,6 +394,7 @@ int main(void) {
   CHECK_OK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmark", 0));
   CHECK(ct_device_backend(gpu)->set_option(gpu, "cudnn_benchmarks", 1) == CT_ERR_NOT_FOUND);
   check_describe(gpu);
+  check_input_cast(gpu);
   check_pool(gpu, ref, 1);
   check_pool(gpu, ref, 0);
   check_global_pool(gpu, ref, 1);

@@ -280,6 +280,9 @@ ct_status cpu_cast(ct_device *d, const ct_tensor *x, ct_tensor *y) {
   int64_t n = ct_tensor_numel(x);
   if (n != ct_tensor_numel(y))
     return ct_error(CT_ERR_SHAPE, "cast: %lld elements into %lld", (long long)n, (long long)ct_tensor_numel(y));
+  if (x->layout != y->layout)
+    return ct_error(CT_ERR_UNSUPPORTED, "cast: layout %d into %d; the cpu's cast keeps the layout", (int)x->layout,
+                    (int)y->layout);
   size_t si = ct_dtype_size(x->dtype), so = ct_dtype_size(y->dtype);
   int nt = cpu_nthreads(d);
   const int64_t chunk = 16384;

@@ -102,6 +102,9 @@ ct_status ct_ref_fill(ct_device *d, ct_tensor *x, float value) {
 ct_status ct_ref_cast(ct_device *d, const ct_tensor *x, ct_tensor *y) {
   (void)d;
   CT_TRY(same_numel("cast", x, y));
+  if (x->layout != y->layout)
+    return ct_error(CT_ERR_UNSUPPORTED, "ref cast: layout %d into %d; the reference keeps the layout", (int)x->layout,
+                    (int)y->layout);
   if (!ct_dtype_size(x->dtype) || !ct_dtype_size(y->dtype))
     return ct_error(CT_ERR_INVALID_ARG, "ref cast: invalid dtype (%d -> %d)", (int)x->dtype, (int)y->dtype);
   ct_convert(x->data, x->dtype, y->data, y->dtype, (size_t)ct_tensor_numel(x));

@@ -366,6 +366,16 @@ extern "C" ct_status cuda_cast(ct_device *d, const ct_tensor *x, ct_tensor *y) {
   int64_t n = ct_tensor_numel(x);
   if (ct_tensor_numel(y) != n)
     return ct_error(CT_ERR_SHAPE, "cuda cast: %lld elements into %lld", (long long)n, (long long)ct_tensor_numel(y));
+  if (x->layout != y->layout) {
+    /* plain -> NHWC (backend.h): one transpose that also converts */
+    if (x->layout != CT_LAYOUT_PLAIN || y->layout != CT_LAYOUT_NHWC || x->ndim != 4 || y->ndim != 4 ||
+        !cuda_float_dtype(x->dtype) || !cuda_float_dtype(y->dtype))
+      return ct_error(CT_ERR_UNSUPPORTED, "cuda cast: layout %d -> %d (%d-D); only a 4-D float plain -> NHWC cast "
+                      "changes the layout", (int)x->layout, (int)y->layout, x->ndim);
+    if (!n) return CT_OK;
+    return cuda_relayout(d, x->data, x->dtype, 0, y->data, y->dtype, 1, x->shape[0], x->shape[1],
+                         x->shape[2] * x->shape[3], 0.f);
+  }
   CT_TRY(cuda_enter(d));
   if (!n) return CT_OK;
   if (x->dtype == y->dtype) {
