@@ -53,16 +53,18 @@ static int pool_fits32(const pool_geom &g) {
 }
 
 /* Launches kernel K over n threads with the geometry in 32-bit indices
- * when it fits, else 64-bit. (Through a pointer to the instance: the CUDA
- * emulator's launch rewrite, tests/emu, needs a plain name at a launch.) */
-#define POOL_LAUNCH(K, n, g, ...)                                                 \
+ * when it fits, else 64-bit. Through pointers to the instances, named by
+ * the caller (K32, K64): the CUDA emulator's launch rewrite, tests/emu,
+ * needs a plain name at a launch, and its trace (bench/gpu/step_census.py)
+ * shows that name. */
+#define POOL_LAUNCH(K, K32, K64, n, g, ...)                                       \
   do {                                                                            \
     if (pool_fits32(g)) {                                                         \
-      auto k32 = K<int32_t>;                                                      \
-      k32<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), __VA_ARGS__); \
+      auto K32 = K<int32_t>;                                                      \
+      K32<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), __VA_ARGS__); \
     } else {                                                                      \
-      auto k64 = K<int64_t>;                                                      \
-      k64<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(geom_as<int64_t>(g), __VA_ARGS__); \
+      auto K64 = K<int64_t>;                                                      \
+      K64<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(geom_as<int64_t>(g), __VA_ARGS__); \
     }                                                                             \
   } while (0)
 
@@ -400,11 +402,13 @@ extern "C" ct_status cuda_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p,
   int64_t n = g.planes * g.OH * g.OW;
   if (!n) return CT_OK;
   if (nhwc_vec(g, x, y)) {
-    auto k = x->dtype == CT_F32 ? k_maxpool_fwd_nhwc<CT_F32> : x->dtype == CT_BF16 ? k_maxpool_fwd_nhwc<CT_BF16>
-                                                                                     : k_maxpool_fwd_nhwc<CT_F16>;
-    k<<<ct_blocks(n / CT_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), x->data, y->data, (int32_t *)ws);
+    auto k_maxpool_fwd_nhwc8 = x->dtype == CT_F32    ? k_maxpool_fwd_nhwc<CT_F32>
+                               : x->dtype == CT_BF16 ? k_maxpool_fwd_nhwc<CT_BF16>
+                                                     : k_maxpool_fwd_nhwc<CT_F16>;
+    k_maxpool_fwd_nhwc8<<<ct_blocks(n / CT_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), x->data, y->data,
+                                                                           (int32_t *)ws);
   } else {
-    POOL_LAUNCH(k_maxpool_fwd, n, g, x->data, x->dtype, y->data, y->dtype, (int32_t *)ws);
+    POOL_LAUNCH(k_maxpool_fwd, k_maxpool_fwd32, k_maxpool_fwd64, n, g, x->data, x->dtype, y->data, y->dtype, (int32_t *)ws);
   }
   CUDA_LAUNCHED("maxpool2d_fwd");
   return CT_OK;
@@ -419,12 +423,13 @@ extern "C" ct_status cuda_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p,
   int64_t n = g.planes * g.H * g.W;
   if (!n) return CT_OK;
   if (nhwc_vec(g, dy, dx)) {
-    auto k = dx->dtype == CT_F32 ? k_maxpool_bwd_nhwc<CT_F32> : dx->dtype == CT_BF16 ? k_maxpool_bwd_nhwc<CT_BF16>
-                                                                                       : k_maxpool_bwd_nhwc<CT_F16>;
-    k<<<ct_blocks(n / CT_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), dy->data, (const int32_t *)ws,
-                                                             dx->data);
+    auto k_maxpool_bwd_nhwc8 = dx->dtype == CT_F32    ? k_maxpool_bwd_nhwc<CT_F32>
+                               : dx->dtype == CT_BF16 ? k_maxpool_bwd_nhwc<CT_BF16>
+                                                      : k_maxpool_bwd_nhwc<CT_F16>;
+    k_maxpool_bwd_nhwc8<<<ct_blocks(n / CT_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), dy->data,
+                                                                           (const int32_t *)ws, dx->data);
   } else {
-    POOL_LAUNCH(k_maxpool_bwd, n, g, dy->data, dy->dtype, (const int32_t *)ws, dx->data, dx->dtype);
+    POOL_LAUNCH(k_maxpool_bwd, k_maxpool_bwd32, k_maxpool_bwd64, n, g, dy->data, dy->dtype, (const int32_t *)ws, dx->data, dx->dtype);
   }
   CUDA_LAUNCHED("maxpool2d_bwd");
   return CT_OK;
@@ -436,7 +441,7 @@ extern "C" ct_status cuda_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p,
   CT_TRY(cuda_enter(d));
   int64_t n = g.planes * g.OH * g.OW;
   if (!n) return CT_OK;
-  POOL_LAUNCH(k_avgpool_fwd, n, g, x->data, x->dtype, y->data, y->dtype);
+  POOL_LAUNCH(k_avgpool_fwd, k_avgpool_fwd32, k_avgpool_fwd64, n, g, x->data, x->dtype, y->data, y->dtype);
   CUDA_LAUNCHED("avgpool2d_fwd");
   return CT_OK;
 }
@@ -447,7 +452,7 @@ extern "C" ct_status cuda_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p,
   CT_TRY(cuda_enter(d));
   int64_t n = g.planes * g.H * g.W;
   if (!n) return CT_OK;
-  POOL_LAUNCH(k_avgpool_bwd, n, g, dy->data, dy->dtype, dx->data, dx->dtype);
+  POOL_LAUNCH(k_avgpool_bwd, k_avgpool_bwd32, k_avgpool_bwd64, n, g, dy->data, dy->dtype, dx->data, dx->dtype);
   CUDA_LAUNCHED("avgpool2d_bwd");
   return CT_OK;
 }
@@ -463,7 +468,7 @@ static ct_status adaptive_fwd(ct_device *d, const char *op, int is_max, const ct
    * element itself, so a copy (check_pool has made sure the two element
    * orders agree) gives the same bits without a window walk. */
   if (!is_max && g.H == g.OH && g.W == g.OW) return cuda_convert(d, x->data, x->dtype, y->data, y->dtype, n);
-  POOL_LAUNCH(k_adaptive_fwd, n, g, is_max, x->data, x->dtype, y->data, y->dtype, idx);
+  POOL_LAUNCH(k_adaptive_fwd, k_adaptive_fwd32, k_adaptive_fwd64, n, g, is_max, x->data, x->dtype, y->data, y->dtype, idx);
   CUDA_LAUNCHED(op);
   return CT_OK;
 }
@@ -475,7 +480,7 @@ static ct_status adaptive_bwd(ct_device *d, const char *op, const ct_tensor *dy,
   int64_t n = g.planes * g.H * g.W;
   if (!n) return CT_OK;
   if (!idx && g.H == g.OH && g.W == g.OW) return cuda_convert(d, dy->data, dy->dtype, dx->data, dx->dtype, n);
-  POOL_LAUNCH(k_adaptive_bwd, n, g, dy->data, dy->dtype, idx, dx->data, dx->dtype);
+  POOL_LAUNCH(k_adaptive_bwd, k_adaptive_bwd32, k_adaptive_bwd64, n, g, dy->data, dy->dtype, idx, dx->data, dx->dtype);
   CUDA_LAUNCHED(op);
   return CT_OK;
 }
