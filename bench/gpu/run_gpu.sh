@@ -35,6 +35,8 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# Per-row environments (the convapi rows set them); none inherited.
+unset CTRAIN_ENV TORCH_ENV
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 PYTHON=${PYTHON:-python3}
 RESDIR=${OUT:-$ROOT/bench/results}
@@ -332,7 +334,7 @@ conv_api_rows() {
   local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6
   [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
   read -r gi gp < <(CTRAIN_ENV=CTRAIN_CUDA_CONV_API=graph ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-graph")
-  read -r li lp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-legacy")
+  read -r li lp < <(CTRAIN_ENV=CTRAIN_CUDA_CONV_API=legacy ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-legacy")
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
   read -r vi vp < <(TORCH_ENV=TORCH_CUDNN_V8_API_DISABLED=1 torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
   row "$m $in b$b | $cmode, graph API | $gi | $ti | $(ratio "$gi" "$ti") | $gp | $(mib "$tp") | ctrain CTRAIN_CUDA_CONV_API=graph; torch eager (its cuDNN v8 API), channels_last, cudnn.benchmark"

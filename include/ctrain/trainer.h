@@ -112,10 +112,12 @@ typedef struct ct_fit_result {
   int resumed_from_epoch;   /* -1 when not resumed */
   size_t peak_memory_bytes; /* step arena + parameters, gradients, optimizer state, low-precision weights */
   /* The device's own high-water mark at the end (ct_device_mem_peak):
-   * everything ctrain allocated on it. On cuda the model's block (plan,
-   * state, input staging), the backend's scratch buffer and a data set
-   * kept on the GPU; on the CPU the step arena and temporaries (parameters
-   * live in host memory there). */
+   * everything ctrain allocated on it through its allocator. On cuda the
+   * model's block (plan, state, input staging), the backend's scratch
+   * buffer, the buffers that time cuDNN graph plans, and a data set kept
+   * on the GPU (not what cuDNN allocates inside its own algorithm search);
+   * on the CPU the step arena and temporaries (parameters live in host
+   * memory there). */
   size_t device_peak_bytes;
   int64_t skipped_steps;    /* optimizer steps skipped by the loss scaler (whole run) */
   double loss_scale;        /* the scaler's scale at the end (1 when off) */

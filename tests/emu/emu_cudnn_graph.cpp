@@ -17,7 +17,7 @@
  *   to the source do not reach the copy), so callers may destroy or reuse
  *   theirs. A descriptor must be finalized before it is used, and a
  *   finalized one is read only.
- * - Engines. Heuristics (modes INSTANT/A/B) list four engine configs for
+ * - Engines. Heuristics (modes INSTANT/A/B) list five engine configs for
  *   every operation graph, in this order:
  *     engine 0: tensor cores (TF32 for FLOAT data), a workspace the size
  *       of the legacy API's first algorithm (CT_EMU_DNN_BIG_WS applies),
@@ -26,10 +26,15 @@
  *     engine 3: behaviour note RUNTIME_COMPILATION; its plan finalizes,
  *       but executing it fails with EXECUTION_FAILED: callers are meant to
  *       skip such engines (their compile takes seconds);
+ *     engine 7: numerical note DOWN_CONVERT_INPUTS (computes in f16); it
+ *       runs on HALF data, and executing it on FLOAT or BFLOAT16 data fails
+ *       with EXECUTION_FAILED: callers are meant to leave it out there;
  *     engine 5: listed, but its plan does not finalize (NOT_SUPPORTED), as
  *       cuDNN's heuristics list configs that turn out unsupported;
  *     engine 1: no tensor cores, no workspace.
- *   Mode FALLBACK lists engine 1 alone. Under CT_EMU_DNN_NO_NHWC a graph
+ *   Mode FALLBACK lists engine 1 alone. cudnnBackendGetAttribute's count
+ *   is how many elements the attribute has; it writes at most the number
+ *   asked for. Under CT_EMU_DNN_NO_NHWC a graph
  *   with a channels-last operand (channel stride 1, more than one channel)
  *   gets no engine at all.
  * - Execute: the variant pack maps every tensor's unique id to a device
@@ -93,13 +98,14 @@ struct bdesc {
 /* The emulated engines (header). */
 struct engine_info {
   int64_t index;
-  bool tensor_core, rtc, finalizes, has_ws;
+  bool tensor_core, rtc, down_convert, finalizes, has_ws;
 };
 const engine_info engines[] = {
-    {0, true, false, true, true},
-    {3, true, true, true, false},
-    {5, true, false, false, false},
-    {1, false, false, true, false},
+    {0, true, false, false, true, true},
+    {3, true, true, false, true, false},
+    {7, true, false, true, true, false},
+    {5, true, false, false, false, false},
+    {1, false, false, false, true, false},
 };
 
 const engine_info *engine_of(int64_t index) {
@@ -333,17 +339,13 @@ cudnnStatus_t fill_engine(void *slot, cudnnBackendDescriptorType_t want, int64_t
 }
 
 /* Copies up to req of `have` values into arr; *count = how many there are
- * (arr NULL or req 0) or were written. */
+ * (whatever was written). */
 template <class T>
 cudnnStatus_t put(const std::vector<T> &have, int64_t req, int64_t *count, void *arr) {
   if (!count) return dnn_refuse(CUDNN_STATUS_BAD_PARAM, "NULL elementCount");
-  if (!arr || req <= 0) {
-    *count = (int64_t)have.size();
-    return CUDNN_STATUS_SUCCESS;
-  }
-  const int64_t n = req < (int64_t)have.size() ? req : (int64_t)have.size();
+  *count = (int64_t)have.size();
+  const int64_t n = !arr || req <= 0 ? 0 : req < (int64_t)have.size() ? req : (int64_t)have.size();
   for (int64_t i = 0; i < n; i++) ((T *)arr)[i] = have[(size_t)i];
-  *count = n;
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -356,17 +358,13 @@ cudnnStatus_t get_attr(const bdesc &d, cudnnBackendAttributeName_t name, cudnnBa
       WANT(CUDNN_TYPE_BACKEND_DESCRIPTOR);
       std::vector<int64_t> es = heuristic_engines(d);
       if (!count) return dnn_refuse(CUDNN_STATUS_BAD_PARAM, "NULL elementCount");
-      if (!arr || req <= 0) {
-        *count = (int64_t)es.size();
-        return CUDNN_STATUS_SUCCESS;
-      }
-      const int64_t n = req < (int64_t)es.size() ? req : (int64_t)es.size();
+      *count = (int64_t)es.size();
+      const int64_t n = !arr || req <= 0 ? 0 : req < (int64_t)es.size() ? req : (int64_t)es.size();
       for (int64_t i = 0; i < n; i++) {
         cudnnStatus_t s = fill_engine(((cudnnBackendDescriptor_t *)arr)[i], CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
                                       es[(size_t)i], d.graph);
         if (s != CUDNN_STATUS_SUCCESS) return s;
       }
-      *count = n;
       return CUDNN_STATUS_SUCCESS;
     }
     case CUDNN_ATTR_ENGINECFG_ENGINE:
@@ -384,6 +382,7 @@ cudnnStatus_t get_attr(const bdesc &d, cudnnBackendAttributeName_t name, cudnnBa
       if (!e) break;
       std::vector<cudnnBackendNumericalNote_t> v;
       if (e->tensor_core) v.push_back(CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+      if (e->down_convert) v.push_back(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
       return put(v, req, count, arr);
     }
     case CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE: {
@@ -539,6 +538,9 @@ cudnnStatus_t CUDNNWINAPI cudnnBackendExecute(cudnnHandle_t handle, cudnnBackend
   if (e->rtc)
     return dnn_refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: engine %lld is runtime-compiled; the emulator does not run "
                       "those (callers are meant to skip them)", who, (long long)e->index);
+  if (e->down_convert && op.x->dt != CUDNN_DATA_HALF)
+    return dnn_refuse(CUDNN_STATUS_EXECUTION_FAILED, "%s: engine %lld converts its inputs down to f16, here data "
+                      "type %d (callers are meant to leave it out)", who, (long long)e->index, (int)op.x->dt);
   cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
   void *x = pointer_for(*vp, *op.x, &s), *w = x ? pointer_for(*vp, *op.w, &s) : nullptr;
   void *y = w ? pointer_for(*vp, *op.y, &s) : nullptr;

@@ -832,9 +832,11 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 /* The emulator has no clock for device work: the time between two events
  * of one stream is 1 us per job queued between them, so a caller that
  * times alternatives (cuda_conv_graph.c under cudnn_benchmark) sees the
- * one that queues less as faster, deterministically. Both events must
- * have been recorded outside a capture, without cudaEventDisableTiming,
- * and be complete (they are made so here, as the runtime would wait). */
+ * one that queues less as faster, deterministically. Stricter than the
+ * runtime: both events must be of one stream, recorded outside a capture,
+ * without cudaEventDisableTiming; the work up to the end event is run
+ * here (the runtime answers cudaErrorNotReady before it completes; the
+ * callers synchronise first). */
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
   LOCK;
   if (!ms || !start || !end) return ret(cudaErrorInvalidValue);

@@ -3,10 +3,10 @@
  * emu_selftest_dnn.cpp; here each pass built through backend descriptors
  * must give the legacy call's bits on the same operands (NCHW f32 with an
  * engine without tensor cores, NHWC bf16 with beta 1), and the emulated
- * behaviour the header documents must hold: the heuristic's engine order,
- * a config that does not finalize, a runtime-compiled engine that does not
- * run, finalized descriptors read only, misaligned pointers and a missing
- * workspace refused. Last, cudaEventElapsedTime's job count.
+ * behaviour the header documents must hold: the heuristic's engine order
+ * and count, a config that does not finalize, a runtime-compiled engine and
+ * a down-converting one (on bf16) that do not run, finalized descriptors
+ * read only, misaligned pointers and a missing workspace refused. Last, cudaEventElapsedTime's job count.
  *
  * Exit status 0 when every check passes. */
 #include <cuda_runtime_api.h>
@@ -262,7 +262,22 @@ void behaviour(cudnnHandle_t h) {
   bd g = graph_of(h, k, t);
   std::vector<int64_t> idx;
   std::vector<bd> cfg = configs(g, CUDNN_HEUR_MODE_A, &idx);
-  EXPECT(idx == std::vector<int64_t>({0, 3, 5, 1}), "heuristic order");
+  EXPECT(idx == std::vector<int64_t>({0, 3, 7, 5, 1}), "heuristic order");
+  {
+    /* the count is how many there are; only the number asked for is written */
+    bd heur, two[3] = {nullptr, nullptr, nullptr};
+    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+    OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g));
+    OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+    OK(cudnnBackendFinalize(heur));
+    for (int i = 0; i < 2; i++) OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &two[i]));
+    int64_t cnt = 0;
+    OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 2, &cnt, two));
+    EXPECT(cnt == 5 && two[2] == nullptr, "asked for 2 of 5 configs: count %lld", (long long)cnt);
+    for (int i = 0; i < 2; i++) cudnnBackendDestroyDescriptor(two[i]);
+    cudnnBackendDestroyDescriptor(heur);
+  }
   std::vector<int64_t> fb;
   std::vector<bd> cfb = configs(g, CUDNN_HEUR_MODE_FALLBACK, &fb);
   EXPECT(fb == std::vector<int64_t>({1}), "fallback list");
@@ -270,18 +285,20 @@ void behaviour(cudnnHandle_t h) {
   EXPECT(cudnnBackendSetAttribute(t[0], CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &al) ==
              CUDNN_STATUS_BAD_PARAM,
          "a finalized tensor took an attribute");
-  bd plans[4];
-  cudnnStatus_t fin[4];
-  for (int i = 0; i < 4; i++) fin[i] = make_plan(h, cfg[(size_t)i], &plans[i]);
-  EXPECT(fin[0] == CUDNN_STATUS_SUCCESS && fin[1] == CUDNN_STATUS_SUCCESS && fin[3] == CUDNN_STATUS_SUCCESS,
-         "plans of engines 0, 3, 1 finalize");
-  EXPECT(fin[2] == CUDNN_STATUS_NOT_SUPPORTED, "engine 5's plan finalized (%d)", (int)fin[2]);
+  bd plans[5];
+  cudnnStatus_t fin[5];
+  for (int i = 0; i < 5; i++) fin[i] = make_plan(h, cfg[(size_t)i], &plans[i]);
+  EXPECT(fin[0] == CUDNN_STATUS_SUCCESS && fin[1] == CUDNN_STATUS_SUCCESS && fin[2] == CUDNN_STATUS_SUCCESS &&
+             fin[4] == CUDNN_STATUS_SUCCESS,
+         "plans of engines 0, 3, 7, 1 finalize");
+  EXPECT(fin[3] == CUDNN_STATUS_NOT_SUPPORTED, "engine 5's plan finalized (%d)", (int)fin[3]);
   void *x, *w, *y, *ws;
   cudaMalloc(&x, 4096), cudaMalloc(&w, 4096), cudaMalloc(&y, 4096), cudaMalloc(&ws, 1 << 16);
   EXPECT(execute(h, plans[1], x, w, y, ws) == CUDNN_STATUS_EXECUTION_FAILED, "the runtime-compiled engine ran");
+  EXPECT(execute(h, plans[2], x, w, y, ws) == CUDNN_STATUS_EXECUTION_FAILED, "the down-converting engine ran on bf16");
   EXPECT(execute(h, plans[0], x, w, y, nullptr) == CUDNN_STATUS_BAD_PARAM, "engine 0 ran without its workspace");
-  EXPECT(execute(h, plans[3], (char *)x + 2, w, y, nullptr) == CUDNN_STATUS_BAD_PARAM, "a misaligned x was taken");
-  EXPECT(execute(h, plans[3], x, w, y, nullptr) == CUDNN_STATUS_SUCCESS, "engine 1 runs without a workspace");
+  EXPECT(execute(h, plans[4], (char *)x + 2, w, y, nullptr) == CUDNN_STATUS_BAD_PARAM, "a misaligned x was taken");
+  EXPECT(execute(h, plans[4], x, w, y, nullptr) == CUDNN_STATUS_SUCCESS, "engine 1 runs without a workspace");
 
   /* cudaEventElapsedTime: 1 us per job; engine 0 queues two, engine 1 one */
   cudaStream_t st = nullptr;
@@ -290,7 +307,7 @@ void behaviour(cudnnHandle_t h) {
   cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreateWithFlags(&nt, cudaEventDisableTiming);
   cudaEventRecord(e0, st);
   OK(execute(h, plans[0], x, w, y, ws));
-  OK(execute(h, plans[3], x, w, y, nullptr));
+  OK(execute(h, plans[4], x, w, y, nullptr));
   cudaEventRecord(e1, st);
   float ms = -1.f;
   EXPECT(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0.0029f && ms < 0.0031f, "elapsed %g ms", ms);
@@ -298,7 +315,7 @@ void behaviour(cudnnHandle_t h) {
   EXPECT(cudaEventElapsedTime(&ms, e0, nt) != cudaSuccess, "a DisableTiming event was timed");
   cudaEventDestroy(e0), cudaEventDestroy(e1), cudaEventDestroy(nt);
   for (void *p : {x, w, y, ws}) cudaFree(p);
-  for (int i = 0; i < 4; i++) cudnnBackendDestroyDescriptor(plans[i]);
+  for (int i = 0; i < 5; i++) cudnnBackendDestroyDescriptor(plans[i]);
   for (bd c : cfg) cudnnBackendDestroyDescriptor(c);
   for (bd c : cfb) cudnnBackendDestroyDescriptor(c);
   for (bd x2 : t) cudnnBackendDestroyDescriptor(x2);

@@ -516,7 +516,7 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_pl
       /* Anything but a failed execution (which may have left the context
        * broken) hands the pass to the next candidate: the legacy ones
        * come after the graph plans. */
-      *retry = e != CUDNN_STATUS_EXECUTION_FAILED;
+      *retry = CUDNN_STATUS_CATEGORY(e) != CUDNN_STATUS_EXECUTION_FAILED;
       return ct_error(CT_ERR_BACKEND, "cuda %s: cuDNN engine %lld (graph API, %zu bytes of workspace): %s",
                       kind_name[kind], k->engine, wsb, cudnnGetErrorString(e));
     }
@@ -670,9 +670,13 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
   for (int i = 0; cc && i < cc->n; i++) {
     const conv_plan *c = &cc->p[i];
     const int *k = c->key;
-    PUT("%-18s %-4s %s x %dx%dx%dx%d w %dx%dx%dx%d stride %d pad %d groups %d:", kind_name[k[0]],
+    float kb; /* the beta graph plans baked in (plan_beta) */
+    memcpy(&kb, &k[24], sizeof kb);
+    char beta[32] = "";
+    if (kb != 0.f) snprintf(beta, sizeof beta, " (graph beta %g)", kb);
+    PUT("%-18s %-4s %s x %dx%dx%dx%d w %dx%dx%dx%d stride %d pad %d groups %d%s:", kind_name[k[0]],
         ct_dtype_name((ct_dtype)k[1]), k[23] ? "nhwc" : "nchw", k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11],
-        k[16], k[18], k[22]);
+        k[16], k[18], k[22], beta);
     if (!c->ncand) {
       PUT(" no algorithm\n");
       continue;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_conv_graph.h"
+#include "core/device_impl.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
@@ -107,20 +108,35 @@ static const cudnnBackendAttributeName_t op_attr[3][6] = {
      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
 };
 
-/* 1 when the engine behind cfg compiles its kernel at run time. */
-static int runtime_compiled(cudnnBackendDescriptor_t cfg) {
+/* 1 when the engine behind cfg is one to leave out: it compiles its
+ * kernel at run time (seconds a plan), or it converts its inputs down to
+ * f16 (numerical note DOWN_CONVERT_INPUTS), which only f16 data may take:
+ * values widened from bf16 would overflow f16's range, and f32 means f32
+ * or TF32 here, as PyTorch filters its engines. cudnnBackendGetAttribute's
+ * count is how many the attribute has; it writes at most the number
+ * asked for, hence the clamps. */
+static int left_out(cudnnBackendDescriptor_t cfg, ct_dtype rt) {
   cudnnBackendDescriptor_t eng = NULL;
   int64_t n = 0;
-  cudnnBackendBehaviorNote_t notes[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-  int rtc = 0;
-  if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return 0;
-  if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
-          CUDNN_STATUS_SUCCESS &&
-      cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, notes) == CUDNN_STATUS_SUCCESS)
-    for (int64_t i = 0; i < n; i++) rtc |= notes[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+  cudnnBackendBehaviorNote_t bn[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+  cudnnBackendNumericalNote_t nn[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int out = 0;
+  if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return 1;
+  if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) !=
+      CUDNN_STATUS_SUCCESS) {
+    cudnnBackendDestroyDescriptor(eng);
+    return 1;
+  }
+  if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, bn) == CUDNN_STATUS_SUCCESS)
+    for (int64_t i = 0; i < n && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
+      out |= bn[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+  if (rt != CT_F16 && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, nn) == CUDNN_STATUS_SUCCESS)
+    for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+      out |= nn[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
   cudnnBackendDestroyDescriptor(eng);
-  return rtc;
+  return out;
 }
 
 static long long engine_index(cudnnBackendDescriptor_t cfg) {
@@ -158,8 +174,10 @@ static int by_time(const void *a, const void *b) {
 
 /* Times every plan (one warm-up call, then the mean of three between two
  * events) on zeroed buffers of their own, as cudnnFind* does on buffers it
- * allocates. A plan that fails to run is dropped; one whose workspace
- * cannot be allocated stays untimed (ms -1, after the timed ones). */
+ * allocates (counted in the device's peak while they live). A plan that
+ * fails to run is dropped; one whose workspace cannot be allocated stays
+ * untimed (ms -1, after the timed ones), and all do when the operands'
+ * buffers cannot be. */
 static ct_status time_plans(ct_device *d, cudnnHandle_t h, const cuda_conv_desc *c, cuda_graph_plan *pl, int *n) {
   const size_t es = ct_dtype_size(c->rt);
   const int64_t *s[3] = {c->xs, c->wsh, c->ys};
@@ -171,14 +189,27 @@ static ct_status time_plans(ct_device *d, cudnnHandle_t h, const cuda_conv_desc 
   for (int i = 0; i < *n; i++)
     if (pl[i].wsb > wsmax) wsmax = pl[i].wsb;
   cudaError_t ce = cudaStreamSynchronize(stream);
+  size_t counted = 0;
   for (int i = 0; i < 3 && ce == cudaSuccess; i++) {
     const size_t b = (size_t)(s[i][0] * s[i][1] * s[i][2] * s[i][3]) * es;
-    ce = cudaMalloc(&buf[i], b);
-    if (ce == cudaSuccess) ce = cudaMemsetAsync(buf[i], 0, b, stream);
+    if (cudaMalloc(&buf[i], b) != cudaSuccess) {
+      /* No room to time them: the plans stay in the heuristic's order. */
+      (void)cudaGetLastError();
+      buf[i] = NULL;
+      goto done;
+    }
+    counted += b; /* the device's peak counts these buffers while they live */
+    ct_device_account(d, (long long)b);
+    ce = cudaMemsetAsync(buf[i], 0, b, stream);
   }
-  if (ce == cudaSuccess && wsmax && cudaMalloc(&ws, wsmax) != cudaSuccess) {
-    (void)cudaGetLastError(); /* too large: the plans that need it stay untimed */
-    ws = NULL;
+  if (ce == cudaSuccess && wsmax) {
+    if (cudaMalloc(&ws, wsmax) != cudaSuccess) {
+      (void)cudaGetLastError(); /* too large: the plans that need it stay untimed */
+      ws = NULL;
+    } else {
+      counted += wsmax;
+      ct_device_account(d, (long long)wsmax);
+    }
   }
   if (ce == cudaSuccess) ce = cudaEventCreate(&ev[0]);
   if (ce == cudaSuccess) ce = cudaEventCreate(&ev[1]);
@@ -223,6 +254,7 @@ done:
   for (int i = 0; i < 3; i++)
     if (buf[i]) (void)cudaFree(buf[i]);
   if (ws) (void)cudaFree(ws);
+  ct_device_account(d, -(long long)counted);
   if (st == CT_OK && ce != cudaSuccess) st = cuda_rt_fail(ce, __FILE__, __LINE__, "cudaStreamSynchronize after timing");
   return st;
 }
@@ -276,18 +308,22 @@ ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_d
     int64_t got = 0;
     if (want) GDNN(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want,
                                             &got, g->cfg));
+    if (got > want) got = want; /* the count is what there is, not what was written */
+    cudnnStatus_t first_bad = CUDNN_STATUS_SUCCESS;
     for (int i = 0; i < (int)got && *n < max; i++) {
-      if (runtime_compiled(g->cfg[i])) continue;
+      if (left_out(g->cfg[i], c->rt)) continue;
       cudnnBackendDescriptor_t plan = NULL;
       GDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
       g->plan[g->nplan++] = plan;
       GDNN(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
       GDNN(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                                     &g->cfg[i]));
-      /* A config the heuristics listed may still not finalize here. */
+      /* A config the heuristics listed may still not finalize here; any
+       * refusal skips it, as cudnn-frontend does, but one that is not
+       * NOT_SUPPORTED is reported when no config finalized. */
       cudnnStatus_t fe = cudnnBackendFinalize(plan);
       if (fe != CUDNN_STATUS_SUCCESS) {
-        if (!cuda_dnn_unsupported(fe)) GDNN(fe);
+        if (!cuda_dnn_unsupported(fe) && first_bad == CUDNN_STATUS_SUCCESS) first_bad = fe;
         continue;
       }
       int64_t wsb = 0, cnt = 0;
@@ -295,6 +331,10 @@ ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_d
       if (wsb > 0 && (uint64_t)wsb > free_b / 2) continue;
       cuda_graph_plan p = {plan, engine_index(g->cfg[i]), (size_t)(wsb > 0 ? wsb : 0), -1.f};
       out[(*n)++] = p;
+    }
+    if (!*n && first_bad != CUDNN_STATUS_SUCCESS) {
+      e = first_bad;
+      what = "cudnnBackendFinalize(execution plan)";
     }
   }
 done:
