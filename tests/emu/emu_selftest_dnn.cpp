@@ -24,34 +24,12 @@
 #include <cstring>
 #include <vector>
 
+#include "emu_selftest.h"
+
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace {
 
-int failures = 0, checks = 0;
-
-#define EXPECT(cond, ...)                              \
-  do {                                                 \
-    checks++;                                          \
-    if (!(cond)) {                                     \
-      failures++;                                      \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                    \
-      fprintf(stderr, "\n");                           \
-    }                                                  \
-  } while (0)
-
-#define DNN_OK(call)                                                                             \
-  do {                                                                                           \
-    cudnnStatus_t s_ = (call);                                                                   \
-    checks++;                                                                                    \
-    if (s_ != CUDNN_STATUS_SUCCESS) {                                                            \
-      char m_[512];                                                                              \
-      cudnnGetLastErrorString(m_, sizeof m_);                                                    \
-      failures++;                                                                                \
-      fprintf(stderr, "FAIL %s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call, cudnnGetErrorString(s_), m_); \
-    }                                                                                            \
-  } while (0)
 
 uint64_t rng = 0x9E3779B97F4A7C15ull;
 double frand() { /* uniform in [-1, 1) */
@@ -734,6 +712,5 @@ int main() {
   test_rounding(h);
   test_host_pointer(h); /* last: the illegal address may be sticky */
   cudnnDestroy(h);
-  printf("emu_selftest_dnn: %d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return emu_selftest_summary("emu_selftest_dnn");
 }

@@ -17,24 +17,12 @@
 #include <cstring>
 #include <vector>
 
+#include "emu_selftest.h"
+
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace {
 
-int failures = 0, checks = 0;
-
-#define EXPECT(cond, ...)                                  \
-  do {                                                     \
-    checks++;                                              \
-    if (!(cond)) {                                         \
-      failures++;                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-    }                                                      \
-  } while (0)
-
-#define OK(call) EXPECT((call) == CUDNN_STATUS_SUCCESS, "%s", #call)
 
 typedef cudnnBackendDescriptor_t bd;
 
@@ -43,13 +31,13 @@ bd tensor(int64_t id, const int64_t *dims, bool nhwc, cudnnDataType_t dt) {
   if (nhwc) st[1] = 1, st[3] = dims[1], st[2] = dims[3] * dims[1], st[0] = dims[2] * dims[3] * dims[1];
   else st[3] = 1, st[2] = dims[3], st[1] = dims[2] * dims[3], st[0] = dims[1] * dims[2] * dims[3];
   bd t;
-  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t));
-  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
-  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
-  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, st));
-  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id));
-  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &al));
-  OK(cudnnBackendFinalize(t));
+  DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t));
+  DNN_OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
+  DNN_OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
+  DNN_OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, st));
+  DNN_OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id));
+  DNN_OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &al));
+  DNN_OK(cudnnBackendFinalize(t));
   return t;
 }
 
@@ -89,25 +77,25 @@ bd graph_of(cudnnHandle_t h, const pass_case &k, bd *t) {
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   const int64_t sd = 2;
   const float alpha = 1.f;
-  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &cv));
-  OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
-  OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
-  OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd));
-  OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, DIL));
-  OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, STR));
-  OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, PAD));
-  OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, PAD));
-  OK(cudnnBackendFinalize(cv));
-  OK(cudnnBackendCreateDescriptor(op_type[k.pass], &op));
-  for (int i = 0; i < 3; i++) OK(cudnnBackendSetAttribute(op, attrs[k.pass][i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[i]));
-  OK(cudnnBackendSetAttribute(op, attrs[k.pass][3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cv));
-  OK(cudnnBackendSetAttribute(op, attrs[k.pass][4], CUDNN_TYPE_FLOAT, 1, &alpha));
-  OK(cudnnBackendSetAttribute(op, attrs[k.pass][5], CUDNN_TYPE_FLOAT, 1, &k.beta));
-  OK(cudnnBackendFinalize(op));
-  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g));
-  OK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
-  OK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-  OK(cudnnBackendFinalize(g));
+  DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &cv));
+  DNN_OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+  DNN_OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  DNN_OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd));
+  DNN_OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, DIL));
+  DNN_OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, STR));
+  DNN_OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, PAD));
+  DNN_OK(cudnnBackendSetAttribute(cv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, PAD));
+  DNN_OK(cudnnBackendFinalize(cv));
+  DNN_OK(cudnnBackendCreateDescriptor(op_type[k.pass], &op));
+  for (int i = 0; i < 3; i++) DNN_OK(cudnnBackendSetAttribute(op, attrs[k.pass][i], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t[i]));
+  DNN_OK(cudnnBackendSetAttribute(op, attrs[k.pass][3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cv));
+  DNN_OK(cudnnBackendSetAttribute(op, attrs[k.pass][4], CUDNN_TYPE_FLOAT, 1, &alpha));
+  DNN_OK(cudnnBackendSetAttribute(op, attrs[k.pass][5], CUDNN_TYPE_FLOAT, 1, &k.beta));
+  DNN_OK(cudnnBackendFinalize(op));
+  DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g));
+  DNN_OK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
+  DNN_OK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  DNN_OK(cudnnBackendFinalize(g));
   /* the graph holds copies: the sources may go */
   cudnnBackendDestroyDescriptor(cv);
   cudnnBackendDestroyDescriptor(op);
@@ -117,24 +105,24 @@ bd graph_of(cudnnHandle_t h, const pass_case &k, bd *t) {
 /* The heuristic's engine configs for g (mode), their global indices in *idx. */
 std::vector<bd> configs(bd g, cudnnBackendHeurMode_t mode, std::vector<int64_t> *idx) {
   bd heur;
-  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
-  OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g));
-  OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
-  OK(cudnnBackendFinalize(heur));
+  DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+  DNN_OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g));
+  DNN_OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  DNN_OK(cudnnBackendFinalize(heur));
   int64_t n = 0;
-  OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, nullptr));
+  DNN_OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, nullptr));
   std::vector<bd> cfg((size_t)n);
-  for (bd &c : cfg) OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &c));
+  for (bd &c : cfg) DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &c));
   int64_t got = 0;
-  if (n) OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfg.data()));
+  if (n) DNN_OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfg.data()));
   EXPECT(got == n, "heuristics gave %lld of %lld configs", (long long)got, (long long)n);
   idx->clear();
   for (bd c : cfg) {
     bd e;
     int64_t cnt = 0, i = -1;
-    OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e));
-    OK(cudnnBackendGetAttribute(c, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt, &e));
-    OK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &i));
+    DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e));
+    DNN_OK(cudnnBackendGetAttribute(c, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt, &e));
+    DNN_OK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &i));
     idx->push_back(i);
     cudnnBackendDestroyDescriptor(e);
   }
@@ -143,9 +131,9 @@ std::vector<bd> configs(bd g, cudnnBackendHeurMode_t mode, std::vector<int64_t> 
 }
 
 cudnnStatus_t make_plan(cudnnHandle_t h, bd cfg, bd *plan) {
-  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, plan));
-  OK(cudnnBackendSetAttribute(*plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-  OK(cudnnBackendSetAttribute(*plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg));
+  DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, plan));
+  DNN_OK(cudnnBackendSetAttribute(*plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  DNN_OK(cudnnBackendSetAttribute(*plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg));
   return cudnnBackendFinalize(*plan);
 }
 
@@ -153,11 +141,11 @@ cudnnStatus_t execute(cudnnHandle_t h, bd plan, void *x, void *w, void *y, void 
   const int64_t uid[3] = {'x', 'w', 'y'};
   void *ptr[3] = {x, w, y};
   bd vp;
-  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
-  OK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uid));
-  OK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptr));
-  OK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
-  OK(cudnnBackendFinalize(vp));
+  DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
+  DNN_OK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uid));
+  DNN_OK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptr));
+  DNN_OK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
+  DNN_OK(cudnnBackendFinalize(vp));
   cudnnStatus_t s = cudnnBackendExecute(h, plan, vp);
   cudnnBackendDestroyDescriptor(vp);
   return s;
@@ -208,15 +196,15 @@ void same_as_legacy(cudnnHandle_t h, const pass_case &k, int64_t engine) {
   EXPECT(ci < idx.size(), "%s: engine %lld not listed", k.name, (long long)engine);
   if (ci == idx.size()) return;
   bd plan;
-  OK(make_plan(h, cfg[ci], &plan));
+  DNN_OK(make_plan(h, cfg[ci], &plan));
   int64_t wsb = -1, cnt = 0;
-  OK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &wsb));
+  DNN_OK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &wsb));
   const size_t nx = 2 * 6 * 7 * 5, nw = 4 * 6 * 3 * 3, ny = 2 * 4 * 4 * 5;
   const std::vector<uint8_t> hx = random_bytes(nx, k.dt), hw = random_bytes(nw, k.dt), hy = random_bytes(ny, k.dt);
   void *gx = upload(hx), *gw = upload(hw), *gy = upload(hy), *lx = upload(hx), *lw = upload(hw), *ly = upload(hy);
   void *ws = nullptr;
   cudaMalloc(&ws, 1 << 20);
-  OK(execute(h, plan, gx, gw, gy, wsb ? ws : nullptr));
+  DNN_OK(execute(h, plan, gx, gw, gy, wsb ? ws : nullptr));
 
   cudnnTensorDescriptor_t xd, yd;
   cudnnFilterDescriptor_t wd;
@@ -224,21 +212,21 @@ void same_as_legacy(cudnnHandle_t h, const pass_case &k, int64_t engine) {
   const cudnnTensorFormat_t f = k.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   cudnnCreateTensorDescriptor(&xd), cudnnCreateTensorDescriptor(&yd), cudnnCreateFilterDescriptor(&wd);
   cudnnCreateConvolutionDescriptor(&cv);
-  OK(cudnnSetTensor4dDescriptor(xd, f, k.dt, 2, 6, 7, 5));
-  OK(cudnnSetTensor4dDescriptor(yd, f, k.dt, 2, 4, 4, 5));
-  OK(cudnnSetFilter4dDescriptor(wd, k.dt, f, 4, 6, 3, 3));
-  OK(cudnnSetConvolution2dDescriptor(cv, 1, 1, 2, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  DNN_OK(cudnnSetTensor4dDescriptor(xd, f, k.dt, 2, 6, 7, 5));
+  DNN_OK(cudnnSetTensor4dDescriptor(yd, f, k.dt, 2, 4, 4, 5));
+  DNN_OK(cudnnSetFilter4dDescriptor(wd, k.dt, f, 4, 6, 3, 3));
+  DNN_OK(cudnnSetConvolution2dDescriptor(cv, 1, 1, 2, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   /* engine 1 has no tensor cores: FMA math for FLOAT, as the legacy call */
-  OK(cudnnSetConvolutionMathType(cv, engine == 1 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  DNN_OK(cudnnSetConvolutionMathType(cv, engine == 1 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   const float one = 1.f;
   if (k.pass == 0)
-    OK(cudnnConvolutionForward(h, &one, xd, lx, wd, lw, cv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0,
+    DNN_OK(cudnnConvolutionForward(h, &one, xd, lx, wd, lw, cv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0,
                                &k.beta, yd, ly));
   else if (k.pass == 1)
-    OK(cudnnConvolutionBackwardData(h, &one, wd, lw, yd, ly, cv, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, nullptr, 0, &k.beta,
+    DNN_OK(cudnnConvolutionBackwardData(h, &one, wd, lw, yd, ly, cv, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, nullptr, 0, &k.beta,
                                     xd, lx));
   else
-    OK(cudnnConvolutionBackwardFilter(h, &one, xd, lx, yd, ly, cv, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, nullptr, 0,
+    DNN_OK(cudnnConvolutionBackwardFilter(h, &one, xd, lx, yd, ly, cv, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, nullptr, 0,
                                       &k.beta, wd, lw));
   void *go = k.pass == 0 ? gy : k.pass == 1 ? gx : gw, *lo = k.pass == 0 ? ly : k.pass == 1 ? lx : lw;
   const size_t bytes = (k.pass == 0 ? ny : k.pass == 1 ? nx : nw) * (k.dt == CUDNN_DATA_FLOAT ? 4 : 2);
@@ -267,13 +255,13 @@ void behaviour(cudnnHandle_t h) {
     /* the count is how many there are; only the number asked for is written */
     bd heur, two[3] = {nullptr, nullptr, nullptr};
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
-    OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g));
-    OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
-    OK(cudnnBackendFinalize(heur));
-    for (int i = 0; i < 2; i++) OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &two[i]));
+    DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+    DNN_OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g));
+    DNN_OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+    DNN_OK(cudnnBackendFinalize(heur));
+    for (int i = 0; i < 2; i++) DNN_OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &two[i]));
     int64_t cnt = 0;
-    OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 2, &cnt, two));
+    DNN_OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 2, &cnt, two));
     EXPECT(cnt == 5 && two[2] == nullptr, "asked for 2 of 5 configs: count %lld", (long long)cnt);
     for (int i = 0; i < 2; i++) cudnnBackendDestroyDescriptor(two[i]);
     cudnnBackendDestroyDescriptor(heur);
@@ -306,8 +294,8 @@ void behaviour(cudnnHandle_t h) {
   cudaEvent_t e0, e1, nt;
   cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreateWithFlags(&nt, cudaEventDisableTiming);
   cudaEventRecord(e0, st);
-  OK(execute(h, plans[0], x, w, y, ws));
-  OK(execute(h, plans[4], x, w, y, nullptr));
+  DNN_OK(execute(h, plans[0], x, w, y, ws));
+  DNN_OK(execute(h, plans[4], x, w, y, nullptr));
   cudaEventRecord(e1, st);
   float ms = -1.f;
   EXPECT(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms > 0.0029f && ms < 0.0031f, "elapsed %g ms", ms);
@@ -341,6 +329,5 @@ int main() {
   behaviour(h);
   cudnnDestroy(h);
   cudaStreamDestroy(s);
-  printf("emu_selftest_dnn_graph: %d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return emu_selftest_summary("emu_selftest_dnn_graph");
 }

@@ -17,20 +17,10 @@
 #include <cstring>
 #include <vector>
 
+#include "emu_selftest.h"
+
 namespace {
 
-int g_fail = 0, g_checks = 0;
-
-#define EXPECT(cond, ...)                                 \
-  do {                                                    \
-    g_checks++;                                           \
-    if (!(cond)) {                                        \
-      g_fail++;                                           \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);    \
-      std::printf(__VA_ARGS__);                           \
-      std::printf("\n");                                  \
-    }                                                     \
-  } while (0)
 
 uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 uint64_t next_u64() {
@@ -571,6 +561,5 @@ int main() {
   test_graph_capture();
   test_heuristic_and_refusals();
   cublasLtDestroy(g_lt);
-  std::printf("emu_selftest_lt: %d checks, %d failed\n", g_checks, g_fail);
-  return g_fail ? 1 : 0;
+  return emu_selftest_summary("emu_selftest_lt");
 }

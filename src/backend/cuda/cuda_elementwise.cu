@@ -67,8 +67,8 @@ __global__ void k_act_bwd(int act, float alpha, const void *x, int xt, const voi
 
 /* mode 0: copy, 1: zero, 2: mask and scale. step_dev: the step from
  * device memory (a captured graph replays the address, not the value);
- * NULL: the step argument. Either way the Philox inputs are the same. */
-/* 8 elements with one mask per element (group 1) draw two Philox blocks
+ * NULL: the step argument. Either way the Philox inputs are the same.
+ * 8 elements with one mask per element (group 1) draw two Philox blocks
  * where one at a time each element draws the whole block of its word. */
 __global__ void k_dropout(int mode, float pf, double scale, int64_t group, uint64_t seed, uint32_t layer,
                           uint32_t step, const uint32_t *step_dev, const void *x, int xt, void *y, int yt,
@@ -367,12 +367,11 @@ extern "C" ct_status cuda_cast(ct_device *d, const ct_tensor *x, ct_tensor *y) {
   if (ct_tensor_numel(y) != n)
     return ct_error(CT_ERR_SHAPE, "cuda cast: %lld elements into %lld", (long long)n, (long long)ct_tensor_numel(y));
   if (x->layout != y->layout) {
-    /* plain -> NHWC (backend.h): one transpose that also converts */
-    if (x->layout != CT_LAYOUT_PLAIN || y->layout != CT_LAYOUT_NHWC || x->ndim != 4 || y->ndim != 4 ||
-        !cuda_float_dtype(x->dtype) || !cuda_float_dtype(y->dtype))
-      return ct_error(CT_ERR_UNSUPPORTED, "cuda cast: layout %d -> %d (%d-D); only a 4-D float plain -> NHWC cast "
+    /* plain -> NHWC (backend.h): one transpose that also converts (its
+     * dtypes checked there) */
+    if (x->layout != CT_LAYOUT_PLAIN || y->layout != CT_LAYOUT_NHWC || x->ndim != 4 || y->ndim != 4)
+      return ct_error(CT_ERR_UNSUPPORTED, "cuda cast: layout %d -> %d (%d-D); only a 4-D plain -> NHWC cast "
                       "changes the layout", (int)x->layout, (int)y->layout, x->ndim);
-    if (!n) return CT_OK;
     return cuda_relayout(d, x->data, x->dtype, 0, y->data, y->dtype, 1, x->shape[0], x->shape[1],
                          x->shape[2] * x->shape[3], 0.f);
   }
