@@ -5,7 +5,8 @@
  * half the batch and one evaluation forward. Collects the last training
  * output, the parameter gradients, the buffers (running stats) and the
  * evaluation output. The model must be prepared for training at batch N
- * with N <= 16. Returns 0, or -1 with ct_last_error() set. */
+ * with N <= 16; a narrowed input (ct_model_narrow_input) gets the same
+ * values rounded. Returns 0, or -1 with ct_last_error() set. */
 #ifndef CTRAIN_TEST_STEP_HARNESS_H
 #define CTRAIN_TEST_STEP_HARNESS_H
 
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "ctrain/ctrain.h"
+#include "nn/device_state.h"
 #include "nn/model_impl.h"
 
 typedef struct step_result {
@@ -31,14 +33,36 @@ static inline float *step_copy(const void *src, size_t n) {
   return p;
 }
 
+/* x ([N, c, h, w] f32) as model m takes it: a narrowed input
+ * (ct_model_narrow_input) rounded to its 16-bit dtype, channels-last
+ * where asked, into buf (N*c*h*w floats of room). */
+static inline ct_tensor step_input(const ct_model *m, const float *x, void *buf, int c, int h, int w, int64_t N) {
+  int64_t per = (int64_t)c * h * w;
+  ct_layout lay;
+  ct_dtype dt = ct_model_input_dtype(m, &lay);
+  const void *d = x;
+  if (dt != CT_F32) {
+    uint16_t *o = buf;
+    for (int64_t i = 0; i < N * per; i++) {
+      int64_t n = i / per, k = i % per / (h * w), yx = i % (h * w);
+      int64_t at = lay == CT_LAYOUT_NHWC ? n * per + yx * c + k : i;
+      o[at] = dt == CT_BF16 ? ct_f32_to_bf16(x[i]) : ct_f32_to_f16(x[i]);
+    }
+    d = buf;
+  }
+  ct_tensor t = ct_model_input_ndim(m) == 1 ? ct_tensor_2d((void *)d, dt, N, per) : ct_tensor_4d((void *)d, dt, N, c, h, w);
+  t.layout = lay;
+  return t;
+}
+
 static inline int step_run(ct_device *dev, ct_model *m, int c, int h, int w, int64_t N, int steps,
                            step_result *r) {
   memset(r, 0, sizeof *r);
   int64_t per = (int64_t)c * h * w, K = ct_model_output_size(m);
-  float *x = malloc(sizeof(float) * (size_t)(N * per));
-  if (!x || N > 16) return free(x), -1;
+  float *x = malloc(sizeof(float) * (size_t)(N * per)), *x16 = malloc(sizeof(float) * (size_t)(N * per));
+  if (!x || !x16 || N > 16) return free(x), free(x16), -1;
   for (int64_t i = 0; i < N * per; i++) x[i] = 2.0f * ct_rng_uniform_at(11, 7, 0, 0, (uint64_t)i) - 1.0f;
-  ct_tensor xt = ct_model_input_ndim(m) == 1 ? ct_tensor_2d(x, CT_F32, N, per) : ct_tensor_4d(x, CT_F32, N, c, h, w);
+  ct_tensor xt = step_input(m, x, x16, c, h, w, N);
   int64_t y[16];
   for (int i = 0; i < N; i++) y[i] = (i * 7 + 3) % K;
   ct_tensor yt = ct_tensor_1d(y, CT_I64, N);
@@ -65,13 +89,13 @@ static inline int step_run(ct_device *dev, ct_model *m, int c, int h, int w, int
   r->n_buf = m->n_buffers;
   r->bufs = step_copy(m->buffers, r->n_buf);
   if (ct_model_prepare(m, dev, N / 2, 0) != CT_OK) goto done;
-  xt.shape[0] = N / 2;
+  xt = step_input(m, x, x16, c, h, w, N / 2);
   if (ct_model_forward(m, &xt, 0, 0, &out) != CT_OK) goto done;
   r->n_eval = (size_t)(N / 2 * K);
   r->eval_out = step_copy(out->data, r->n_eval);
   rc = 0;
 done:
-  free(x);
+  free(x), free(x16);
   return rc;
 }
 

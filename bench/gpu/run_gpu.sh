@@ -521,7 +521,7 @@ fi
   echo "data ($SYNTH_N images) and its img/s leaves out the first epoch (cuDNN Find, set-up), falling back to the"
   echo "trainer's all-steps figure. ctrain's flags: --cudnn-benchmark ${CTRAIN_TRAIN_FLAGS:-(host data path)}."
   echo "ctrain peak: device = everything ctrain allocated on the GPU at its peak (device_peak_bytes: the model's"
-  echo "block with its input staging (one shared f32 batch on the GPU data path), the scratch buffer, the synthetic data set kept on the GPU), planned ="
+  echo "block with its input staging (one shared batch on the GPU data path, 16-bit under autocast: the narrowed input), the scratch buffer, the synthetic data set kept on the GPU), planned ="
   echo "the memory plan (arena + state, peak_memory_bytes). PyTorch peak = torch.cuda.max_memory_allocated (its"
   echo "model and one resident batch). Build with CUDA from scratch: ${BUILD_S}. Raw output: $(basename "$RAW")."
   echo

@@ -96,6 +96,13 @@ int cli_take_gpu_data_flags(int argc, char **argv, int *mode);
  * cli_open_data makes loaders of that mode, and returns 0. */
 int cli_use_gpu_data(const char *cmd, int mode, cli_opts *o);
 
+/* Before ct_model_prepare, for o's GPU data modes (every batch of the
+ * command comes through the transform on the compute stream): one x
+ * staging buffer (ct_model_share_stage_x) and the input in the dtype and
+ * layout the first layers cast it to (ct_model_narrow_input). Nothing
+ * for the float loader. */
+void cli_gpu_data_model(const cli_opts *o, ct_model *m);
+
 /* Shared setup: data spec -> dataset + loader for a split. */
 ct_status cli_open_data(const cli_opts *o, int train, ct_dataset **ds, ct_loader **ld, int shuffle, int augment);
 ct_status cli_open_model(const cli_opts *o, const ct_dataset *ds, ct_model **m);

@@ -9,7 +9,6 @@
 #include "cli/cli.h"
 #include "cli/metrics_json.h"
 #include "ctrain/checkpoint.h"
-#include "nn/device_state.h"
 #include "data/image_decode.h"
 
 static const char *EVAL_HELP =
@@ -51,9 +50,7 @@ static ct_status load_model(const cli_opts *o, const ct_dataset *ds, ct_device *
   /* Before prepare: the precision decides every activation's dtype. */
   CT_TRY(cli_apply_precision(o, *m, NULL));
   CT_TRY(ct_weights_load(*m, o->weights, 1, NULL));
-  /* The GPU data path writes each batch on the compute stream: one x
-   * staging buffer is enough (ct_model_share_stage_x). */
-  if (o->loader_mode != CT_LOADER_FLOAT) ct_model_share_stage_x(*m, 1);
+  cli_gpu_data_model(o, *m);
   return ct_model_prepare(*m, *dev, o->batch_size, 0);
 }
 
@@ -225,7 +222,7 @@ int cmd_predict(int argc, char **argv) {
     if (s == CT_OK) ct_model_input_shape(m, &c, &h, &w);
     if (s == CT_OK) s = images_dataset(o.images, c, &ds, &pc.sources, &n_src);
     if (s == CT_OK) s = ct_weights_load(m, o.weights, 1, NULL);
-    if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) ct_model_share_stage_x(m, 1);
+    if (s == CT_OK) cli_gpu_data_model(&o, m);
     if (s == CT_OK) s = ct_model_prepare(m, dev, o.batch_size, 0);
     if (s == CT_OK) {
       ct_loader_options lo;

@@ -187,9 +187,7 @@ int cmd_train(int argc_in, char **argv_in) {
     if (o.have_momentum) oc.momentum = o.momentum;
     ct_model_reserve_optimizer_state(m, ct_optim_state_buffers(&oc));
   }
-  /* The GPU data path writes each batch on the compute stream: one x
-   * staging buffer is enough (ct_model_share_stage_x). */
-  if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) ct_model_share_stage_x(m, 1);
+  if (s == CT_OK) cli_gpu_data_model(&o, m);
   if (s == CT_OK) s = ct_model_prepare(m, dev, o.batch_size, 1);
   /* After the model's block, so the fit check sees what is left. */
   if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) s = ct_gpu_data_create(dev, ltr, "train", &gtr);
@@ -253,9 +251,14 @@ int cmd_train(int argc_in, char **argv_in) {
   if (s == CT_OK) {
     int c, h, w;
     ct_model_input_shape(m, &c, &h, &w);
-    printf("ctrain: %s on %s (%lld train / %lld test), input %dx%dx%d, %lld parameters, device %s, step memory plan %.1f MB",
+    ct_layout il;
+    ct_dtype idt = ct_model_input_dtype(m, &il);
+    char narrow[48] = "";
+    if (idt != CT_F32)
+      snprintf(narrow, sizeof narrow, " (%s%s batch)", ct_dtype_name(idt), il == CT_LAYOUT_NHWC ? " channels-last" : "");
+    printf("ctrain: %s on %s (%lld train / %lld test), input %dx%dx%d%s, %lld parameters, device %s, step memory plan %.1f MB",
            ct_model_name(m), ct_dataset_name(dtr), (long long)ct_dataset_size(dtr), (long long)ct_dataset_size(dte), c, h,
-           w, (long long)ct_model_param_count(m), ct_device_name(dev), (double)ct_model_plan_bytes(m) / 1e6);
+           w, narrow, (long long)ct_model_param_count(m), ct_device_name(dev), (double)ct_model_plan_bytes(m) / 1e6);
     if (ct_model_recompute_segments(m) > 1)
       printf(" (recompute: %d segments, %d layers run forward twice)", ct_model_recompute_segments(m),
              ct_model_recompute_layers(m));

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "nn/device_state.h"
 
 int cli_take_gpu_data_flags(int argc, char **argv, int *mode) {
   *mode = CT_LOADER_FLOAT;
@@ -29,4 +30,10 @@ int cli_use_gpu_data(const char *cmd, int mode, cli_opts *o) {
    * hands over the stored uint8 images untransformed. */
   o->loader_mode = mode;
   return 0;
+}
+
+void cli_gpu_data_model(const cli_opts *o, ct_model *m) {
+  if (o->loader_mode == CT_LOADER_FLOAT) return;
+  ct_model_share_stage_x(m, 1);
+  ct_model_narrow_input(m, 1);
 }

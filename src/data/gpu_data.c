@@ -129,7 +129,8 @@ static ct_status h2d(ct_device *dev, void *dst, const void *src, size_t bytes) {
   return be->copy_h2d_async ? be->copy_h2d_async(dev, dst, src, bytes) : ct_device_copy(dev, dst, NULL, src, bytes);
 }
 
-ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, float *xd, int64_t *yd, ct_tensor *x) {
+ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, void *xd, ct_dtype dtype, ct_layout layout,
+                            int64_t *yd, ct_tensor *x) {
   ct_device *dev = g->dev;
   const ct_backend *be = ct_device_backend(dev);
   ct_xf_batch xb;
@@ -139,6 +140,11 @@ ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, float *
   xb.seed = g->seed;
   xb.epoch = b->epoch;
   xb.dst = xd;
+  xb.dtype = (int32_t)dtype;
+  xb.nhwc = layout == CT_LAYOUT_NHWC;
+  if (layout != CT_LAYOUT_PLAIN && layout != CT_LAYOUT_NHWC)
+    return ct_error(CT_ERR_INVALID_ARG, "GPU data path: the transform writes NCHW or channels-last, not layout %d",
+                    (int)layout);
   if (g->mode == CT_LOADER_RAW_U8) {
     if (b->x.dtype != CT_U8 || !b->x.data || !b->samples)
       return ct_error(CT_ERR_INVALID_ARG, "GPU data path: batch %lld is not a raw uint8 batch", (long long)b->index);
@@ -169,7 +175,8 @@ ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, float *
   }
   CT_TRY(be->transform_u8(dev, &xb));
   int64_t xs[4] = {b->n, g->p.c, g->p.oh, g->p.ow};
-  *x = ct_tensor_view(xd, CT_F32, 4, xs);
+  *x = ct_tensor_view(xd, dtype, 4, xs);
+  x->layout = layout;
   x->device = dev;
   return CT_OK;
 }

@@ -1,6 +1,6 @@
 /* The device side of a loader in one of the GPU data modes (--gpu-transforms,
  * --data-on-gpu): device buffers for the raw uint8 batches or the whole
- * split, and the staging step that turns a delivered batch into the f32
+ * split, and the staging step that turns a delivered batch into the
  * batch the model takes, with the transform run on the device
  * (backend entry transform_u8). Internal. */
 #ifndef CTRAIN_DATA_GPU_DATA_H
@@ -36,8 +36,10 @@ size_t ct_gpu_data_bytes(const ct_loader *l);
 ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_gpu_data **out);
 
 /* Queues, on g's device, what puts batch b (delivered by g's loader) into
- * the device buffers xd (f32 [n, C, H', W'], the transform's output) and
- * yd (int64 [n] labels), and sets *x to the f32 device view of xd. Raw
+ * the device buffers xd (the transform's output [n, C, H', W'] in dtype
+ * (f32, bf16 or f16) and layout (CT_LAYOUT_PLAIN or NHWC): what the model
+ * takes, ct_model_input_dtype) and yd (int64 [n] labels), and sets *x to
+ * the device view of xd. Raw
  * mode: the uint8 images, sample ids and labels go host->device on the
  * copy stream into raw slot `slot` (0 .. CT_GPU_DATA_SLOTS-1), then the
  * transform runs on the compute stream; the caller guarantees that no
@@ -47,7 +49,8 @@ ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_
  * ignored): the epoch's order is uploaded when b is the first batch seen
  * of a new epoch, then images and labels are gathered on the device by
  * index: no image crosses the bus. */
-ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, float *xd, int64_t *yd, ct_tensor *x);
+ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, void *xd, ct_dtype dtype, ct_layout layout,
+                            int64_t *yd, ct_tensor *x);
 
 /* Waits for work queued on the device and frees g's buffers. The loader
  * must stage no further batch through g (destroy it first, or

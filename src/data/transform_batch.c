@@ -2,7 +2,14 @@
  * (cuda_transform.cu) as plain C, one output pixel at a time through the
  * shared ct_xf_pixel, so it is the reference the GPU is compared with and
  * the CPU test of the kernel's arithmetic (test_transform_shared). */
+#include "ctrain/dtype.h"
 #include "data/transform_params.h"
+
+static void store(void *dst, int dtype, int64_t j, float v) {
+  if (dtype == CT_BF16) ((uint16_t *)dst)[j] = ct_f32_to_bf16(v);
+  else if (dtype == CT_F16) ((uint16_t *)dst)[j] = ct_f32_to_f16(v);
+  else ((float *)dst)[j] = v;
+}
 
 void ct_xf_batch_host(const ct_xf_batch *b) {
   const ct_xf_params *p = &b->p;
@@ -13,10 +20,11 @@ void ct_xf_batch_host(const ct_xf_batch *b) {
     ct_xf_draw(p, b->seed, b->epoch, sample, &oy, &ox, &flip);
     if (b->labels && b->labels_out) b->labels_out[i] = b->labels[row];
     const uint8_t *src = b->src + row * img;
-    float *dst = b->dst + i * per;
     for (int k = 0; k < p->c; k++)
       for (int y = 0; y < p->oh; y++)
-        for (int x = 0; x < p->ow; x++)
-          dst[((int64_t)k * p->oh + y) * p->ow + x] = ct_xf_pixel(p, src, k, y, x, oy, ox, flip);
+        for (int x = 0; x < p->ow; x++) {
+          int64_t j = b->nhwc ? ((int64_t)y * p->ow + x) * p->c + k : ((int64_t)k * p->oh + y) * p->ow + x;
+          store(b->dst, b->dtype, i * per + j, ct_xf_pixel(p, src, k, y, x, oy, ox, flip));
+        }
   }
 }

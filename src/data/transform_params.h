@@ -49,7 +49,9 @@ typedef struct ct_xf_params {
 
 /* One batch for the batch transform (backend entry transform_u8, or
  * ct_xf_batch_host): dst[i] = transform of image src[row i] keyed by
- * sample id samples[i]. Pointers are device memory for a device backend. */
+ * sample id samples[i], each value computed in f32 and stored in dtype
+ * (rounded to nearest even once, as a cast of the f32 batch would) in
+ * the layout nhwc says. Pointers are device memory for a device backend. */
 typedef struct ct_xf_batch {
   ct_xf_params p;
   int64_t n;
@@ -58,7 +60,9 @@ typedef struct ct_xf_batch {
   const uint8_t *src;     /* images [*, c, h, w] */
   const int64_t *rows;    /* [n] image of output i in src; NULL: i */
   const int64_t *samples; /* [n] augmentation key of output i; NULL: the row */
-  float *dst;             /* [n, c, oh, ow] f32 */
+  void *dst;              /* [n, c, oh, ow], or [n, oh, ow, c] when nhwc */
+  int32_t dtype;          /* a ct_dtype: CT_F32 (0), CT_BF16 or CT_F16 */
+  int32_t nhwc;           /* 1: channels-last output */
   const int64_t *labels;  /* optional, with labels_out: labels_out[i] = labels[row i] */
   int64_t *labels_out;
 } ct_xf_batch;

@@ -21,7 +21,7 @@ struct ct_model_dstate {
   void *lp_round;      /* O3 rounding through the low precision when no lp copy exists */
   float *opt_slab;
   size_t opt_floats;
-  void *x[CT_STAGE_SLOTS];     /* [max_batch, ...] f32 each (one buffer for all when shared) */
+  void *x[CT_STAGE_SLOTS];     /* [max_batch, ...] in the input's dtype each (one buffer for all when shared) */
   int64_t *y[CT_STAGE_SLOTS];  /* [max_batch] each */
   ct_step_stats *stats;
 };
@@ -106,7 +106,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   size_t o_opt = o_lp + lp_bytes, opt_bytes = al((size_t)m->opt_buffers * m->n_params * 4);
   /* Staging: the x buffers (one when shared), then CT_STAGE_SLOTS y. */
   const int nx = m->stage_x_shared ? 1 : CT_STAGE_SLOTS;
-  size_t x_bytes = al((size_t)(m->max_batch * in_numel) * 4), y_bytes = al((size_t)m->max_batch * 8);
+  size_t x_bytes = al((size_t)(m->max_batch * in_numel) * ct_dtype_size(m->in_dt)), y_bytes = al((size_t)m->max_batch * 8);
   size_t o_x = o_opt + opt_bytes, o_y = o_x + (size_t)nx * x_bytes;
   size_t o_stats = o_y + CT_STAGE_SLOTS * y_bytes, total = o_stats + al(sizeof(ct_step_stats));
 

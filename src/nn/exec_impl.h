@@ -8,10 +8,11 @@
 #include "nn/model_impl.h"
 
 /* The dtype of layer i's output (f32 unless the precision policy chose
- * another), and of the producer of input edge j (-1 = the model input). */
+ * another), and of the producer of input edge j (-1 = the model input:
+ * f32 unless narrowed, ct_model_narrow_input). */
 static inline ct_dtype ct_exec_out_dt(const ct_model *m, int i) { return m->act_dt ? m->act_dt[i] : CT_F32; }
 static inline ct_dtype ct_exec_src_dt(const ct_model *m, int src) {
-  return src < 0 ? CT_F32 : ct_exec_out_dt(m, src);
+  return src < 0 ? m->in_dt : ct_exec_out_dt(m, src);
 }
 /* Input edge j of layer i needs a cast into the layer's dtype. */
 static inline int ct_exec_edge_cast(const ct_model *m, int i, int j) {
@@ -29,6 +30,9 @@ static inline int ct_exec_saves_output(const ct_layer *l) {
   if (l->act != CT_ACT_NONE) return 1; /* fused activation: backward reads y */
   return (l->cls->flags & CT_LAYER_SAVES_OUTPUT) != 0;
 }
+
+/* The layout layer i reads input edge j in (executor.c). */
+ct_layout ct_exec_edge_layout(const ct_model *m, int i, int j);
 
 /* Sets every layer's x/y/dx/dy descriptors (shape, dtype, layout, device)
  * for batch n; data pointers are bound separately. */

@@ -342,6 +342,37 @@ static ct_status cheap_if_smaller(ct_model *m, ct_device *dev, int64_t max_batch
   return CT_OK;
 }
 
+/* What ct_model_narrow_input asks for: when every edge reading the model
+ * input casts it into one 16-bit dtype and reads it in one layout, the
+ * input arrives so (m->in_dt, m->in_layout) and no edge casts it, which
+ * leaves no cast copy in the plan. Otherwise, or when not asked, the input
+ * stays f32 plain. Needs the dtypes and layouts chosen. */
+static void choose_input_format(ct_model *m) {
+  m->in_dt = CT_F32, m->in_layout = CT_LAYOUT_PLAIN;
+  if (!m->narrow_input) return;
+  ct_dtype dt = CT_F32;
+  ct_layout lay = CT_LAYOUT_PLAIN;
+  int n = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    const ct_layer *l = &m->layers[i];
+    for (int j = 0; j < l->n_inputs; j++) {
+      if (l->inputs[j] >= 0) continue;
+      ct_dtype d = ct_exec_out_dt(m, i);
+      ct_layout e = ct_exec_edge_layout(m, i, j);
+      if (!ct_exec_edge_cast(m, i, j) || (n && (d != dt || e != lay))) return;
+      dt = d, lay = e, n++;
+    }
+  }
+  if (n && ct_dtype_size(dt) == 2) m->in_dt = dt, m->in_layout = lay;
+}
+
+void ct_model_narrow_input(ct_model *m, int on) { m->narrow_input = on != 0; }
+
+ct_dtype ct_model_input_dtype(const ct_model *m, ct_layout *layout) {
+  if (layout) *layout = m->in_layout;
+  return m->in_dt;
+}
+
 ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int training) {
   if (max_batch <= 0) return ct_error(CT_ERR_INVALID_ARG, "model '%s': batch size must be positive", m->name);
   /* A resident model first brings its state home; the plan below is
@@ -368,7 +399,9 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   b->root = malloc(sizeof(int) * (size_t)(L ? L : 1));
   b->layout = malloc(sizeof(int) * (size_t)(L ? L : 1));
   if (!b->root || !b->layout) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  m->in_dt = CT_F32, m->in_layout = CT_LAYOUT_PLAIN;
   CT_TRY(ct_model_choose_layouts(m, b->layout));
+  choose_input_format(m);
   ct_exec_shape_tensors(m, max_batch);
   for (int i = 0; i < L; i++) {
     ct_layer *l = &m->layers[i];

@@ -8,7 +8,7 @@
 #include "nn/exec_impl.h"
 
 static ct_layout layout_of(const ct_model *m, int i) {
-  return i >= 0 ? (ct_layout)m->eb.layout[i] : CT_LAYOUT_PLAIN;
+  return i >= 0 ? (ct_layout)m->eb.layout[i] : m->in_layout;
 }
 
 /* The layout layer i reads input edge j in: its source's (a cast copy
@@ -17,8 +17,9 @@ static ct_layout layout_of(const ct_model *m, int i) {
  * layout is NHWC. That cast writes NHWC, so the convolution reads its
  * input where it lies instead of transposing the whole batch in every
  * forward and weight-gradient pass (the first convolution of AlexNet and
- * ResNet-50 under autocast). */
-static ct_layout edge_layout(const ct_model *m, int i, int j) {
+ * ResNet-50 under autocast). A narrowed input (ct_model_narrow_input) is
+ * no cast edge: it arrives in that layout (m->in_layout). */
+ct_layout ct_exec_edge_layout(const ct_model *m, int i, int j) {
   const ct_layer *l = &m->layers[i];
   if (l->inputs[j] < 0 && l->cls == &ct_layer_conv2d && l->in_ndim[j] == 3 && layout_of(m, i) == CT_LAYOUT_NHWC &&
       ct_exec_edge_cast(m, i, j) && m->dev && ct_device_backend(m->dev)->act_layout == CT_LAYOUT_NHWC)
@@ -30,7 +31,7 @@ void ct_exec_shape_tensors(ct_model *m, int64_t n) {
   for (int i = 0; i < m->n_layers; i++) {
     ct_layer *l = &m->layers[i];
     for (int j = 0; j < l->n_inputs; j++) {
-      l->x[j].layout = l->dx[j].layout = edge_layout(m, i, j);
+      l->x[j].layout = l->dx[j].layout = ct_exec_edge_layout(m, i, j);
       l->x[j].dtype = l->dx[j].dtype = ct_exec_out_dt(m, i);
       ct_layer_batch_shape(&l->x[j], n, l->in_ndim[j], l->in_shape[j]);
       ct_layer_batch_shape(&l->dx[j], n, l->in_ndim[j], l->in_shape[j]);
@@ -134,7 +135,11 @@ ct_status ct_model_forward(ct_model *m, const ct_tensor *x, int training, uint32
                       ct_shape_str(x->ndim - 1, x->shape + 1, got, sizeof got),
                       ct_shape_str(m->in_ndim, m->in_shape, want, sizeof want));
     }
-  if (x->dtype != CT_F32) return ct_error(CT_ERR_INVALID_ARG, "model '%s': input must be f32", m->name);
+  if (x->dtype != m->in_dt || x->layout != m->in_layout)
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': input must be %s%s, got %s%s", m->name, ct_dtype_name(m->in_dt),
+                    m->in_layout == CT_LAYOUT_NHWC ? " channels-last" : "",
+                    ct_dtype_name(x->dtype) ? ct_dtype_name(x->dtype) : "?",
+                    x->layout == CT_LAYOUT_PLAIN ? "" : x->layout == CT_LAYOUT_NHWC ? " channels-last" : " blocked");
   ct_exec_bufs *b = &m->eb;
   CT_TRY(ct_amp_model_refresh(m, training));
   bind(m, b, x, n, 0);

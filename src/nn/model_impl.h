@@ -98,6 +98,11 @@ struct ct_model {
   int opt_buffers;
   /* 1: one x staging buffer serves every slot (ct_model_share_stage_x). */
   int stage_x_shared;
+  /* The model input's dtype and layout: f32 plain, or what prepare chose
+   * when ct_model_narrow_input asked for it (narrow_input). */
+  int narrow_input;
+  ct_dtype in_dt;
+  ct_layout in_layout;
 };
 
 /* Points every state entry's value/grad views (and the layers' w/g views)

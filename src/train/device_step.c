@@ -51,10 +51,18 @@ static ct_status stage(ct_model *m, ct_device *dev, const ct_batch *b, int slot,
   int64_t *yd = ct_model_stage_y_at(m, slot);
   if (!xd || !yd) return ct_error(CT_ERR_INTERNAL, "device step: no staging slot %d", slot);
   size_t xb = ct_tensor_nbytes(&b->x), yb = (size_t)b->n * sizeof(int64_t);
+  ct_layout in_layout;
+  ct_dtype in_dt = ct_model_input_dtype(m, &in_layout);
   if (b->device_data) {
     /* GPU data path (--gpu-transforms, --data-on-gpu): the batch is raw
-     * uint8 or only indices; the transform runs on the device. */
-    CT_TRY(ct_gpu_data_stage(b->device_data, b, slot, xd, yd, x));
+     * uint8 or only indices; the transform runs on the device and writes
+     * the input as the model takes it (ct_model_narrow_input). */
+    CT_TRY(ct_gpu_data_stage(b->device_data, b, slot, xd, in_dt, in_layout, yd, x));
+  } else if (in_dt != CT_F32 || in_layout != CT_LAYOUT_PLAIN) {
+    return ct_error(CT_ERR_INVALID_ARG,
+                    "device step: model '%s' takes its input as %s (narrowed for the GPU data path); batch %lld is "
+                    "an f32 batch from the host",
+                    ct_model_name(m), ct_dtype_name(in_dt), (long long)b->index);
   } else if (be->copy_h2d_async) {
     /* A shared x may still be read by a queued step: the copy goes after
      * it on the compute stream (ct_model_share_stage_x). */

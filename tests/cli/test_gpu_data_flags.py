@@ -9,7 +9,9 @@ The same for `ctrain eval` and `ctrain predict` (--data and --images): the
 same refusal (exit 2, one line naming the command's flag and device, nothing
 on stdout) before the weights are read (a missing weights file would be exit
 3). On a GPU, eval and predict with either flag on weights trained here on
-the CPU must match the cpu device's test loss/accuracy and probabilities."""
+the CPU must match the cpu device's test loss/accuracy and probabilities,
+and under --precision bf16 (the input narrowed to bf16 by the transform)
+predict must give the float loader's probabilities."""
 import os
 import sys
 
@@ -115,5 +117,22 @@ elif u.check(r.returncode == 0, "eval --gpu-transforms on cuda: exit %d: %s" % (
         diff = max([abs(float(x) - float(y)) for ra, rb in zip(a, b) for x, y in zip(ra[5:], rb[5:])] or [1.0])
         u.check(len(a) == len(b) > 0 and [ra[:3] for ra in a] == [rb[:3] for rb in b] and diff <= 2e-3,
                 "predict %s on cuda: %d vs %d rows, probabilities differ by %g" % (flag, len(b), len(a), diff))
+    # The narrowed input: under --precision bf16 the GPU transform writes the
+    # bf16 (channels-last) batch the first convolution reads, where the float
+    # loader's f32 batch is cast by the model: the same values, the same
+    # forward, so the same probabilities. Training runs that way too.
+    p_f = u.run_ok(["predict"] + EV[1:] + ["--device", "cuda", "--precision", "bf16"], "predict bf16 on cuda",
+                   timeout=300)
+    for flag in ("--gpu-transforms", "--data-on-gpu"):
+        p_n = u.run_ok(["predict"] + EV[1:] + ["--device", "cuda", "--precision", "bf16", flag],
+                       "predict bf16 %s on cuda" % flag, timeout=300)
+        a = [l.split(",") for l in p_f.stdout.splitlines()[1:]]
+        b = [l.split(",") for l in p_n.stdout.splitlines()[1:]]
+        diff = max([abs(float(x) - float(y)) for ra, rb in zip(a, b) for x, y in zip(ra[5:], rb[5:])] or [1.0])
+        u.check(len(a) == len(b) > 0 and diff <= 1e-6,
+                "predict bf16 %s on cuda: %d vs %d rows, probabilities differ from the f32 batch's by %g" % (
+                    flag, len(b), len(a), diff))
+    u.run_ok(BASE + ["--device", "cuda", "--precision", "bf16", "--data-on-gpu"], "train bf16 --data-on-gpu",
+             timeout=300)
 u.cleanup(work)
 u.finish()

@@ -3,7 +3,8 @@
  *  - the backend's transform_u8 (cuda_transform.cu) on random uint8
  *    images, with row gathers, sample keys and label gathers, against
  *    ct_transform_apply per image, for resize up/down, padded crop, flip,
- *    ToFloat on/off, Normalize, 1-4 channels;
+ *    ToFloat on/off, Normalize, 1-4 channels; and its 16-bit outputs
+ *    (bf16 channels-last, f16 NCHW) against the f32 output rounded;
  *  - ct_gpu_data in both modes (raw uint8 batches through pinned loader
  *    buffers, and the whole split resident with on-device gathers by the
  *    epoch order), staged two batches at a time (raw ones in slots 0 and
@@ -77,6 +78,25 @@ static int run_case(const ct_transform *t, int c, int h, int w, int64_t nimg, in
     }
     if (gather) CHECK(lout[i] == labels[rows[i]]);
   }
+  /* The narrowed input (ct_model_narrow_input): bf16 channels-last and
+   * f16 NCHW, each value the f32 output rounded once. */
+  uint16_t *got16 = malloc(per * (size_t)n * 2);
+  for (int v = 0; v < 2; v++) {
+    b.dtype = v ? CT_F16 : CT_BF16, b.nhwc = !v;
+    CHECK_OK(G->transform_u8(gpu, &b));
+    CHECK_OK(ct_device_copy(NULL, got16, gpu, b.dst, per * (size_t)n * 2));
+    int64_t plane = (int64_t)oh * ow, off16 = 0;
+    for (int64_t i = 0; i < n && !off16; i++)
+      for (int64_t j = 0; j < (int64_t)per && !off16; j++) {
+        int64_t k = j / plane, yx = j % plane, at = b.nhwc ? yx * c + k : j;
+        float f = got[(size_t)i * per + (size_t)j];
+        uint16_t w16 = v ? ct_f32_to_f16(f) : ct_f32_to_bf16(f);
+        if (got16[(size_t)i * per + (size_t)at] != w16) off16 = 1 + i * (int64_t)per + j;
+      }
+    CHECK_MSG(!off16, "%s: %s output differs at value %lld", what, v ? "f16 NCHW" : "bf16 NHWC", (long long)off16 - 1);
+    bad += off16 != 0;
+  }
+  free(got16);
   ct_device_free(gpu, (void *)b.src);
   ct_device_free(gpu, (void *)b.rows);
   ct_device_free(gpu, (void *)b.samples);
@@ -191,9 +211,9 @@ static void test_gpu_data(void) {
         batches++;
         CHECK(br[j]->device_data == gr && bi[j]->device_data == gi);
         ct_tensor x;
-        CHECK_OK(ct_gpu_data_stage(gr, br[j], j, xd[j], yd[j], &x));
+        CHECK_OK(ct_gpu_data_stage(gr, br[j], j, xd[j], CT_F32, CT_LAYOUT_PLAIN, yd[j], &x));
         CHECK(x.dtype == CT_F32 && x.shape[0] == bf[j]->n && x.shape[1] == c && x.shape[2] == 22 && x.shape[3] == 22);
-        CHECK_OK(ct_gpu_data_stage(gi, bi[j], j, xd[2 + j], yd[2 + j], &x));
+        CHECK_OK(ct_gpu_data_stage(gi, bi[j], j, xd[2 + j], CT_F32, CT_LAYOUT_PLAIN, yd[2 + j], &x));
       }
       CHECK_OK(ct_device_sync(gpu));
       for (int j = 0; j < n; j++)

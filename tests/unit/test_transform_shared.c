@@ -122,6 +122,20 @@ static int compare_batch(const ct_transform *t, int c, int h, int w, const uint8
     }
     if (!wrong_epoch) CHECK(lout[i] == labels[rows[i]]);
   }
+  /* The 16-bit outputs (a narrowed model input): f16 channels-last and
+   * bf16 NCHW, each the f32 value rounded once. */
+  uint16_t *got16 = malloc(per * (size_t)n * 2);
+  for (int v = 0; v < 2 && !wrong_epoch; v++) {
+    b.dst = got16, b.dtype = v ? CT_BF16 : CT_F16, b.nhwc = !v;
+    ct_xf_batch_host(&b);
+    size_t plane = (size_t)oh * ow, off = 0;
+    for (size_t j = 0; j < per * (size_t)n && !off; j++) {
+      size_t i = j / per, r = j % per, k = r / plane, at = b.nhwc ? i * per + (r % plane) * (size_t)c + k : j;
+      if (got16[at] != (v ? ct_f32_to_bf16(got[j]) : ct_f32_to_f16(got[j]))) off = j + 1;
+    }
+    CHECK_MSG(!off, "%s: %s output differs at value %zu", what, v ? "bf16 NCHW" : "f16 NHWC", off - 1);
+  }
+  free(got16);
   free(rows), free(samples), free(labels), free(lout), free(got), free(want);
   return bad;
 }

@@ -1,5 +1,6 @@
 /* The batch transform on the GPU (DALI-like): uint8 images in device
- * memory -> the f32 batch the model takes, with the CPU loader's semantics
+ * memory -> the batch the model takes (f32 NCHW, or the 16-bit
+ * channels-last input of a narrowed model), with the CPU loader's semantics
  * per sample. All arithmetic is src/data/transform_params.h, the lines
  * ct_transform_apply and ct_xf_batch_host run on the host.
  *
@@ -29,19 +30,27 @@ __global__ void k_transform_u8(ct_xf_batch b, int64_t first) {
   const int oy = draw[0], ox = draw[1], flip = draw[2];
   const int64_t plane = (int64_t)b.p.oh * b.p.ow, per = (int64_t)b.p.c * plane;
   const uint8_t *img = b.src + row * ((int64_t)b.p.c * b.p.h * b.p.w);
-  float *dst = b.dst + i * per;
   for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < per; j += (int64_t)gridDim.x * blockDim.x) {
-    int k = (int)(j / plane);
-    int64_t r = j - (int64_t)k * plane;
-    int y = (int)(r / b.p.ow), x = (int)(r - (int64_t)y * b.p.ow);
-    dst[j] = ct_xf_pixel(&b.p, img, k, y, x, oy, ox, flip);
+    int k, y, x;
+    if (b.nhwc) {
+      /* j = (y * ow + x) * c + k: channels fastest, writes still in j order */
+      int64_t pix = j / b.p.c;
+      k = (int)(j - pix * b.p.c);
+      y = (int)(pix / b.p.ow), x = (int)(pix - (int64_t)y * b.p.ow);
+    } else {
+      k = (int)(j / plane);
+      int64_t r = j - (int64_t)k * plane;
+      y = (int)(r / b.p.ow), x = (int)(r - (int64_t)y * b.p.ow);
+    }
+    ct_st(b.dst, b.dtype, i * per + j, ct_xf_pixel(&b.p, img, k, y, x, oy, ox, flip));
   }
 }
 
 extern "C" ct_status cuda_transform_u8(ct_device *d, const ct_xf_batch *b) {
-  if (b->p.c < 1 || b->p.c > CT_XF_MAX_CHANNELS || b->p.oh < 1 || b->p.ow < 1 || !b->src || !b->dst)
-    return ct_error(CT_ERR_INVALID_ARG, "cuda transform_u8: bad batch (c=%d, output %dx%d, src %p, dst %p)", b->p.c,
-                    b->p.oh, b->p.ow, (const void *)b->src, (void *)b->dst);
+  if (b->p.c < 1 || b->p.c > CT_XF_MAX_CHANNELS || b->p.oh < 1 || b->p.ow < 1 || !b->src || !b->dst ||
+      !cuda_float_dtype((ct_dtype)b->dtype))
+    return ct_error(CT_ERR_INVALID_ARG, "cuda transform_u8: bad batch (c=%d, output %dx%d, src %p, dst %p, dtype %d)",
+                    b->p.c, b->p.oh, b->p.ow, (const void *)b->src, (void *)b->dst, (int)b->dtype);
   if (b->n <= 0) return CT_OK;
   CT_TRY(cuda_enter(d));
   int64_t per = (int64_t)b->p.c * b->p.oh * b->p.ow;
