@@ -28,7 +28,8 @@
  *       skip such engines (their compile takes seconds);
  *     engine 7: numerical note DOWN_CONVERT_INPUTS (computes in f16); it
  *       runs on HALF data, and executing it on FLOAT or BFLOAT16 data fails
- *       with EXECUTION_FAILED: callers are meant to leave it out there;
+ *       with EXECUTION_FAILED: callers are meant to leave it out there
+ *       (ctrain leaves it out for every dtype, as PyTorch does);
  *     engine 5: listed, but its plan does not finalize (NOT_SUPPORTED), as
  *       cuDNN's heuristics list configs that turn out unsupported;
  *     engine 1: no tensor cores, no workspace.

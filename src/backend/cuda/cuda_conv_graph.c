@@ -109,13 +109,13 @@ static const cudnnBackendAttributeName_t op_attr[3][6] = {
 };
 
 /* 1 when the engine behind cfg is one to leave out: it compiles its
- * kernel at run time (seconds a plan), or it converts its inputs down to
- * f16 (numerical note DOWN_CONVERT_INPUTS), which only f16 data may take:
- * values widened from bf16 would overflow f16's range, and f32 means f32
- * or TF32 here, as PyTorch filters its engines. cudnnBackendGetAttribute's
- * count is how many the attribute has; it writes at most the number
- * asked for, hence the clamps. */
-static int left_out(cudnnBackendDescriptor_t cfg, ct_dtype rt) {
+ * kernel at run time (seconds a plan), or it converts its inputs down
+ * (numerical note DOWN_CONVERT_INPUTS): PyTorch leaves those out for
+ * every dtype (Conv_v8.cpp, filterEngineConfigs), and cuDNN does not say
+ * what precision they compute in. cudnnBackendGetAttribute's count is how
+ * many the attribute has; it writes at most the number asked for, hence
+ * the clamps. */
+static int left_out(cudnnBackendDescriptor_t cfg) {
   cudnnBackendDescriptor_t eng = NULL;
   int64_t n = 0;
   cudnnBackendBehaviorNote_t bn[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
@@ -131,8 +131,8 @@ static int left_out(cudnnBackendDescriptor_t cfg, ct_dtype rt) {
                                CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, bn) == CUDNN_STATUS_SUCCESS)
     for (int64_t i = 0; i < n && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
       out |= bn[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
-  if (rt != CT_F16 && cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, nn) == CUDNN_STATUS_SUCCESS)
+  if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, nn) == CUDNN_STATUS_SUCCESS)
     for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
       out |= nn[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
   cudnnBackendDestroyDescriptor(eng);
@@ -150,18 +150,30 @@ static long long engine_index(cudnnBackendDescriptor_t cfg) {
   return (long long)idx;
 }
 
+/* A finalized variant pack binding x, w, y (uids 'x', 'w', 'y') and the
+ * workspace; *vp NULL on failure. Any plan of the same pass runs on it. */
+static cudnnStatus_t make_pack(void *x, void *w, void *y, void *ws, cudnnBackendDescriptor_t *vp) {
+  void *ptr[3] = {x, w, y};
+  *vp = NULL;
+  cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, vp);
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uid);
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptr);
+  if (e == CUDNN_STATUS_SUCCESS)
+    e = cudnnBackendSetAttribute(*vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+  if (e == CUDNN_STATUS_SUCCESS) e = cudnnBackendFinalize(*vp);
+  if (e != CUDNN_STATUS_SUCCESS && *vp) {
+    cudnnBackendDestroyDescriptor(*vp);
+    *vp = NULL;
+  }
+  return e;
+}
+
 cudnnStatus_t cuda_conv_graph_run(cudnnHandle_t h, cudnnBackendDescriptor_t plan, void *x, void *w, void *y,
                                   void *ws) {
-  cudnnBackendDescriptor_t vp = NULL;
-  void *ptr[3] = {x, w, y};
-  cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-  if (e == CUDNN_STATUS_SUCCESS)
-    e = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uid);
-  if (e == CUDNN_STATUS_SUCCESS)
-    e = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptr);
-  if (e == CUDNN_STATUS_SUCCESS)
-    e = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
-  if (e == CUDNN_STATUS_SUCCESS) e = cudnnBackendFinalize(vp);
+  cudnnBackendDescriptor_t vp;
+  cudnnStatus_t e = make_pack(x, w, y, ws, &vp);
   if (e == CUDNN_STATUS_SUCCESS) e = cudnnBackendExecute(h, plan, vp);
   if (vp) cudnnBackendDestroyDescriptor(vp);
   return e;
@@ -172,16 +184,22 @@ static int by_time(const void *a, const void *b) {
   return (x < 0) - (y < 0) ? (x < 0) - (y < 0) : (x > y) - (x < y);
 }
 
-/* Times every plan (one warm-up call, then the mean of three between two
- * events) on zeroed buffers of their own, as cudnnFind* does on buffers it
- * allocates (counted in the device's peak while they live). A plan that
- * fails to run is dropped; one whose workspace cannot be allocated stays
- * untimed (ms -1, after the timed ones), and all do when the operands'
- * buffers cannot be. */
+/* Times every plan (one warm-up call, then the mean of TIMED_RUNS between
+ * two events) on zeroed buffers of their own, as cudnnFind* does on
+ * buffers it allocates (counted in the device's peak while they live).
+ * One variant pack serves every plan and run, so the events time the
+ * executions, not the host building packs between them (cudnnFind's
+ * times, sorted in with these, have no such cost). A plan that fails to
+ * run is dropped; one whose workspace cannot be allocated stays untimed
+ * (ms -1, after the timed ones), and all do when the operands' buffers
+ * cannot be. */
+#define TIMED_RUNS 5
+
 static ct_status time_plans(ct_device *d, cudnnHandle_t h, const cuda_conv_desc *c, cuda_graph_plan *pl, int *n) {
   const size_t es = ct_dtype_size(c->rt);
   const int64_t *s[3] = {c->xs, c->wsh, c->ys};
   void *buf[3] = {NULL, NULL, NULL}, *ws = NULL;
+  cudnnBackendDescriptor_t vp = NULL;
   cudaEvent_t ev[2] = {NULL, NULL};
   size_t wsmax = 0;
   ct_status st = CT_OK;
@@ -218,6 +236,7 @@ static ct_status time_plans(ct_device *d, cudnnHandle_t h, const cuda_conv_desc 
     goto done;
   }
   /* x, w, y as the pass names them: the three buffers in that order. */
+  if (make_pack(buf[0], buf[1], buf[2], ws, &vp) != CUDNN_STATUS_SUCCESS) goto done; /* left untimed */
   int k = 0;
   for (int i = 0; i < *n; i++) {
     cuda_graph_plan p = pl[i];
@@ -226,10 +245,10 @@ static ct_status time_plans(ct_device *d, cudnnHandle_t h, const cuda_conv_desc 
       pl[k++] = p;
       continue;
     }
-    cudnnStatus_t e = cuda_conv_graph_run(h, p.plan, buf[0], buf[1], buf[2], ws);
+    cudnnStatus_t e = cudnnBackendExecute(h, p.plan, vp);
     if (e == CUDNN_STATUS_SUCCESS) ce = cudaEventRecord(ev[0], stream);
-    for (int r = 0; r < 3 && e == CUDNN_STATUS_SUCCESS && ce == cudaSuccess; r++)
-      e = cuda_conv_graph_run(h, p.plan, buf[0], buf[1], buf[2], ws);
+    for (int r = 0; r < TIMED_RUNS && e == CUDNN_STATUS_SUCCESS && ce == cudaSuccess; r++)
+      e = cudnnBackendExecute(h, p.plan, vp);
     if (e == CUDNN_STATUS_SUCCESS && ce == cudaSuccess) ce = cudaEventRecord(ev[1], stream);
     if (e == CUDNN_STATUS_SUCCESS && ce == cudaSuccess) ce = cudaEventSynchronize(ev[1]);
     float ms = 0.f;
@@ -242,12 +261,13 @@ static ct_status time_plans(ct_device *d, cudnnHandle_t h, const cuda_conv_desc 
       /* the plan stays in the graph's list and is freed with it */
       continue;
     }
-    p.ms = ms / 3.f;
+    p.ms = ms / (float)TIMED_RUNS;
     pl[k++] = p;
   }
   *n = k;
   qsort(pl, (size_t)k, sizeof *pl, by_time);
 done:
+  if (vp) cudnnBackendDestroyDescriptor(vp);
   for (int i = 0; i < 2; i++)
     if (ev[i]) (void)cudaEventDestroy(ev[i]);
   if (ce == cudaSuccess) ce = cudaStreamSynchronize(stream);
@@ -311,7 +331,7 @@ ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_d
     if (got > want) got = want; /* the count is what there is, not what was written */
     cudnnStatus_t first_bad = CUDNN_STATUS_SUCCESS;
     for (int i = 0; i < (int)got && *n < max; i++) {
-      if (left_out(g->cfg[i], c->rt)) continue;
+      if (left_out(g->cfg[i])) continue;
       cudnnBackendDescriptor_t plan = NULL;
       GDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
       g->plan[g->nplan++] = plan;
