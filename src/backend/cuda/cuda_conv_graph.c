@@ -279,28 +279,16 @@ done:
   return st;
 }
 
-ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_desc *c, int bench,
-                                cuda_graph_plan *out, int max, int *n, cuda_conv_graph **gout) {
-  *n = 0;
-  *gout = NULL;
-  cuda_conv_graph *g = calloc(1, sizeof *g);
-  if (!g) return ct_error(CT_ERR_OUT_OF_MEMORY, "cuda conv: out of host memory for a graph plan");
+/* g's tensors, convolution, operation and operation graph for c, each
+ * finalized; h NULL leaves the graph's (deprecated) handle unset, which
+ * cuDNN 9 accepts for a graph that is only checked. *failed names the
+ * call that failed (NULL on success). */
+static cudnnStatus_t make_graph(cuda_conv_graph *g, const cuda_conv_desc *c, cudnnHandle_t h, const char **failed) {
   cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
   const char *what = NULL;
-  cudnnBackendDescriptor_t heur = NULL;
   const cudnnDataType_t dt = dnn_type(c->rt);
   const int64_t *dims[3] = {c->xs, c->wsh, c->ys};
   const float alpha = 1.f, beta = c->beta;
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  /* A plan whose workspace exceeds half the free memory is left out: it
-   * could not be timed, and in the memory plan it would crowd out the
-   * activations (PyTorch's benchmark likewise skips what it cannot
-   * allocate). */
-  size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-    (void)cudaGetLastError();
-    free_b = (size_t)-1;
-  }
   for (int i = 0; i < 3; i++) GDNN(make_tensor(uid[i], dims[i], c->nhwc, dt, &g->t[i]));
   GDNN(make_conv(c->p, &g->conv));
   GDNN(cudnnBackendCreateDescriptor(op_type[c->kind], &g->op));
@@ -312,8 +300,43 @@ ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_d
   GDNN(cudnnBackendFinalize(g->op));
   GDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g->graph));
   GDNN(cudnnBackendSetAttribute(g->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->op));
-  GDNN(cudnnBackendSetAttribute(g->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  if (h) GDNN(cudnnBackendSetAttribute(g->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
   GDNN(cudnnBackendFinalize(g->graph));
+done:
+  *failed = what;
+  return e;
+}
+
+cudnnStatus_t cuda_conv_graph_check(const cuda_conv_desc *c, const char **what) {
+  *what = NULL;
+  cuda_conv_graph *g = calloc(1, sizeof *g);
+  if (!g) return CUDNN_STATUS_ALLOC_FAILED;
+  cudnnStatus_t e = make_graph(g, c, NULL, what);
+  cuda_conv_graph_free(g);
+  return e;
+}
+
+ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_desc *c, int bench,
+                                cuda_graph_plan *out, int max, int *n, cuda_conv_graph **gout) {
+  *n = 0;
+  *gout = NULL;
+  cuda_conv_graph *g = calloc(1, sizeof *g);
+  if (!g) return ct_error(CT_ERR_OUT_OF_MEMORY, "cuda conv: out of host memory for a graph plan");
+  cudnnStatus_t e = CUDNN_STATUS_SUCCESS;
+  const char *what = NULL;
+  cudnnBackendDescriptor_t heur = NULL;
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  /* A plan whose workspace exceeds half the free memory is left out: it
+   * could not be timed, and in the memory plan it would crowd out the
+   * activations (PyTorch's benchmark likewise skips what it cannot
+   * allocate). */
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    free_b = (size_t)-1;
+  }
+  e = make_graph(g, c, h, &what);
+  if (e != CUDNN_STATUS_SUCCESS) goto done;
   GDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
   GDNN(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                                 &g->graph));

@@ -55,6 +55,14 @@ typedef struct cuda_conv_graph cuda_conv_graph;
 ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_desc *c, int bench,
                                 cuda_graph_plan *out, int max, int *n, cuda_conv_graph **g);
 
+/* Builds and finalizes c's tensors, convolution, operation and operation
+ * graph without a handle, then frees them: what cuDNN checks with no
+ * device (attribute types and counts, shapes against the convolution,
+ * strides), so a machine without a GPU tests the descriptors the plans
+ * are built on against the real library (test_cudnn_graph_desc). *what
+ * names the call that failed. */
+cudnnStatus_t cuda_conv_graph_check(const cuda_conv_desc *c, const char **what);
+
 /* Queues one plan on h's stream; x, w, y as c.kind names them. */
 cudnnStatus_t cuda_conv_graph_run(cudnnHandle_t h, cudnnBackendDescriptor_t plan, void *x, void *w, void *y,
                                   void *ws);
