@@ -110,9 +110,14 @@ static void grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias, int
   const int L = m->n_layers, T = b->tl.T, *bwd = b->tl.bwd;
   for (int i = 0; i < L; i++) alias[i] = -1;
   if (!ct_fuse_enabled()) return;
-  /* An activation layer's act is its op, applied out of place. */
-  for (int i = 0; i < L; i++)
-    span[i] = bwd[i], dirty[i] = m->layers[i].act != CT_ACT_NONE && m->layers[i].cls != &ct_layer_activation;
+  /* An activation layer's act is its op, applied out of place; a max pool
+   * that took over its producer's ReLU applies it in place (nn/fuse.h). */
+  for (int i = 0; i < L; i++) {
+    const ct_layer *l = &m->layers[i];
+    span[i] = bwd[i];
+    dirty[i] = (l->act != CT_ACT_NONE && l->cls != &ct_layer_activation && l->relu_moved != CT_RELU_MOVED_TO_POOL) ||
+               l->relu_moved == CT_RELU_MOVED_FROM_INPUT;
+  }
   for (int i = 0; i < L; i++) {
     const ct_layer *l = &m->layers[i];
     if (l->cls != &ct_layer_add) continue;

@@ -15,6 +15,19 @@
  * output (no buffer, no forward or backward work, no gradient). The
  * model's output layer is never folded. Results are the same as unfused to
  * the last bit (ReLU is exact); the summary still lists the layer as ReLU.
+ *
+ * Then, for a convolution whose folded ReLU's output a max pool alone
+ * reads (and no add reads the pool's output, whose gradient could be an
+ * add's shared one), the ReLU's gradient moves to the pool: the pool
+ * masks its output gradient by (its output > 0) before scattering it to
+ * the argmaxes, and the convolution's backward skips the ReLU. Each
+ * window's gradient goes to its argmax, whose ReLU output is the window's
+ * maximum, so the convolution receives the same masked gradient to the
+ * last bit; the planner no longer keeps the convolution's output to its
+ * backward, only the pool's (a quarter of it or less): AlexNet-227 loses
+ * its two largest saved activations (98 + 68 MiB at batch 256, fp16).
+ * PyTorch keeps both tensors (ReLU's result, max pool's input).
+ *
  * Idempotent: a model already fused is left as it is. Never fails. */
 void ct_model_fuse(ct_model *m);
 
@@ -25,6 +38,12 @@ void ct_model_fuse(ct_model *m);
  * and its accumulating convolution backward-data. */
 void ct_fuse_set_enabled(int on);
 int ct_fuse_enabled(void);
+
+/* Turns the ReLU's move to a max pool (above) on (default) or off for
+ * models prepared afterwards; process-wide. Off keeps every ReLU output
+ * to its producer's backward, as the model runner's --dump-relu needs
+ * (it reads them after the forward), and lets a test compare the two. */
+void ct_fuse_set_relu_to_pool(int on);
 
 /* 1 if layer l is a ReLU that ct_model_fuse() folded into its producer. */
 int ct_layer_is_fused(const ct_layer *l);

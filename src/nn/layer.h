@@ -42,6 +42,12 @@ enum {
   CT_LAYER_NO_BACKWARD = 8    /* nothing flows back (none yet) */
 };
 
+/* Where a folded ReLU's gradient is applied (nn/fuse.h): by the producer
+ * itself (0), or, when a max pool alone reads the producer's output, by
+ * that pool to its output gradient (the producer is marked _TO_POOL, the
+ * pool _FROM_INPUT), so the producer's output need not be kept. */
+enum { CT_RELU_MOVED_TO_POOL = 1, CT_RELU_MOVED_FROM_INPUT = 2 };
+
 typedef enum ct_init_kind {
   CT_INIT_DEFAULT = 0,          /* PyTorch's layer default */
   CT_INIT_KAIMING_NORMAL_FAN_OUT, /* torchvision ResNet/VGG convs */
@@ -106,6 +112,7 @@ struct ct_layer {
   float fp[4];
   int line;              /* line in the model file (0 for zoo models) */
   ct_act act;            /* fused activation after the op (conv/linear/bn) */
+  int relu_moved;        /* CT_RELU_MOVED_*: set by the fusion pass (nn/fuse.h) */
   ct_init_kind init_kind;
 
   /* Per-sample shapes (no batch dimension). */

@@ -244,7 +244,15 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "--dropout-off")) { dropout_off = 1; continue; }
     if (!strcmp(a, "--print-params")) { print_params = 1; continue; }
-    if (!strcmp(a, "--dump-relu")) { dump_relu = 1; continue; }
+    if (!strcmp(a, "--dump-relu")) {
+      /* The masks are read after the forward: keep every ReLU output to
+       * its producer's backward (a max pool would otherwise take the
+       * ReLU's gradient over and the output die after the pool read it;
+       * test_relu_to_pool checks that this changes no bit). */
+      dump_relu = 1;
+      ct_fuse_set_relu_to_pool(0);
+      continue;
+    }
     if (!strcmp(a, "--dump-pool")) { dump_pool = 1; continue; }
     if (!strcmp(a, "--buffers-only")) { buffers_only = 1; continue; }
     if (i + 1 >= argc) return fail("every option but the flags --dropout-off, --print-params, --dump-relu, --dump-pool and --buffers-only takes a value");

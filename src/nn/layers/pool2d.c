@@ -47,9 +47,18 @@ static ct_status max_fwd(ct_layer *l, ct_exec *e) {
   return e->be->maxpool2d_fwd(e->dev, &p, &l->x[0], &l->y, e->training ? l->ws : NULL);
 }
 
+/* With its producer's ReLU moved here (CT_RELU_MOVED_FROM_INPUT), the
+ * ReLU's gradient is applied to dy first, from this pool's own output:
+ * each window's gradient goes to its argmax alone, whose ReLU output is
+ * the window's max, so masking dy by (y > 0) and scattering gives the
+ * producer's masked gradient to the last bit, without keeping the
+ * producer's output (nn/fuse.h). */
 static ct_status max_bwd(ct_layer *l, ct_exec *e) {
   ct_pool2d_params p = params(l);
-  return l->dx[0].data ? e->be->maxpool2d_bwd(e->dev, &p, &l->dy, l->ws, &l->dx[0]) : CT_OK;
+  if (!l->dx[0].data) return CT_OK;
+  if (l->relu_moved == CT_RELU_MOVED_FROM_INPUT)
+    CT_TRY(e->be->act_bwd(e->dev, CT_ACT_RELU, 0.0f, NULL, &l->y, &l->dy, &l->dy));
+  return e->be->maxpool2d_bwd(e->dev, &p, &l->dy, l->ws, &l->dx[0]);
 }
 
 static ct_status avg_fwd(ct_layer *l, ct_exec *e) {
