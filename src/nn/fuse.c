@@ -40,8 +40,9 @@ static int read_by_add(const ct_model *m, int k) {
   return 0;
 }
 
-/* Moves the gradient of a convolution's folded ReLU to the max pool that
- * alone reads the convolution's output (fuse.h). Recomputed each time. */
+/* Moves the gradient of a convolution's or batch norm's folded ReLU to
+ * the max pool that alone reads its output (fuse.h). Recomputed each
+ * time. */
 static void move_relus_to_pools(ct_model *m) {
   for (int k = 0; k < m->n_layers; k++) m->layers[k].relu_moved = 0;
   for (int k = 0; k < m->n_layers && relu_to_pool; k++) {
@@ -51,7 +52,8 @@ static void move_relus_to_pools(ct_model *m) {
      * changed in place. */
     if (pool->cls != &ct_layer_maxpool2d || p < 0 || k == m->output || p == m->output) continue;
     ct_layer *prod = &m->layers[p];
-    if (prod->cls != &ct_layer_conv2d || prod->act != CT_ACT_RELU || ct_model_readers(m, p) != 1 || read_by_add(m, k))
+    if ((prod->cls != &ct_layer_conv2d && prod->cls != &ct_layer_batchnorm) || prod->act != CT_ACT_RELU ||
+        ct_model_readers(m, p) != 1 || read_by_add(m, k))
       continue;
     prod->relu_moved = CT_RELU_MOVED_TO_POOL;
     pool->relu_moved = CT_RELU_MOVED_FROM_INPUT;

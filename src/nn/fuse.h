@@ -16,17 +16,20 @@
  * model's output layer is never folded. Results are the same as unfused to
  * the last bit (ReLU is exact); the summary still lists the layer as ReLU.
  *
- * Then, for a convolution whose folded ReLU's output a max pool alone
- * reads (and no add reads the pool's output, whose gradient could be an
- * add's shared one), the ReLU's gradient moves to the pool: the pool
- * masks its output gradient by (its output > 0) before scattering it to
- * the argmaxes, and the convolution's backward skips the ReLU. Each
- * window's gradient goes to its argmax, whose ReLU output is the window's
- * maximum, so the convolution receives the same masked gradient to the
- * last bit; the planner no longer keeps the convolution's output to its
- * backward, only the pool's (a quarter of it or less): AlexNet-227 loses
- * its two largest saved activations (98 + 68 MiB at batch 256, fp16).
- * PyTorch keeps both tensors (ReLU's result, max pool's input).
+ * Then, for a convolution or batch norm whose folded ReLU's output a max
+ * pool alone reads (and no add reads the pool's output, whose gradient
+ * could be an add's shared one), the ReLU's gradient moves to the pool:
+ * the pool masks its output gradient by (its output > 0) before
+ * scattering it to the argmaxes, and the producer's backward skips the
+ * ReLU. Each window's gradient goes to its argmax, whose ReLU output is
+ * the window's maximum, so the producer receives the same masked
+ * gradient to the last bit; the planner no longer keeps the producer's
+ * output to its backward, only the pool's (a quarter of it or less):
+ * AlexNet-227 loses its two largest saved activations (98 + 68 MiB at
+ * batch 256, fp16), ResNet-50 its stem's batch-norm output (392 MiB at
+ * batch 256, bf16). A batch norm whose backend fuses the ReLU into its
+ * forward (cuDNN's BN+ReLU) keeps that forward and runs the plain
+ * backward. PyTorch keeps both tensors (ReLU's result, max pool's input).
  *
  * Idempotent: a model already fused is left as it is. Never fails. */
 void ct_model_fuse(ct_model *m);

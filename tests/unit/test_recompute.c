@@ -192,7 +192,9 @@ int main(void) {
     compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_FP32, segs[k], 7);
     compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, segs[k], segs[k] == CT_RECOMPUTE_MAX ? 0 : 2);
   }
-  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, 3, 3);
+  /* convnet's batch-norm ReLUs hand their gradient to the max pools
+   * (nn/fuse.h), so its batch-norm outputs are not kept in any mode. */
+  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, 3, 2);
   compare(dev, "vgg11_bn", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_AUTO, 4);
   compare(dev, "resnet50", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_AUTO, 50);
   /* Mixed precision: cast edges (the input into bf16, the loss's fp32
@@ -207,7 +209,8 @@ int main(void) {
   compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_BF16, CT_RECOMPUTE_CHEAP, 20);
   compare(dev, "resnet50", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 40);
   compare(dev, "vgg11_bn", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 4);
-  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 1);
+  /* nothing left for the cheap mode in convnet: the same step */
+  compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 0);
   compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, CT_RECOMPUTE_CHEAP, 1);
   compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP16, CT_RECOMPUTE_CHEAP, 1);
   check_auto_is_best(dev, "resnet18", 3, 32, 32, 4);

@@ -1,16 +1,19 @@
 /* A folded ReLU's gradient moved to the max pool that alone reads its
  * producer's output (src/nn/fuse.c, layers/pool2d.c): the training step
  * is the same to the last bit as with the ReLU's gradient applied by the
- * convolution (ct_fuse_set_relu_to_pool(0)), in training output,
- * parameter gradients, running statistics and the evaluation output after
- * a re-prepare, over two steps with an update between them (the harness
- * of tests/step_harness.h), for lenet5 and alexnet in fp32, bf16 and fp16
- * (O1) on the cpu and ref devices, and with recompute; the plan is
- * smaller. The pools that take a ReLU over are the ones the rule names:
- * every max pool right after a convolution's ReLU (lenet5 2, alexnet 3),
- * none in cnn (no ReLU before its pools) or resnet18 (batch norm's ReLU
- * stays), and none whose output an add reads (its gradient may be the
- * add's shared one), which a small graph checks. */
+ * convolution or batch norm (ct_fuse_set_relu_to_pool(0)), in training
+ * output, parameter gradients, running statistics and the evaluation
+ * output after a re-prepare, over two steps with an update between them
+ * (the harness of tests/step_harness.h), for lenet5, alexnet (convolution
+ * ReLUs) and convnet, vgg11_bn, resnet50 (batch-norm ReLUs) in fp32, bf16
+ * and fp16 (O1) on the cpu and ref devices, and with recompute; the plan
+ * is smaller. The pools that take a ReLU over are the ones the rule
+ * names: every max pool right after a convolution's or batch norm's ReLU
+ * (lenet5 2, alexnet 3, convnet 2, vgg11_bn 5, resnet50 1: its stem),
+ * none in cnn (no ReLU before its pools), and none whose output an add
+ * reads (its gradient may be the add's shared one): resnet18's stem pool
+ * feeds the first block's add, resnet9 keeps 1 of its 3, and a small
+ * graph checks it too. */
 #include <math.h>
 #include <stdio.h>
 
@@ -50,7 +53,8 @@ static ct_model *make(ct_device *dev, const char *name, int c, int h, int w, int
 }
 
 /* Max pools that took a ReLU over; 1 if the marks pair up (each such
- * pool reads a convolution marked as having moved its ReLU). */
+ * pool reads a convolution or batch norm marked as having moved its
+ * ReLU). */
 static int moved_pools(const ct_model *m, int *paired) {
   int n = 0;
   *paired = 1;
@@ -59,7 +63,8 @@ static int moved_pools(const ct_model *m, int *paired) {
     if (l->relu_moved != CT_RELU_MOVED_FROM_INPUT) continue;
     n++;
     const ct_layer *p = &m->layers[l->inputs[0]];
-    *paired &= l->cls == &ct_layer_maxpool2d && p->cls == &ct_layer_conv2d && p->relu_moved == CT_RELU_MOVED_TO_POOL;
+    *paired &= l->cls == &ct_layer_maxpool2d && (p->cls == &ct_layer_conv2d || p->cls == &ct_layer_batchnorm) &&
+               p->relu_moved == CT_RELU_MOVED_TO_POOL;
   }
   return n;
 }
@@ -95,7 +100,10 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
     CHECK_MSG(gsum > 0, "%s: all-zero gradients, the comparison proves nothing", name);
   }
   printf("%-8s %-4s %-5s recompute %-4s %d pools took a ReLU over, plan %8.1f -> %8.1f KiB\n", name,
-         ct_device_name(dev), pn, recompute == CT_RECOMPUTE_AUTO ? "auto" : recompute ? "2" : "off", nb,
+         ct_device_name(dev), pn, recompute == CT_RECOMPUTE_AUTO    ? "auto"
+         : recompute == CT_RECOMPUTE_CHEAP ? "cheap"
+         : recompute                       ? "2"
+                                           : "off", nb,
          plan_a / 1024.0, plan_b / 1024.0);
   step_result_free(&ra), step_result_free(&rb);
   ct_model_destroy(a), ct_model_destroy(b);
@@ -115,6 +123,15 @@ int main(void) {
   compare(ref, "alexnet", 3, 64, 64, 2, CT_PRECISION_BF16, 0, 3);
   compare(cpu, "alexnet", 3, 64, 64, 2, CT_PRECISION_BF16, 2, 3);
   compare(cpu, "alexnet", 3, 64, 64, 2, CT_PRECISION_FP32, CT_RECOMPUTE_AUTO, 3);
+  for (int p = 0; p < 3; p++) {
+    compare(cpu, "convnet", 1, 28, 28, 8, precs[p], 0, 2);
+    compare(ref, "convnet", 1, 28, 28, 4, precs[p], 0, 2);
+  }
+  compare(cpu, "vgg11_bn", 3, 32, 32, 2, CT_PRECISION_BF16, 0, 5);
+  compare(cpu, "resnet50", 3, 32, 32, 2, CT_PRECISION_FP32, 0, 1);
+  compare(cpu, "resnet50", 3, 32, 32, 2, CT_PRECISION_BF16, CT_RECOMPUTE_CHEAP, 1);
+  compare(cpu, "convnet", 1, 28, 28, 8, CT_PRECISION_BF16, CT_RECOMPUTE_AUTO, 2);
+  compare(cpu, "resnet9", 3, 32, 32, 4, CT_PRECISION_FP32, 0, 1);
   compare(cpu, "resnet18", 3, 32, 32, 4, CT_PRECISION_FP32, 0, 0);
   compare(cpu, "pool_add", 3, 8, 8, 4, CT_PRECISION_FP32, 0, 0);
   ct_device_close(ref);

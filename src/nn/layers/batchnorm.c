@@ -108,13 +108,19 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
   stats(l, &mean, &invstd);
   const ct_tensor *gamma = l->ip[2] ? &l->w[0] : NULL;
   ct_tensor *dgamma = l->ip[2] ? &l->g[0] : NULL, *dbeta = l->ip[2] ? &l->g[1] : NULL;
+  /* A max pool that alone reads this output has applied the ReLU's
+   * gradient already (CT_RELU_MOVED_TO_POOL, nn/fuse.h): the plain
+   * backward then runs on dy as it is, after a fused forward too (the
+   * saved statistics are the same; the reserve only serves the fused
+   * backward), and y need not be kept. */
+  ct_act act = l->relu_moved == CT_RELU_MOVED_TO_POOL ? CT_ACT_NONE : l->act;
   /* The executor always gives batch norm a dx buffer (the backends compute
    * it with the parameter gradients in one pass). */
-  if (fused(l, e))
+  if (act != CT_ACT_NONE && fused(l, e))
     return e->be->batchnorm_act_bwd(e->dev, l->act, &l->x[0], &l->y, &l->dy, gamma, l->ip[2] ? &l->w[1] : NULL,
                                     l->fp[0], &mean, &invstd, reserve(l), l->ws_reserve, &l->dx[0], dgamma, dbeta,
                                     l->grad_beta);
-  if (l->act != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
+  if (act != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
   return e->be->batchnorm_bwd(e->dev, &l->x[0], &l->dy, gamma, &mean, &invstd, &l->dx[0], dgamma, dbeta,
                               l->grad_beta);
 }
