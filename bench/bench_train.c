@@ -46,7 +46,9 @@
  * some microseconds) and then lists the backend's choices (each cuDNN
  * plan's algorithm, cudnnFind* times, workspace, scratch; the backend's
  * describe op); the RSS figures are the host's, the device's peak
- * is reported beside them. --profiler-range brackets the timed steps with
+ * is reported beside them. --profile ends with the memory plan at its
+ * peak (ct_model_memory_report: live buffers by kind, the 10 largest).
+ * --profiler-range brackets the timed steps with
  * cudaProfilerStart/Stop, so `ncu --profile-from-start off` records just
  * their kernels (bench/gpu/ncu_table.py). --threads is the host's OpenMP threads.
  * Last line: "RESULT key=value ..." for bench/run.sh. */
@@ -450,6 +452,9 @@ int main(int argc, char **argv) {
       free(txt);
     }
   }
+  /* what the step's plan holds at its peak (the planned side of the
+   * device peak above) */
+  if (prof) CK(ct_model_memory_report(m, 10, stdout));
   printf("RESULT workload=%s device=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
          "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f optim=%s plan_mb=%.1f state_mb=%.1f "
          "segments=%d rc_layers=%d layers=%d rc_gflop=%.4f rss0_mb=%.0f\n",

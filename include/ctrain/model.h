@@ -142,6 +142,15 @@ ct_status ct_model_zero_grad(ct_model *m);
  * batch is the batch shown in the shapes. */
 ct_status ct_model_summary(ct_model *m, int64_t batch, FILE *out);
 
+/* What fills the prepared step's memory plan when it is fullest: the time
+ * of the peak (a layer's forward, backward or recompute), the bytes of the
+ * buffers alive then by kind (layer outputs kept for a backward, output
+ * gradients, workspaces, autocast copies, ...; their sum can be below the
+ * arena, whose placement leaves gaps), and the `top` largest of them with
+ * their layer and the time they live to. Sizes in MB of 2^20 bytes, as the
+ * summary. Writes to out only; CT_ERR_INVALID_ARG before prepare. */
+ct_status ct_model_memory_report(ct_model *m, int top, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,6 +34,7 @@ typedef struct cli_opts {
   /* --recompute[=auto|cheap|off|N]: activation recompute for
    * ct_model_set_recompute (0 = off; a bare flag = CT_RECOMPUTE_AUTO). */
   int recompute;
+  int memory_report; /* summary --memory: ct_model_memory_report after the table */
   /* Mixed precision: --precision, --opt-level, --loss-scale, --loss-scale-init. */
   const char *precision, *opt_level, *loss_scale;
   double loss_scale_init;
@@ -70,7 +71,7 @@ int cli_fail(ct_status s);
 #define CLI_FLAGS_PREDICT                                                                                       \
   "model weights data images batch-size input classes resize device threads workers seed precision opt-level " \
   "memory-format channels-last"
-#define CLI_FLAGS_SUMMARY "model input classes batch-size device precision opt-level recompute"
+#define CLI_FLAGS_SUMMARY "model input classes batch-size device precision opt-level recompute memory"
 
 /* Parses argv for a subcommand: allowed is a space-separated list of long
  * flag names accepted. Returns 0 or prints the error and returns 2. */

@@ -8,11 +8,14 @@
 static const char *SUMMARY_HELP =
     "usage: ctrain summary --model NAME|FILE [--input CxHxW|F] [--classes N] [--batch-size N]\n"
     "                      [--precision fp32|bf16|fp16] [--opt-level O0|O1|O2|O3] [--recompute[=auto|N|cheap]]\n"
+    "                      [--device D] [--memory]\n"
     "\n"
     "Prints a torchsummary-style table: layers, output shapes, parameters, totals, and the\n"
     "activation memory of one training step from the static memory plan. With a low\n"
     "precision, each layer's dtype and autocast rule (docs/MIXED_PRECISION.md); with\n"
-    "--recompute, the plan with activation recompute next to the plan without.\n";
+    "--recompute, the plan with activation recompute next to the plan without; with\n"
+    "--memory, what the plan holds at its peak: the buffers alive then by kind, and the\n"
+    "10 largest with their layers.\n";
 
 int cmd_summary(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
@@ -39,6 +42,7 @@ int cmd_summary(int argc, char **argv) {
     if (ct_model_input_ndim(m) == 3) printf("%s, input %dx%dx%d\n", ct_model_name(m), c, h, w);
     else printf("%s, input %d\n", ct_model_name(m), c);
     s = ct_model_summary(m, o.batch_size, stdout);
+    if (s == CT_OK && o.memory_report) s = ct_model_memory_report(m, 10, stdout);
   }
   int code = s == CT_OK ? 0 : cli_fail(s);
   ct_model_destroy(m);

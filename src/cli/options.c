@@ -109,12 +109,13 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     memcpy(name, a + 2, n);
     name[n] = 0;
     if (!has_word(allowed, name)) return usage_err(cmd, "unknown flag '--%s'%s", name, "");
-    static const char *booleans = "resume no-shuffle restore-best channels-last";
+    static const char *booleans = "resume no-shuffle restore-best channels-last memory";
     if (has_word(booleans, name)) {
       if (eq) return usage_err(cmd, "--%s takes no value%s", name, "");
       if (!strcmp(name, "resume")) o->resume = 1;
       else if (!strcmp(name, "no-shuffle")) o->no_shuffle = 1;
       else if (!strcmp(name, "channels-last")) o->memory_format = "channels-last";
+      else if (!strcmp(name, "memory")) o->memory_report = 1;
       else o->restore_best = 1;
       continue;
     }

@@ -7,6 +7,12 @@ equal to PyTorch's and the activation-memory line of the static plan.
 Checked for the zoo models cnn (54k parameters), mlp, lenet5 and
 torchvision's resnet18 (totals only), and for a model file.
 
+`ctrain summary --memory`: the plan at its peak adds up (the kinds sum to
+the live bytes, live plus gaps is the arena, which is the summary's
+activation line; every live buffer has an owner; the largest are listed
+largest first), autocast copies appear under bf16 only, a max pool's
+kept workspace is listed, and the flag takes no value.
+
 Also: `ctrain devices`, `ctrain version`, `ctrain --help`, every
 subcommand's --help (listing the flags the command accepts), and `ctrain`
 alone (usage on stderr, exit 2).
@@ -109,6 +115,47 @@ def parse_summary(text):
     return rows, totals
 
 
+MEM_HEAD = re.compile(r"^Memory plan of a training step: arena ([\d.]+) MB; at its peak, during (.+),$")
+MEM_HOLD = re.compile(r"^(\d+) buffers hold ([\d.]+) MB \(the arena's gaps: ([\d.]+) MB\)$")
+MEM_KIND = re.compile(r"^  (\S.*?)\s+([\d.]+) MB  \((\d+)\)$")
+MEM_BUF = re.compile(r"^\s+([\d.]+) MB  (.+) of layer (\d+) \(([^,]+), (\w+)\), until (.+)$")
+
+
+def memory_case(what, args):
+    """ctrain summary --memory: returns {kind: MB} of the peak, or None."""
+    r = u.run_ok(["summary", "--memory"] + args, "summary --memory %s" % what)
+    if r.returncode:
+        return None
+    lines = r.stdout.splitlines()
+    act = parse_summary(r.stdout)[1].get("activations")
+    head = [i for i, l in enumerate(lines) if MEM_HEAD.match(l)]
+    if not u.check(len(head) == 1, "%s: no 'Memory plan of a training step' line in %r" % (what, r.stdout[-600:])):
+        return None
+    i = head[0]
+    arena = float(MEM_HEAD.match(lines[i]).group(1))
+    hold = MEM_HOLD.match(lines[i + 1])
+    if not u.check(hold is not None, "%s: %r" % (what, lines[i + 1])):
+        return None
+    n, live, gaps = int(hold.group(1)), float(hold.group(2)), float(hold.group(3))
+    u.check(act is not None and abs(arena - act) < 0.006, "%s: arena %.2f MB, summary line %r" % (what, arena, act))
+    u.check(abs(live + gaps - arena) < 0.015 and live > 0, "%s: live %.2f + gaps %.2f != arena %.2f" % (what, live, gaps,
+                                                                                                        arena))
+    kinds, j = {}, i + 2
+    while j < len(lines) and MEM_KIND.match(lines[j]):
+        m = MEM_KIND.match(lines[j])
+        kinds[m.group(1)] = (float(m.group(2)), int(m.group(3)))
+        j += 1
+    u.check(abs(sum(v[0] for v in kinds.values()) - live) < 0.01 * (len(kinds) + 1),
+            "%s: kinds %r do not add up to %.2f MB" % (what, kinds, live))
+    u.check(sum(v[1] for v in kinds.values()) == n, "%s: kinds count %r, %d buffers" % (what, kinds, n))
+    u.check("other" not in kinds, "%s: buffers without an owner: %r" % (what, kinds.get("other")))
+    u.check(j < len(lines) and lines[j] == "Largest live buffers:", "%s: no 'Largest live buffers:'" % what)
+    sizes = [float(MEM_BUF.match(l).group(1)) for l in lines[j + 1:] if MEM_BUF.match(l)]
+    u.check(len(sizes) == min(10, n) and sizes == sorted(sizes, reverse=True),
+            "%s: largest buffers %r (of %d live)" % (what, sizes, n))
+    return {k: v[0] for k, v in kinds.items()}
+
+
 def summary_case(what, args, model, shape, batch, check_rows=True):
     r = u.run_ok(["summary"] + args + ["--batch-size", batch], "summary %s" % what)
     if r.returncode:
@@ -159,6 +206,18 @@ def main():
         u.check(0 < ta.get("activations", 0) < tb.get("activations", 0),
                 "activation memory at batch 8 (%r) not below batch 64 (%r)" % (ta.get("activations"),
                                                                               tb.get("activations")))
+        text_args = ["--model", text, "--batch-size", "64"]
+        k32 = memory_case("model file fp32", text_args)
+        k16 = memory_case("model file bf16", text_args + ["--precision", "bf16"])
+        if k32 is not None and k16 is not None:
+            u.check(not any(k.startswith("cast") for k in k32), "fp32 plan with autocast copies: %r" % k32)
+            u.check(any(k.startswith("cast inputs") for k in k16), "bf16 plan without the input's cast: %r" % k16)
+        r = u.run_ok(["summary", "--memory", "--model", "lenet5", "--batch-size", "32"], "summary --memory lenet5")
+        u.check(re.search(r"workspace of layer \d+ \(\d+, maxpool2d\)", r.stdout) is not None,
+                "lenet5: no max pool workspace among the largest buffers: %r" % r.stdout[-900:])
+        memory_case("resnet18 3x32x32", ["--model", "resnet18", "--input", "3x32x32", "--batch-size", "4"])
+        r = u.run(["summary", "--model", "cnn", "--memory=3"])
+        u.check(r.returncode == 2 and "takes no value" in r.stderr, "--memory=3: %d %r" % (r.returncode, r.stderr))
         r = u.run(["summary"])
         u.check(r.returncode == 2 and "--model" in r.stderr, "summary without --model: %d %r" % (r.returncode,
                                                                                                  r.stderr))
@@ -191,7 +250,7 @@ def main():
                      "workers", "seed", "metrics-json"],
             "predict": ["model", "weights", "data", "images", "batch-size", "input", "classes", "resize", "device",
                         "threads", "workers"],
-            "summary": ["model", "input", "classes", "batch-size"],
+            "summary": ["model", "input", "classes", "batch-size", "memory"],
         }
         for cmd, fl in flags.items():
             r = u.run_ok([cmd, "--help"], "%s --help" % cmd)
@@ -201,7 +260,7 @@ def main():
                 u.check("--" + f in r.stdout, "%s --help does not mention --%s" % (cmd, f))
                 args += ["--" + f] + {"optimizer": ["adam"], "scheduler": ["step"], "augment": ["flip"],
                                       "monitor": ["loss"], "input": ["1x8x8"], "no-shuffle": [], "resume": [],
-                                      "restore-best": []}.get(f, ["1"])
+                                      "restore-best": [], "memory": []}.get(f, ["1"])
             # Every flag is accepted: parsing reaches the unknown one at the end.
             rr = u.run([cmd] + args + ["--bogus-flag-x"])
             u.check("'--bogus-flag-x'" in rr.stderr, "%s: a documented flag is refused: %r" % (cmd, rr.stderr.strip()))
