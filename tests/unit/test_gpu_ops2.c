@@ -121,6 +121,8 @@ static const pool_case pool_cases[] = {
     /* C a multiple of 8: max pooling's NHWC vector kernels (8 channels a thread) */
     {2, 16, 11, 11, {3, 3, 2, 2, 1, 1, 0, 1}}, {2, 64, 13, 13, {3, 3, 2, 2, 0, 0, 1, 1}},
     {3, 8, 7, 9, {2, 3, 1, 2, 1, 0, 0, 1}},
+    /* the workspace's one-byte window offsets up to 254 elements, int32 from 255 */
+    {2, 8, 16, 20, {14, 18, 2, 2, 0, 1, 1, 1}}, {2, 16, 20, 20, {15, 17, 5, 3, 1, 2, 0, 1}},
 };
 
 static void pool16(const pool_case *c, ct_dtype dt, int nhwc) {

@@ -31,6 +31,9 @@ static const pool_case pool_cases[] = {
     {1, 4, 7, 10, {3, 2, 2, 1, 1, 0, 0, 1}},   {4, 32, 26, 26, {2, 2, 2, 2, 0, 0, 0, 1}},
     {2, 3, 11, 5, {3, 3, 3, 3, 1, 1, 1, 1}},   {3, 2, 10, 10, {3, 3, 3, 3, 0, 0, 1, 1}},
     {1, 5, 6, 7, {2, 3, 2, 2, 1, 1, 0, 1}},    {2, 4, 13, 13, {3, 3, 1, 1, 1, 1, 0, 1}}, /* overlapping windows */
+    /* Max pooling's workspace: window offsets in one byte up to 254
+     * elements (14x18, ceil_mode), in int32 from 255 (15x17). */
+    {2, 3, 16, 20, {14, 18, 2, 2, 0, 1, 1, 1}}, {2, 3, 20, 20, {15, 17, 5, 3, 1, 2, 0, 1}},
 };
 
 static void pool_one(const pool_case *c) {
