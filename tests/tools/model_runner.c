@@ -38,8 +38,11 @@
  * follows tiny differences in how the producer rounded, and one different
  * choice moves a weight gradient by several percent; the parity test makes
  * PyTorch's pooling take ctrain's choices and counts the differences. Read
- * from the layer's workspace, which on cuda holds exactly that index as
- * int32 per output in y's memory order (src/backend/cuda/cuda_pool.cu).
+ * from the layer's workspace, which on cuda holds per output, in y's
+ * memory order, the argmax's offset in the max pool's window (one byte for
+ * windows under 255 elements, else int32; src/backend/cuda/cuda_pool.cu),
+ * turned back into h * W + w here, or the adaptive max pool's int32
+ * index itself.
  *
  * --buffers-only writes "state.<key>" for buffers only: a step without an
  * optimizer leaves parameters at their initial values, and for models of
@@ -222,10 +225,27 @@ static int add_pool_choices(out_list *o, ct_model *m) {
     ct_layer *l = &m->layers[i];
     if (l->cls != &ct_layer_maxpool2d && l->cls != &ct_layer_adaptive_maxpool2d) continue;
     int64_t n = ct_tensor_numel(&l->y);
-    int32_t *ws = malloc((size_t)(n ? n : 1) * sizeof *ws);
+    /* MaxPool2d: ip[0..5] kernel, stride, padding (h, w); offsets in bytes
+     * when the window has under 255 elements */
+    const int pool = l->cls == &ct_layer_maxpool2d, kh = l->ip[0], kw = l->ip[1];
+    const size_t es = pool && kh * kw < 255 ? 1 : sizeof(int32_t);
+    unsigned char *ws = malloc((size_t)(n ? n : 1) * es);
     int64_t *h = malloc((size_t)(n ? n : 1) * sizeof *h);
-    if (!ws || !h || !l->ws || ct_device_copy(NULL, ws, l->y.device, l->ws, (size_t)n * sizeof *ws) != CT_OK) return -1;
-    for (int64_t j = 0; j < n; j++) h[j] = ws[blocked_index(&l->y, j)];
+    if (!ws || !h || !l->ws || ct_device_copy(NULL, ws, l->y.device, l->ws, (size_t)n * es) != CT_OK) return -1;
+    const int64_t OH = l->y.shape[2], OW = l->y.shape[3], W = l->x[0].shape[3];
+    for (int64_t j = 0; j < n; j++) {
+      int64_t at = blocked_index(&l->y, j);
+      int32_t v;
+      if (es == 1) v = ws[at] == 255 ? -1 : ws[at];
+      else memcpy(&v, ws + at * es, sizeof v);
+      if (!pool || v < 0) {
+        h[j] = v;
+        continue;
+      }
+      /* j walks [N, C, OH, OW] in order */
+      int64_t ow = j % OW, oh = j / OW % OH;
+      h[j] = (oh * l->ip[2] - l->ip[4] + v / kw) * W + (ow * l->ip[3] - l->ip[5] + v % kw);
+    }
     free(ws);
     int r = out_add_host(o, &l->y, CT_I64, h, "pool", k++);
     free(h);
