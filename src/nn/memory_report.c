@@ -116,8 +116,8 @@ ct_status ct_model_memory_report(ct_model *m, int top, FILE *out) {
   sort_ids(ids, n_live, plan->bufs);
   char when[224];
   time_label(m, t_peak, when, sizeof when);
-  fprintf(out, "Memory plan of a %s step: arena %.2f MB; at its peak, during %s,\n",
-          m->training_plan ? "training" : "inference", plan->peak / mb, when);
+  fprintf(out, "Memory plan of %s step: arena %.2f MB; at its peak, during %s,\n",
+          m->training_plan ? "a training" : "an inference", plan->peak / mb, when);
   fprintf(out, "%d buffers hold %.2f MB (the arena's gaps: %.2f MB)\n", n_live, best / mb,
           (plan->peak > best ? plan->peak - best : 0) / mb);
   for (int k = 0; k < K_COUNT; k++)
