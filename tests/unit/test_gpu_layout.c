@@ -178,6 +178,12 @@ static void check_pool(ct_device *gpu, ct_device *ref, int is_max) {
   r = down(gpu, &dx);
   CHECK_MSG(nerr(r, dx.hv, (size_t)ct_tensor_numel(&dx.h)) <= 1e-6, "%s pool NHWC bwd", is_max ? "max" : "avg");
   free(r);
+  /* A window whose offsets would not fit the workspace's int32 is refused. */
+  if (is_max) {
+    ct_pool2d_params huge = p;
+    huge.kernel_h = huge.kernel_w = 65536;
+    CHECK(G->maxpool2d_fwd(gpu, &huge, &x.g, &y.g, NULL) == CT_ERR_UNSUPPORTED);
+  }
   /* A mixed pair is refused, never misread. */
   y.g.layout = CT_LAYOUT_PLAIN;
   CHECK(G->avgpool2d_fwd(gpu, &p, &x.g, &y.g) == CT_ERR_UNSUPPORTED);

@@ -108,6 +108,9 @@ static ct_status check_pool(const char *op, const ct_pool2d_params *p, const ct_
                     op, p->kernel_h, p->kernel_w, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
   if (!p && (small->shape[2] < 1 || small->shape[3] < 1))
     return ct_error(CT_ERR_SHAPE, "cuda %s: adaptive output size must be at least 1x1", op);
+  /* The max-pool workspace stores offsets within the window as int32. */
+  if (p && (int64_t)p->kernel_h * p->kernel_w > INT32_MAX)
+    return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: a %dx%d window exceeds int32 offsets", op, p->kernel_h, p->kernel_w);
   if (big->shape[2] * big->shape[3] > INT32_MAX)
     return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: plane of %lld elements exceeds int32 indices", op,
                     (long long)(big->shape[2] * big->shape[3]));
