@@ -184,24 +184,24 @@ static void profile(step_ctx *c, int runs, int threads) {
   ct_model *m = c->m;
   int L = m->n_layers;
   double *tf = calloc((size_t)L * (size_t)runs, sizeof(double)), *tb = calloc((size_t)L * (size_t)runs, sizeof(double));
-  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, c->x.shape[0], m->seed, 0, 0};
+  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, c->x.shape[0], m->seed, 0, 0, NULL, 0};
   for (int r = 0; r < runs; r++) {
     step(c, (uint32_t)r);
     for (int i = 0; i < L; i++) {
       ct_layer *l = &m->layers[i];
       double t0 = layer_clock(c, threads);
-      ct_exec_pass_workspace(m, i, CT_PASS_FWD); /* as the step runs it */
+      ct_exec_pass_workspace(m, i, CT_PASS_FWD, &e); /* as the step runs it */
       CK(l->cls->forward(l, &e));
-      ct_exec_pass_workspace(m, i, -1);
+      ct_exec_pass_workspace(m, i, -1, &e);
       tf[i * runs + r] = layer_clock(c, threads) - t0;
     }
     for (int i = L - 1; i >= 0; i--) {
       ct_layer *l = &m->layers[i];
       l->grad_beta = 1.0f;
       double t0 = layer_clock(c, threads);
-      ct_exec_pass_workspace(m, i, CT_PASS_BWD);
+      ct_exec_pass_workspace(m, i, CT_PASS_BWD, &e);
       CK(l->cls->backward(l, &e));
-      ct_exec_pass_workspace(m, i, -1);
+      ct_exec_pass_workspace(m, i, -1, &e);
       tb[i * runs + r] = layer_clock(c, threads) - t0;
     }
   }

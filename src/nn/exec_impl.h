@@ -43,8 +43,9 @@ ct_layout ct_exec_edge_layout(const ct_model *m, int i, int j);
  * for batch n; data pointers are bound separately. */
 void ct_exec_shape_tensors(ct_model *m, int64_t n);
 /* Hands layer i's planned workspace of pass `pass` (CT_PASS_FWD, _RC or
- * _BWD: exec_plan.c) to the backend for the calls that follow, or none
- * (pass -1; also where the plan has none for that pass). */
-void ct_exec_pass_workspace(ct_model *m, int i, int pass);
+ * _BWD: exec_plan.c) to the backend and to the layer (e->pass_ws) for the
+ * calls that follow, or none (pass -1; also where the plan has none for
+ * that pass). */
+void ct_exec_pass_workspace(ct_model *m, int i, int pass, ct_exec *e);
 
 #endif

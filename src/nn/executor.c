@@ -83,11 +83,12 @@ static void bind(ct_model *m, ct_exec_bufs *b, const ct_tensor *x, int64_t n, in
   }
 }
 
-void ct_exec_pass_workspace(ct_model *m, int i, int pass) {
+void ct_exec_pass_workspace(ct_model *m, int i, int pass, ct_exec *e) {
   const ct_backend *be = ct_device_backend(m->dev);
-  if (!be->set_workspace) return;
   const int id = pass >= 0 && m->eb.pws ? m->eb.pws[3 * i + pass] : -1;
-  be->set_workspace(m->dev, id >= 0 ? at(m, id) : NULL, id >= 0 ? m->plan.bufs[id].bytes : 0);
+  e->pass_ws = id >= 0 ? at(m, id) : NULL;
+  e->pass_ws_bytes = id >= 0 ? m->plan.bufs[id].bytes : 0;
+  if (be->set_workspace) be->set_workspace(m->dev, e->pass_ws, e->pass_ws_bytes);
 }
 
 /* The tensor input edge j of layer l reads from (before any cast). */
@@ -110,9 +111,9 @@ static ct_status forward_layer(ct_model *m, int i, ct_exec *e, const ct_tensor *
       s = e->be->cast(e->dev, &src, &l->x[j]);
     }
   if (s == CT_OK) {
-    ct_exec_pass_workspace(m, i, e->recompute ? CT_PASS_RC : CT_PASS_FWD);
+    ct_exec_pass_workspace(m, i, e->recompute ? CT_PASS_RC : CT_PASS_FWD, e);
     s = l->cls->forward(l, e);
-    ct_exec_pass_workspace(m, i, -1);
+    ct_exec_pass_workspace(m, i, -1, e);
   }
   if (s != CT_OK)
     return ct_error_wrap(s, "model '%s', %s of layer %d (%s %s)", m->name, e->recompute ? "recompute forward" : "forward",
@@ -143,7 +144,7 @@ ct_status ct_model_forward(ct_model *m, const ct_tensor *x, int training, uint32
   ct_exec_bufs *b = &m->eb;
   CT_TRY(ct_amp_model_refresh(m, training));
   bind(m, b, x, n, 0);
-  ct_exec e = {m->dev, ct_device_backend(m->dev), training, n, m->seed, step, 0};
+  ct_exec e = {m->dev, ct_device_backend(m->dev), training, n, m->seed, step, 0, NULL, 0};
   for (int i = 0; i < m->n_layers; i++) CT_TRY(forward_layer(m, i, &e, x));
   m->input = *x;
   m->last_batch = n;
@@ -165,7 +166,7 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
   if (ct_tensor_numel(dout) != ct_tensor_numel(&o->y))
     return ct_error(CT_ERR_SHAPE, "model '%s': output gradient has %lld elements, output has %lld", m->name,
                     (long long)ct_tensor_numel(dout), (long long)ct_tensor_numel(&o->y));
-  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, m->last_batch, m->seed, m->last_step, 0};
+  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, m->last_batch, m->seed, m->last_step, 0, NULL, 0};
   if (b->out32 >= 0) {
     if (dout->dtype != CT_F32) return ct_error(CT_ERR_INVALID_ARG, "model '%s': output gradient must be f32", m->name);
     ct_tensor d32 = o->dy;
@@ -190,9 +191,9 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
     for (; next < tl->n_rerun && tl->rc_at[tl->order[next]] == i; next++)
       CT_TRY(forward_layer(m, tl->order[next], &rc, &m->input));
     l->grad_beta = beta;
-    ct_exec_pass_workspace(m, i, CT_PASS_BWD);
+    ct_exec_pass_workspace(m, i, CT_PASS_BWD, &e);
     ct_status s = l->cls->backward(l, &e);
-    ct_exec_pass_workspace(m, i, -1);
+    ct_exec_pass_workspace(m, i, -1, &e);
     if (s != CT_OK) return ct_error_wrap(s, "model '%s', backward of layer %d (%s %s)", m->name, i, l->cls->kind, l->name);
     for (int j = 0; j < l->n_inputs; j++) {
       if (l->inputs[j] < 0) continue;

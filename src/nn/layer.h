@@ -67,6 +67,10 @@ typedef struct ct_exec {
   uint32_t step;   /* dropout key: optimizer step of this pass */
   int recompute;   /* a training forward run again before the backward
                       (nn/recompute.h): update no running statistics */
+  /* This pass's planned workspace (the class's pass_workspace_bytes; the
+   * backend has it too, set_workspace), NULL when it has none. */
+  void *pass_ws;
+  size_t pass_ws_bytes;
 } ct_exec;
 
 typedef struct ct_state_decl {

@@ -3,9 +3,11 @@
  * running_mean, running_var, num_batches_tracked. The workspace keeps the
  * batch mean and 1/sqrt(var+eps) from forward to backward, and after them
  * (at a 256-byte aligned address) the reserve of a backend that fuses the
- * layer's activation (batchnorm_act_*: cuDNN's BN+ReLU); without one, or
- * in eval, the activation runs in place after the forward and on dy
- * before the backward. */
+ * layer's activation (batchnorm_act_*: cuDNN's BN+ReLU), unless a max pool
+ * took the ReLU's gradient over: then no backward reads the reserve and
+ * the forward's pass workspace holds it. Without such a backend, or in
+ * eval, the activation runs in place after the forward and on dy before
+ * the backward. */
 #include "nn/layer.h"
 
 static ct_status setup(ct_layer *l) {
@@ -51,26 +53,48 @@ static int fused(const ct_layer *l, const ct_exec *e) {
   return l->act != CT_ACT_NONE && e->training && e->be->batchnorm_act_fwd;
 }
 
-/* The planner calls this for the step's plan and for trial plans (also
- * after steps at other batch sizes: ctrain summary), always with e->batch
- * the planned largest batch, so the reserve is sized for that batch from
- * l->x[0]'s dtype and layout and comes out the same each time. 255
- * bytes of slack let the reserve start on a 256-byte boundary (the
- * alignment cudaMalloc gives; plan buffers have 64). */
-static size_t ws_bytes(ct_layer *l, ct_exec *e) {
-  l->ws_reserve = 0;
-  if (fused(l, e)) {
-    ct_tensor x = l->x[0];
-    x.shape[0] = e->batch;
-    l->ws_reserve = e->be->batchnorm_act_reserve(e->dev, l->act, &x);
-  }
-  return stats_bytes(l) + (l->ws_reserve ? 255 + l->ws_reserve : 0);
+/* Whether a max pool took this layer's ReLU gradient over (nn/fuse.h):
+ * the fused forward's reserve then serves no backward. */
+static int relu_moved(const ct_layer *l) { return l->relu_moved == CT_RELU_MOVED_TO_POOL; }
+
+/* The reserve the fused forward keeps for the fused backward, for the
+ * planned batch: the planner calls the sizing functions below for the
+ * step's plan and for trial plans (also after steps at other batch sizes:
+ * ctrain summary), always with e->batch the planned largest batch, so it
+ * is sized from l->x[0]'s dtype and layout and comes out the same each
+ * time. */
+static size_t reserve_bytes(ct_layer *l, ct_exec *e) {
+  if (!fused(l, e)) return 0;
+  ct_tensor x = l->x[0];
+  x.shape[0] = e->batch;
+  return e->be->batchnorm_act_reserve(e->dev, l->act, &x);
 }
 
-static void *reserve(const ct_layer *l) {
-  if (!l->ws || !l->ws_reserve) return NULL;
-  uintptr_t p = (uintptr_t)l->ws + stats_bytes(l);
-  return (void *)((p + 255) & ~(uintptr_t)255);
+/* The workspace kept from forward to backward: the statistics, and the
+ * reserve unless the ReLU moved (then the forward's pass workspace holds
+ * it, pass_ws_bytes). 255 bytes of slack let the reserve start on a
+ * 256-byte boundary (the alignment cudaMalloc gives; plan buffers have
+ * 64). */
+static size_t ws_bytes(ct_layer *l, ct_exec *e) {
+  l->ws_reserve = reserve_bytes(l, e);
+  size_t kept = relu_moved(l) ? 0 : l->ws_reserve;
+  return stats_bytes(l) + (kept ? 255 + kept : 0);
+}
+
+static size_t pass_ws_bytes(ct_layer *l, ct_exec *e, int backward) {
+  size_t r = backward || !relu_moved(l) ? 0 : reserve_bytes(l, e);
+  return r ? 255 + r : 0;
+}
+
+/* Where the fused forward writes its reserve: after the statistics in the
+ * kept workspace or, with the ReLU moved, in the forward's pass
+ * workspace; NULL without one (the backend then runs unfused). */
+static void *reserve(const ct_layer *l, const ct_exec *e) {
+  if (!l->ws_reserve) return NULL;
+  uintptr_t p = 0;
+  if (!relu_moved(l)) p = l->ws ? (uintptr_t)l->ws + stats_bytes(l) : 0;
+  else if (e->pass_ws_bytes >= 255 + l->ws_reserve) p = (uintptr_t)e->pass_ws;
+  return p ? (void *)((p + 255) & ~(uintptr_t)255) : NULL;
 }
 
 static void stats(ct_layer *l, ct_tensor *mean, ct_tensor *invstd) {
@@ -93,7 +117,7 @@ static ct_status forward(ct_layer *l, ct_exec *e) {
   ct_status s;
   if (fused(l, e)) {
     s = e->be->batchnorm_act_fwd(e->dev, l->act, &l->x[0], gamma, beta, rm, rv, l->fp[1], l->fp[0], &l->y, &mean,
-                                 &invstd, reserve(l), l->ws_reserve);
+                                 &invstd, reserve(l, e), l->ws_reserve);
   } else {
     s = e->be->batchnorm_fwd(e->dev, e->training, &l->x[0], gamma, beta, rm, rv, l->fp[1], l->fp[0], &l->y,
                              e->training ? &mean : NULL, e->training ? &invstd : NULL);
@@ -113,12 +137,12 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
    * backward then runs on dy as it is, after a fused forward too (the
    * saved statistics are the same; the reserve only serves the fused
    * backward), and y need not be kept. */
-  ct_act act = l->relu_moved == CT_RELU_MOVED_TO_POOL ? CT_ACT_NONE : l->act;
+  ct_act act = relu_moved(l) ? CT_ACT_NONE : l->act;
   /* The executor always gives batch norm a dx buffer (the backends compute
    * it with the parameter gradients in one pass). */
   if (act != CT_ACT_NONE && fused(l, e))
     return e->be->batchnorm_act_bwd(e->dev, l->act, &l->x[0], &l->y, &l->dy, gamma, l->ip[2] ? &l->w[1] : NULL,
-                                    l->fp[0], &mean, &invstd, reserve(l), l->ws_reserve, &l->dx[0], dgamma, dbeta,
+                                    l->fp[0], &mean, &invstd, reserve(l, e), l->ws_reserve, &l->dx[0], dgamma, dbeta,
                                     l->grad_beta);
   if (act != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
   return e->be->batchnorm_bwd(e->dev, &l->x[0], &l->dy, gamma, &mean, &invstd, &l->dx[0], dgamma, dbeta,
@@ -126,4 +150,4 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
 }
 
 const ct_layer_class ct_layer_batchnorm = {"batchnorm", "BatchNorm", CT_LAYER_SAVES_INPUT, setup, init, ws_bytes,
-                                           forward, backward, NULL};
+                                           forward, backward, pass_ws_bytes};
