@@ -19,7 +19,8 @@ cuDNN call: the weight gradient is not widened), and the host never
 synchronises a stream or the device in a steady step (it only waits on
 the event of the lagged statistics read-back). The counts are the
 emulator's: the real libraries may launch more kernels per call than the
-one line each call writes here.
+one line each call writes here. --expect REGEX=N (repeatable) also
+requires N calls per step whose "name detail" matches REGEX.
 """
 import argparse
 import collections
@@ -79,6 +80,8 @@ def main():
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--steps", type=int, default=3, help="steps of the shorter run (the step counted is the next)")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--expect", action="append", default=[], metavar="REGEX=N",
+                    help="fail unless the step's calls whose 'name detail' matches REGEX number N (repeatable)")
     ap.add_argument("extra", nargs="*", help="more ctrain flags (after --)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -112,6 +115,13 @@ def main():
             problems.append("host synchronises inside a steady step: %s" % syncs)
         if not any(k[0] == "cudnn" for k in step) and not any(k[0] == "cublasLt" for k in step):
             problems.append("no library call in the step: the trace or the subtraction is broken")
+    for e in args.expect:
+        rx, _, n = e.rpartition("=")
+        got = sum(v for k, v in step.items() if re.search(rx, "%s %s" % (k[1], k[2])))
+        if not rx or not n.isdigit():
+            problems.append("--expect %r: give REGEX=N" % e)
+        elif got != int(n):
+            problems.append("%d calls per step match %r, expected %s" % (got, rx, n))
     for p in problems:
         print("step_census: " + p, file=sys.stderr)
     return 1 if problems else 0
