@@ -5,14 +5,9 @@
 #include "ctrain/dtype.h"
 #include "data/transform_params.h"
 
-static void store(void *dst, int dtype, int64_t j, float v) {
-  if (dtype == CT_BF16) ((uint16_t *)dst)[j] = ct_f32_to_bf16(v);
-  else if (dtype == CT_F16) ((uint16_t *)dst)[j] = ct_f32_to_f16(v);
-  else ((float *)dst)[j] = v;
-}
-
 void ct_xf_batch_host(const ct_xf_batch *b) {
   const ct_xf_params *p = &b->p;
+  const size_t es = ct_dtype_size((ct_dtype)b->dtype);
   int64_t img = (int64_t)p->c * p->h * p->w, per = (int64_t)p->c * p->oh * p->ow;
   for (int64_t i = 0; i < b->n; i++) {
     int64_t row = b->rows ? b->rows[i] : i, sample = b->samples ? b->samples[i] : row;
@@ -24,7 +19,8 @@ void ct_xf_batch_host(const ct_xf_batch *b) {
       for (int y = 0; y < p->oh; y++)
         for (int x = 0; x < p->ow; x++) {
           int64_t j = b->nhwc ? ((int64_t)y * p->ow + x) * p->c + k : ((int64_t)k * p->oh + y) * p->ow + x;
-          store(b->dst, b->dtype, i * per + j, ct_xf_pixel(p, src, k, y, x, oy, ox, flip));
+          float v = ct_xf_pixel(p, src, k, y, x, oy, ox, flip);
+          ct_convert(&v, CT_F32, (char *)b->dst + (size_t)(i * per + j) * es, (ct_dtype)b->dtype, 1);
         }
   }
 }

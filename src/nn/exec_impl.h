@@ -31,8 +31,7 @@ static inline int ct_exec_saves_output(const ct_layer *l) {
   if (ct_layer_is_fused(l)) return 0; /* a folded ReLU: its producer's backward applies it */
   /* fused activation: backward reads y, unless a max pool took its ReLU's
    * gradient over, which reads its own y for it instead (nn/fuse.h) */
-  if (l->act != CT_ACT_NONE && l->relu_moved != CT_RELU_MOVED_TO_POOL) return 1;
-  if (l->relu_moved == CT_RELU_MOVED_FROM_INPUT) return 1;
+  if (ct_layer_bwd_act(l) != CT_ACT_NONE || l->relu_moved == CT_RELU_MOVED_FROM_INPUT) return 1;
   return (l->cls->flags & CT_LAYER_SAVES_OUTPUT) != 0;
 }
 

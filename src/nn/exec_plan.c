@@ -115,7 +115,7 @@ static void grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias, int
   for (int i = 0; i < L; i++) {
     const ct_layer *l = &m->layers[i];
     span[i] = bwd[i];
-    dirty[i] = (l->act != CT_ACT_NONE && l->cls != &ct_layer_activation && l->relu_moved != CT_RELU_MOVED_TO_POOL) ||
+    dirty[i] = (ct_layer_bwd_act(l) != CT_ACT_NONE && l->cls != &ct_layer_activation) ||
                l->relu_moved == CT_RELU_MOVED_FROM_INPUT;
   }
   for (int i = 0; i < L; i++) {

@@ -147,6 +147,12 @@ struct ct_layer {
   int dx_acc[CT_LAYER_MAX_IN];
 };
 
+/* The fused activation whose gradient l's own backward applies: l->act,
+ * or none when a max pool took its ReLU's gradient over (nn/fuse.h). */
+static inline ct_act ct_layer_bwd_act(const ct_layer *l) {
+  return l->relu_moved == CT_RELU_MOVED_TO_POOL ? CT_ACT_NONE : l->act;
+}
+
 /* Declares a state entry; returns its slot. */
 int ct_layer_declare(ct_layer *l, const char *suffix, int is_buffer, ct_dtype dt, int ndim, const int64_t *shape);
 /* numel of a per-sample shape. */

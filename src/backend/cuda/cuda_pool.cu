@@ -63,26 +63,16 @@ static int pool_fits32(const pool_geom &g) {
  * the caller (K32, K64): the CUDA emulator's launch rewrite, tests/emu,
  * needs a plain name at a launch, and its trace (bench/gpu/step_census.py)
  * shows that name. */
-#define POOL_LAUNCH(K, K32, K64, n, g, ...)                                       \
+#define POOL_LAUNCH(K, K32, K64, n, g, ...) POOL_LAUNCH_T(K<int32_t>, K<int64_t>, K32, K64, n, g, __VA_ARGS__)
+/* The same with the two instances given (parenthesised when their
+ * template arguments hold a comma: the max-pool kernels' workspace type). */
+#define POOL_LAUNCH_T(KI32, KI64, K32, K64, n, g, ...)                           \
   do {                                                                            \
     if (pool_fits32(g)) {                                                         \
-      auto K32 = K<int32_t>;                                                      \
+      auto K32 = KI32;                                                            \
       K32<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), __VA_ARGS__); \
     } else {                                                                      \
-      auto K64 = K<int64_t>;                                                      \
-      K64<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(geom_as<int64_t>(g), __VA_ARGS__); \
-    }                                                                             \
-  } while (0)
-
-/* POOL_LAUNCH for the max-pool kernels, whose second template argument
- * is the workspace's entry type A. */
-#define POOL_LAUNCH_A(K, A, K32, K64, n, g, ...)                                  \
-  do {                                                                            \
-    if (pool_fits32(g)) {                                                         \
-      auto K32 = K<int32_t, A>;                                                   \
-      K32<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), __VA_ARGS__); \
-    } else {                                                                      \
-      auto K64 = K<int64_t, A>;                                                   \
+      auto K64 = KI64;                                                            \
       K64<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(geom_as<int64_t>(g), __VA_ARGS__); \
     }                                                                             \
   } while (0)
@@ -468,7 +458,8 @@ static void maxpool_fwd_launch(ct_device *d, const pool_geom &g, int64_t n, cons
                                                      : k_maxpool_fwd_nhwc<CT_F16, A>;
     k_maxpool_fwd_nhwc8<<<ct_blocks(n / CT_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), x->data, y->data, ws);
   } else {
-    POOL_LAUNCH_A(k_maxpool_fwd, A, k_maxpool_fwd32, k_maxpool_fwd64, n, g, x->data, x->dtype, y->data, y->dtype, ws);
+    POOL_LAUNCH_T((k_maxpool_fwd<int32_t, A>), (k_maxpool_fwd<int64_t, A>), k_maxpool_fwd32, k_maxpool_fwd64, n, g,
+                  x->data, x->dtype, y->data, y->dtype, ws);
   }
 }
 
@@ -482,8 +473,8 @@ static void maxpool_bwd_launch(ct_device *d, const pool_geom &g, int64_t n, cons
     k_maxpool_bwd_nhwc8<<<ct_blocks(n / CT_VEC), CT_THREADS, 0, STREAM(d)>>>(geom_as<int32_t>(g), dy->data, ws,
                                                                            dx->data);
   } else {
-    POOL_LAUNCH_A(k_maxpool_bwd, A, k_maxpool_bwd32, k_maxpool_bwd64, n, g, dy->data, dy->dtype, ws, dx->data,
-                  dx->dtype);
+    POOL_LAUNCH_T((k_maxpool_bwd<int32_t, A>), (k_maxpool_bwd<int64_t, A>), k_maxpool_bwd32, k_maxpool_bwd64, n, g,
+                  dy->data, dy->dtype, ws, dx->data, dx->dtype);
   }
 }
 

@@ -137,7 +137,7 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
    * backward then runs on dy as it is, after a fused forward too (the
    * saved statistics are the same; the reserve only serves the fused
    * backward), and y need not be kept. */
-  ct_act act = relu_moved(l) ? CT_ACT_NONE : l->act;
+  ct_act act = ct_layer_bwd_act(l);
   /* The executor always gives batch norm a dx buffer (the backends compute
    * it with the parameter gradients in one pass). */
   if (act != CT_ACT_NONE && fused(l, e))

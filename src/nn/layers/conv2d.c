@@ -53,8 +53,7 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
   ct_conv2d_params p = params(l);
   /* The fused activation's gradient, in place; a max pool reading this
    * output alone applies the ReLU's instead (CT_RELU_MOVED_TO_POOL). */
-  if (l->act != CT_ACT_NONE && l->relu_moved != CT_RELU_MOVED_TO_POOL)
-    CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
+  if (ct_layer_bwd_act(l) != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
   CT_TRY(e->be->conv2d_bwd_weights(e->dev, &p, &l->x[0], &l->dy, &l->g[0], l->ip[11] ? &l->g[1] : NULL,
                                    l->grad_beta));
   if (l->dx[0].data)
