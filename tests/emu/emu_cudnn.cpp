@@ -56,6 +56,8 @@
  * - CT_EMU_DNN_FIRST_FAILS=1: the compute calls refuse the algorithm every
  *   query ranks first (NOT_SUPPORTED, as cuDNN can at execution for an
  *   entry its heuristics listed as supported); the second still runs.
+ * - CT_EMU_DNN_THIN_C_SLOW=<factor>: cudnnFind's times for NHWC
+ *   convolutions whose C is not a multiple of 8 multiplied by factor.
  * - CT_EMU_DNN_BIG_WS=1: the first-ranked algorithm asks for a workspace
  *   as large as its largest tensor (f32 sizes) instead of a few KB, as
  *   cuDNN's fast algorithms can, and every call scribbles all of it; a
@@ -289,6 +291,18 @@ bool big_ws() {
   return on;
 }
 
+/* CT_EMU_DNN_THIN_C_SLOW=<factor>: the Find calls' times for an NHWC
+ * convolution over a channel count that is not a multiple of 8 are
+ * multiplied by factor (read at each call, so one test can switch it):
+ * on an H100 such a pass (AlexNet's 3-channel stem) ran at about a tenth
+ * of the tensor cores' rate, which is what space-to-depth measures itself
+ * against (cuda_conv.c). */
+float thin_c_factor(const geo &g) {
+  const char *f = getenv("CT_EMU_DNN_THIN_C_SLOW");
+  const float v = f ? strtof(f, nullptr) : 0.f;
+  return g.nhwc && g.C % 8 && v > 0.f ? v : 1.f;
+}
+
 /* CT_EMU_DNN_FIRST_FAILS=1: the first-ranked algorithm refuses to run. */
 bool first_fails() {
   static const bool on = ct_emu::env_flag("CT_EMU_DNN_FIRST_FAILS");
@@ -480,7 +494,7 @@ cudnnStatus_t list_algos(pass p, const geo &g, cudnnMathType_t math, bool measur
     memset(&q, 0, sizeof q);
     q.algo = (Algo)offered[p][i];
     q.status = refused ? CUDNN_STATUS_NOT_SUPPORTED_LAYOUT : CUDNN_STATUS_SUCCESS;
-    q.time = measured ? 0.01f * (float)(i + 1) : -1.0f;
+    q.time = measured ? 0.01f * (float)(i + 1) * thin_c_factor(g) : -1.0f;
     q.memory = (size_t)algo_workspace(p, offered[p][i], g);
     q.determinism = deterministic(p, offered[p][i]) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
     q.mathType = listed_math(math);

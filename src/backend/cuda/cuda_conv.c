@@ -90,7 +90,7 @@ typedef struct conv_cand {
 #define GRAPH_CANDS 8
 #define GRAPH_FALLBACKS 3
 #define CONV_CANDS (LEGACY_CANDS + GRAPH_CANDS)
-#define KEY_LEN 25
+#define KEY_LEN 26
 
 /* A convolution plan: the descriptors and the algorithms for one shape,
  * pass, dtype, math type and layout. Built once per shape (heuristic, or
@@ -118,6 +118,11 @@ typedef struct conv_plan {
   int accumulated;
   size_t need_max;
   long long calls, in_scratch;
+  /* A space-to-depth plan (key[25] > 0) under cudnn_benchmark's auto
+   * choice: 1 taken, -1 the direct pass was faster, 0 not measured; the
+   * staging kernels' time and the direct pass's, in ms (s2d_measure). */
+  int s2d_verdict;
+  float s2d_staging_ms, s2d_direct_ms;
 } conv_plan;
 
 struct cuda_conv_cache {
@@ -154,9 +159,11 @@ void cuda_conv_cache_free(ct_device *d) {
 }
 
 /* beta: the blend a graph plan bakes in (0 where the legacy API runs
- * alone, which takes it per call). */
+ * alone, which takes it per call); s2d: the block of a space-to-depth
+ * pass (0 for a direct one), whose shapes could otherwise be a direct
+ * convolution's. */
 static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs, const int64_t *wsh,
-                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int nhwc, float beta) {
+                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int nhwc, float beta, int s2d) {
   memset(k, 0, sizeof(int) * KEY_LEN);
   k[0] = (int)kind, k[1] = (int)rt, k[2] = (int)math, k[3] = bench;
   for (int i = 0; i < 4; i++) k[4 + i] = (int)xs[i], k[8 + i] = (int)wsh[i], k[12 + i] = (int)ys[i];
@@ -164,6 +171,7 @@ static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const in
   k[22] = p->groups;
   k[23] = nhwc;
   memcpy(&k[24], &beta, sizeof beta);
+  k[25] = s2d;
 }
 
 /* 1 for the math types that use tensor cores. */
@@ -289,14 +297,14 @@ static ct_status add_graph_cands(ct_device *d, cudnnHandle_t h, conv_kind kind, 
 
 static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                             const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                            cudnnMathType_t math, int bench, int nhwc, float beta, conv_plan *out) {
+                            cudnnMathType_t math, int bench, int nhwc, float beta, int s2d, conv_plan *out) {
   const char *op = kind_name[kind];
   const cudnnDataType_t dt = dnn_type(rt);
   const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   ct_status s = CT_OK;
   conv_plan c;
   memset(&c, 0, sizeof c);
-  make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench, nhwc, beta);
+  make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench, nhwc, beta, s2d);
   DNN(cudnnCreateTensorDescriptor(&c.xd));
   DNN(cudnnCreateTensorDescriptor(&c.yd));
   DNN(cudnnCreateFilterDescriptor(&c.wd));
@@ -376,10 +384,10 @@ done:
 /* The cached plan for this call, built on a miss. */
 static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                           const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                          cudnnMathType_t math, int nhwc, float beta, conv_plan **out) {
+                          cudnnMathType_t math, int nhwc, float beta, int s2d, conv_plan **out) {
   cuda_dev *cd = cuda_dev_of(d);
   int key[KEY_LEN];
-  make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, beta);
+  make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, beta, s2d);
   struct cuda_conv_cache *c = cd->conv_cache;
   for (int i = 0; c && i < c->n; i++)
     if (!memcmp(c->p[i].key, key, sizeof key)) {
@@ -398,7 +406,7 @@ static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
     c->p = np;
     c->cap = cap;
   }
-  CT_TRY(plan_build(d, h, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, beta, &c->p[c->n]));
+  CT_TRY(plan_build(d, h, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, beta, s2d, &c->p[c->n]));
   *out = &c->p[c->n++];
   return CT_OK;
 }
@@ -426,23 +434,75 @@ static conv_arg in_layout(conv_arg a, int nhwc) {
   return a;
 }
 
-/* One attempt with the plan's current candidate: scratch (workspace and
- * staged operands), inputs staged, the cuDNN call, a staged output back.
- * *retry says whether the next candidate may succeed where this failed:
- * the scratch did not fit in memory, or cuDNN refused to run the
- * algorithm (NOT_SUPPORTED). Nothing but scratch is written before the
- * cuDNN call, so a retry starts clean. */
+/* Space-to-depth (cuda_s2d.cu, whose header has the index maps). cuDNN
+ * runs a strided convolution over a few input channels far below the
+ * tensor cores' rate: AlexNet's 11x11/4 stem over 3 channels took 1.28 +
+ * 1.51 ms of an 8.2 ms fp16 step on an H100 (about 28 TFLOP/s), where
+ * PyTorch's trace shows cuDNN padding the channels itself. Such a pass
+ * runs as a stride-1 convolution over Cp = C*s*s channels instead:
+ * AlexNet's stem as 3x3 over 48, ResNet's 7x7/2 as 4x4 over 16 (12
+ * padded to a multiple of 8). Forward and weight-gradient passes only:
+ * backward-data, which a model's first layer never runs, stays direct.
+ * S and W' (or dW') are staged in the pass's memory after the rest. */
+typedef struct s2d_pass {
+  cuda_s2d g;
+  ct_conv2d_params p;    /* stride 1, no padding, no dilation, one group */
+  int64_t xs[4], wsh[4]; /* S [N, Cp, Hs, Ws], W' [O, Cp, KHs, KWs] */
+  conv_arg x, w;         /* the call's x, and its w (forward) or dw (weight gradient) */
+  float beta;            /* the weight gradient's blend, which the fold applies */
+} s2d_pass;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* 1 when this pass may run space-to-depth by its shape (z's geometry
+ * filled): forward or weight gradient, a stride s >= 2 alike in both
+ * directions, one group, no dilation, C not a multiple of 8, a kernel at
+ * least s wide, Cp at most 64, and no more multiply-adds than the direct
+ * convolution with its channels padded to 8 (what cuDNN's channels-last
+ * tensor-core kernels run for such a C): AlexNet's stem 432 against 968
+ * per output, ResNet's 256 against 392. */
+static int s2d_fits(conv_kind kind, const ct_conv2d_params *p, const int64_t *xs, const int64_t *wsh,
+                    const int64_t *ys, s2d_pass *z) {
+  const int64_t s = p->stride_h, C = xs[1], KH = wsh[2], KW = wsh[3];
+  if (kind == CONV_BWD_DATA || s < 2 || p->stride_w != s || p->groups != 1 || p->dil_h != 1 || p->dil_w != 1 ||
+      C % 8 == 0 || KH < s || KW < s)
+    return 0;
+  cuda_s2d g = {s, p->pad_h, p->pad_w, xs[0], C, xs[2], xs[3], wsh[0], KH, KW, 0, 0, 0, 0, 0};
+  g.Cp = ceil_div(C * s * s, 8) * 8;
+  g.KHs = ceil_div(KH, s), g.KWs = ceil_div(KW, s);
+  g.Hs = ys[2] + g.KHs - 1, g.Ws = ys[3] + g.KWs - 1;
+  if (g.Cp > 64 || g.Cp * g.KHs * g.KWs > ceil_div(C, 8) * 8 * KH * KW) return 0;
+  memset(z, 0, sizeof *z);
+  z->g = g;
+  const ct_conv2d_params one = {1, 1, 0, 0, 1, 1, 1};
+  z->p = one;
+  const int64_t S[4] = {g.N, g.Cp, g.Hs, g.Ws}, Wz[4] = {g.O, g.Cp, g.KHs, g.KWs};
+  memcpy(z->xs, S, sizeof S), memcpy(z->wsh, Wz, sizeof Wz);
+  return 1;
+}
+
+/* The operands cuDNN sees in a space-to-depth pass, S and W' (forward) or
+ * S and dW' (weight gradient; dy stays), channels-last in dtype t. */
+static void s2d_args(const s2d_pass *z, conv_kind kind, ct_dtype t, conv_arg *in1, conv_arg *in2, conv_arg *oa) {
+  *in1 = arg_of(NULL, t, 1, z->xs);
+  if (kind == CONV_FWD) *in2 = arg_of(NULL, t, 1, z->wsh);
+  else *oa = arg_of(NULL, t, 1, z->wsh);
+}
+
 /* What one call of candidate k takes: its workspace, then each operand
  * staged in the pass's dtype rt and layout nhwc (those already in both are
- * used where they lie); *off* give each staged operand's offset. The
- * operands as in_layout leaves them for this pass. */
+ * used where they lie), then a space-to-depth pass's S and W' (z; NULL
+ * for a direct pass); off* give the offsets. The operands as in_layout
+ * (and s2d_args) leave them for this pass. */
 typedef struct conv_layout {
   int st1, st2, sto;        /* staged: first and second input, output */
   size_t off1, off2, offo;  /* their offsets after the workspace */
+  size_t offs, offw;        /* S and W' (or dW') */
   size_t total;             /* bytes of it all */
 } conv_layout;
 
-static conv_layout conv_need(const conv_cand *k, int nhwc, ct_dtype rt, conv_arg in1, conv_arg in2, conv_arg oa) {
+static conv_layout conv_need(const conv_cand *k, int nhwc, ct_dtype rt, conv_arg in1, conv_arg in2, conv_arg oa,
+                             const s2d_pass *z) {
   const size_t es = ct_dtype_size(rt);
   conv_layout L;
   L.st1 = in1.t != rt || in1.nhwc != nhwc, L.st2 = in2.t != rt || in2.nhwc != nhwc;
@@ -450,15 +510,27 @@ static conv_layout conv_need(const conv_cand *k, int nhwc, ct_dtype rt, conv_arg
   L.off1 = round256(k->wsb);
   L.off2 = L.off1 + (L.st1 ? round256((size_t)(in1.n * in1.c * in1.hw) * es) : 0);
   L.offo = L.off2 + (L.st2 ? round256((size_t)(in2.n * in2.c * in2.hw) * es) : 0);
-  L.total = L.offo + (L.sto ? round256((size_t)(oa.n * oa.c * oa.hw) * es) : 0);
+  L.offs = L.offo + (L.sto ? round256((size_t)(oa.n * oa.c * oa.hw) * es) : 0);
+  L.offw = L.offs + (z ? round256((size_t)numel4(z->xs) * es) : 0);
+  L.total = L.offw + (z ? round256((size_t)numel4(z->wsh) * es) : 0);
   return L;
 }
 
+/* One attempt with the plan's current candidate: scratch (workspace and
+ * staged operands), inputs staged, the cuDNN call, a staged output back.
+ * *retry says whether the next candidate may succeed where this failed:
+ * the scratch did not fit in memory, or cuDNN refused to run the
+ * algorithm (NOT_SUPPORTED). Nothing but scratch is written before the
+ * cuDNN call, so a retry starts clean. A space-to-depth pass (z) stages
+ * S and W' first and folds dW' into the call's dw last (beta 0 here:
+ * the fold blends). */
 static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_plan *c, int nhwc, ct_dtype rt,
-                          conv_arg in1, conv_arg in2, void *out, conv_arg oa, float beta, int *retry) {
+                          conv_arg in1, conv_arg in2, void *out, conv_arg oa, float beta, const s2d_pass *z,
+                          int *retry) {
+  if (z) s2d_args(z, kind, rt, &in1, &in2, &oa);
   in1 = in_layout(in1, nhwc), in2 = in_layout(in2, nhwc), oa = in_layout(oa, nhwc);
   const conv_cand *k = &c->cand[c->cur];
-  const conv_layout L = conv_need(k, nhwc, rt, in1, in2, oa);
+  const conv_layout L = conv_need(k, nhwc, rt, in1, in2, oa, z);
   const size_t wsb = k->wsb;
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
   const int st1 = L.st1, st2 = L.st2, sto = L.sto;
@@ -480,9 +552,22 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_pl
     }
   }
   c->calls++;
-  if (beta != 0.f) c->accumulated = 1;
+  if (beta != 0.f || (z && z->beta != 0.f)) c->accumulated = 1;
   if (total > c->need_max) c->need_max = total;
   void *ws = wsb ? scr : NULL;
+  void *zw = NULL;
+  if (z) {
+    void *S = (char *)scr + L.offs;
+    zw = (char *)scr + L.offw;
+    CT_TRY(cuda_s2d_input(d, &z->g, z->x.p, z->x.t, z->x.nhwc, S, rt));
+    in1.p = S;
+    if (kind == CONV_FWD) {
+      CT_TRY(cuda_s2d_weight(d, &z->g, z->w.p, z->w.t, zw, rt));
+      in2.p = zw;
+    } else {
+      out = zw;
+    }
+  }
   const void *a = in1.p, *b = in2.p;
   void *dst = out;
   if (st1) {
@@ -535,7 +620,8 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_pl
                     k->algo, k->math == CUDNN_FMA_MATH ? "FMA" : tensor_op_math(k->math) ? "tensor-op" : "default",
                     wsb, cudnnGetErrorString(e));
   }
-  if (sto) return cuda_relayout(d, dst, rt, nhwc, out, ot, oa.nhwc, oa.n, oa.c, oa.hw, beta);
+  if (sto) CT_TRY(cuda_relayout(d, dst, rt, nhwc, out, ot, oa.nhwc, oa.n, oa.c, oa.hw, beta));
+  if (z && kind == CONV_BWD_FILTER) return cuda_s2d_weight_grad(d, &z->g, zw, rt, (void *)z->w.p, z->w.t, z->beta);
   return CT_OK;
 }
 
@@ -558,34 +644,24 @@ static float plan_beta(const cuda_dev *cd, float beta, conv_arg oa, ct_dtype rt,
 
 /* The plan for dtype rt in the layout *nhwc asks for, or NCHW (*nhwc
  * cleared) when cuDNN has no channels-last algorithm for it; a plan with
- * no candidates when neither has one. */
+ * no candidates when neither has one. s2d: as make_key. */
 static ct_status plan_for(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                           const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                          cudnnMathType_t math, conv_arg oa, float beta, int *nhwc, conv_plan **c) {
+                          cudnnMathType_t math, conv_arg oa, float beta, int s2d, int *nhwc, conv_plan **c) {
   const cuda_dev *cd = cuda_dev_of(d);
-  CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, *nhwc, plan_beta(cd, beta, oa, rt, *nhwc), c));
+  CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, *nhwc, plan_beta(cd, beta, oa, rt, *nhwc), s2d, c));
   if (!(*c)->ncand && *nhwc) {
     *nhwc = 0;
-    CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, 0, plan_beta(cd, beta, oa, rt, 0), c));
+    CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, 0, plan_beta(cd, beta, oa, rt, 0), s2d, c));
   }
   return CT_OK;
 }
 
-/* Runs one convolution pass. Shapes: xs = x [N,C,H,W], wsh = w
- * [O,C/groups,KH,KW], ys = y [N,O,OH,OW]. Operands by kind:
- *   fwd:         in1 = x,  in2 = w,  out = y
- *   bwd_data:    in1 = dy, in2 = w,  out = dx (out = beta*out + grad)
- *   bwd_filter:  in1 = x,  in2 = dy, out = dw (out = beta*out + grad)
- * (fwd: beta 0). A staged output is accumulated as it is copied back.
- * Each operand carries its own layout; the pass runs NHWC when any does
- * (NCHW when cuDNN has no NHWC algorithm for it), and operands in the
- * other layout or another dtype than the pass's are staged in scratch
- * (inputs before, the output after the cuDNN call). */
 /* The plan a pass runs with (*c), its dtype (*rt) and layout (*nhwc), from
  * the operands' dtypes and layouts; *h the device's cuDNN handle. */
 static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
                               const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, conv_arg oa,
-                              float beta, cudnnHandle_t *h, conv_plan **c, ct_dtype *rt, int *nhwc) {
+                              float beta, int s2d, cudnnHandle_t *h, conv_plan **c, ct_dtype *rt, int *nhwc) {
   const char *op = kind_name[kind];
   cuda_dev *cd = cuda_dev_of(d);
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
@@ -609,11 +685,11 @@ static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_para
   *rt = kind == CONV_BWD_FILTER && t1 != CT_F32 ? t1 : ot;
   const int any_nhwc = in1.nhwc || in2.nhwc || oa.nhwc;
   *nhwc = any_nhwc;
-  CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), oa, beta, nhwc, c));
+  CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), oa, beta, s2d, nhwc, c));
   if (!(*c)->ncand && *rt != ot) {
     *rt = ot;
     *nhwc = any_nhwc;
-    CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), oa, beta, nhwc, c));
+    CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), oa, beta, s2d, nhwc, c));
   }
   if (!(*c)->ncand)
     return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, "
@@ -624,17 +700,164 @@ static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_para
   return CT_OK;
 }
 
-static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
-                           const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, void *out, conv_arg oa,
-                           float beta) {
+/* A pass as it runs: direct, or space-to-depth (z set) with its own
+ * parameters, shapes, operands (S, W', dW' as s2d_args gives them, in
+ * the call's dtype until conv_try knows the pass's) and beta. */
+typedef struct conv_call {
+  const ct_conv2d_params *p;
+  const int64_t *xs, *wsh;
+  conv_arg in1, in2, oa;
+  float beta;
+  const s2d_pass *z;
+} conv_call;
+
+static conv_call direct_call(const ct_conv2d_params *p, const int64_t *xs, const int64_t *wsh, conv_arg in1,
+                             conv_arg in2, conv_arg oa, float beta) {
+  conv_call cc = {p, xs, wsh, in1, in2, oa, beta, NULL};
+  return cc;
+}
+
+static conv_call s2d_call(const s2d_pass *z, conv_kind kind, conv_arg in1, conv_arg in2, conv_arg oa) {
+  s2d_args(z, kind, in1.t, &in1, &in2, &oa);
+  conv_call cc = {&z->p, z->xs, z->wsh, in1, in2, oa, 0.f, z};
+  return cc;
+}
+
+static ct_status resolve_call(ct_device *d, conv_kind kind, const conv_call *cc, const int64_t *ys, cudnnHandle_t *h,
+                              conv_plan **c, ct_dtype *rt, int *nhwc) {
+  return conv_resolve(d, kind, cc->p, cc->xs, cc->wsh, ys, cc->in1, cc->in2, cc->oa, cc->beta,
+                      cc->z ? (int)cc->z->g.s : 0, h, c, rt, nhwc);
+}
+
+/* The time of the kernels a space-to-depth pass adds (S, and W' or the
+ * fold of dW'), in ms: one warm-up, then the mean of three between two
+ * events, on buffers of their own (outside a stream capture, as
+ * cudnnFind's). -1 when those buffers do not fit. */
+static ct_status s2d_time_staging(ct_device *d, conv_kind kind, const s2d_pass *z, ct_dtype rt, float *ms) {
+  const cuda_s2d *g = &z->g;
+  const size_t es = ct_dtype_size(rt);
+  const size_t bx = round256((size_t)(g->N * g->C * g->H * g->W) * ct_dtype_size(z->x.t));
+  const size_t bs = round256((size_t)numel4(z->xs) * es), bz = round256((size_t)numel4(z->wsh) * es);
+  const size_t bw = round256((size_t)(g->O * g->C * g->KH * g->KW) * ct_dtype_size(z->w.t));
+  *ms = -1.f;
+  CT_TRY(cuda_enter(d));
+  char *buf = NULL;
+  if (cudaMalloc((void **)&buf, bx + bs + bz + bw) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return CT_OK;
+  }
+  cudaStream_t st = cuda_stream(d);
+  cudaEvent_t ev[2] = {NULL, NULL};
+  ct_status s = CT_OK;
+  cudaError_t ce = cudaMemsetAsync(buf, 0, bx + bs + bz + bw, st);
+  if (ce == cudaSuccess) ce = cudaEventCreate(&ev[0]);
+  if (ce == cudaSuccess) ce = cudaEventCreate(&ev[1]);
+  if (ce != cudaSuccess) s = cuda_rt_fail(ce, __FILE__, __LINE__, "timing space-to-depth staging");
+  for (int run = 0; s == CT_OK && run < 4; run++) {
+    if (run == 1 && (ce = cudaEventRecord(ev[0], st)) != cudaSuccess) {
+      s = cuda_rt_fail(ce, __FILE__, __LINE__, "cudaEventRecord");
+      break;
+    }
+    s = cuda_s2d_input(d, g, buf, z->x.t, z->x.nhwc, buf + bx, rt);
+    if (s == CT_OK && kind == CONV_FWD) s = cuda_s2d_weight(d, g, buf + bx + bs + bz, z->w.t, buf + bx + bs, rt);
+    else if (s == CT_OK) s = cuda_s2d_weight_grad(d, g, buf + bx + bs, rt, buf + bx + bs + bz, z->w.t, z->beta);
+  }
+  if (s == CT_OK) {
+    ce = cudaEventRecord(ev[1], st);
+    if (ce == cudaSuccess) ce = cudaEventSynchronize(ev[1]);
+    if (ce == cudaSuccess) ce = cudaEventElapsedTime(ms, ev[0], ev[1]);
+    if (ce == cudaSuccess) *ms /= 3.f;
+    else s = cuda_rt_fail(ce, __FILE__, __LINE__, "timing space-to-depth staging");
+  }
+  (void)cudaStreamSynchronize(st);
+  for (int i = 0; i < 2; i++)
+    if (ev[i]) (void)cudaEventDestroy(ev[i]);
+  (void)cudaFree(buf);
+  return s;
+}
+
+/* cudnn_benchmark's auto choice for a space-to-depth pass: taken when
+ * cuDNN's measured time for it plus its staging beats the direct pass's
+ * measured time (or either is unknown), recorded in the space-to-depth
+ * plan (s2d_verdict) so it is measured once per shape. */
+static ct_status s2d_measure(ct_device *d, conv_kind kind, const conv_call *direct, const conv_call *zc,
+                             const int64_t *ys) {
   cudnnHandle_t h;
   conv_plan *c;
   ct_dtype rt;
   int nhwc;
-  CT_TRY(conv_resolve(d, kind, p, xs, wsh, ys, in1, in2, oa, beta, &h, &c, &rt, &nhwc));
+  float direct_ms = -1.f, staging_ms = -1.f;
+  ct_status s = resolve_call(d, kind, direct, ys, &h, &c, &rt, &nhwc);
+  if (s == CT_OK) direct_ms = c->cand[c->cur].ms;
+  else if (s != CT_ERR_UNSUPPORTED) return s;
+  /* the space-to-depth plan again: resolving the direct one may have
+   * moved the cache */
+  CT_TRY(resolve_call(d, kind, zc, ys, &h, &c, &rt, &nhwc));
+  CT_TRY(s2d_time_staging(d, kind, zc->z, rt, &staging_ms));
+  const float z_ms = c->cand[c->cur].ms;
+  c->s2d_direct_ms = direct_ms, c->s2d_staging_ms = staging_ms;
+  c->s2d_verdict = direct_ms < 0 || z_ms < 0 || z_ms + (staging_ms > 0 ? staging_ms : 0) < direct_ms ? 1 : -1;
+  return CT_OK;
+}
+
+/* How this pass runs (*cc): space-to-depth where s2d_fits, the device's
+ * CTRAIN_CUDA_S2D allows it (cuda_dev.s2d) and cuDNN has an algorithm for
+ * it; under the default (auto) with cudnn_benchmark, only where
+ * s2d_measure found it faster. Otherwise direct. zbuf holds the
+ * space-to-depth geometry cc points at. */
+static ct_status conv_route(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
+                            const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, conv_arg oa, float beta,
+                            s2d_pass *zbuf, conv_call *cc) {
+  const cuda_dev *cd = cuda_dev_of(d);
+  *cc = direct_call(p, xs, wsh, in1, in2, oa, beta);
+  if (cd->s2d == CUDA_S2D_OFF || !(in1.nhwc || in2.nhwc || oa.nhwc) || !s2d_fits(kind, p, xs, wsh, ys, zbuf))
+    return CT_OK;
+  zbuf->x = in1, zbuf->w = kind == CONV_FWD ? in2 : oa, zbuf->beta = beta;
+  const conv_call zc = s2d_call(zbuf, kind, in1, in2, oa);
+  cudnnHandle_t h;
+  conv_plan *c;
+  ct_dtype rt;
+  int nhwc;
+  const ct_status s = resolve_call(d, kind, &zc, ys, &h, &c, &rt, &nhwc);
+  if (s == CT_ERR_UNSUPPORTED) return CT_OK; /* no algorithm for S: the direct pass */
+  CT_TRY(s);
+  if (cd->s2d == CUDA_S2D_AUTO && cd->cudnn_benchmark) {
+    if (!c->s2d_verdict) {
+      CT_TRY(s2d_measure(d, kind, cc, &zc, ys));
+      CT_TRY(resolve_call(d, kind, &zc, ys, &h, &c, &rt, &nhwc));
+    }
+    if (c->s2d_verdict < 0) return CT_OK;
+  }
+  *cc = zc;
+  return CT_OK;
+}
+
+/* Runs one convolution pass. Shapes: xs = x [N,C,H,W], wsh = w
+ * [O,C/groups,KH,KW], ys = y [N,O,OH,OW]. Operands by kind:
+ *   fwd:         in1 = x,  in2 = w,  out = y
+ *   bwd_data:    in1 = dy, in2 = w,  out = dx (out = beta*out + grad)
+ *   bwd_filter:  in1 = x,  in2 = dy, out = dw (out = beta*out + grad)
+ * (fwd: beta 0). A staged output is accumulated as it is copied back.
+ * Each operand carries its own layout; the pass runs NHWC when any does
+ * (NCHW when cuDNN has no NHWC algorithm for it), and operands in the
+ * other layout or another dtype than the pass's are staged in scratch
+ * (inputs before, the output after the cuDNN call). conv_route decides
+ * whether it runs space-to-depth. */
+static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
+                           const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, void *out, conv_arg oa,
+                           float beta) {
+  s2d_pass z;
+  conv_call cc;
+  CT_TRY(conv_route(d, kind, p, xs, wsh, ys, in1, in2, oa, beta, &z, &cc));
+  if (cc.z && kind == CONV_BWD_FILTER) out = NULL; /* conv_try writes dW', the fold dw */
+  cudnnHandle_t h;
+  conv_plan *c;
+  ct_dtype rt;
+  int nhwc;
+  CT_TRY(resolve_call(d, kind, &cc, ys, &h, &c, &rt, &nhwc));
   for (;;) {
     int retry = 0;
-    ct_status s = conv_try(d, h, kind, c, nhwc, rt, in1, in2, out, oa, beta, &retry);
+    ct_status s = conv_try(d, h, kind, c, nhwc, rt, cc.in1, cc.in2, out, cc.oa, cc.beta, cc.z, &retry);
     if (s == CT_OK || !retry || c->cur + 1 >= c->ncand) return s;
     c->left_oom[c->cur] = s == CT_ERR_OUT_OF_MEMORY;
     c->cur++;
@@ -672,11 +895,12 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
     const int *k = c->key;
     float kb; /* the beta graph plans baked in (plan_beta) */
     memcpy(&kb, &k[24], sizeof kb);
-    char beta[32] = "";
+    char beta[32] = "", s2d[32] = "";
     if (kb != 0.f) snprintf(beta, sizeof beta, " (graph beta %g)", kb);
-    PUT("%-18s %-4s %s x %dx%dx%dx%d w %dx%dx%dx%d stride %d pad %d groups %d%s:", kind_name[k[0]],
+    if (k[25]) snprintf(s2d, sizeof s2d, " space-to-depth %d", k[25]);
+    PUT("%-18s %-4s %s x %dx%dx%dx%d w %dx%dx%dx%d stride %d pad %d groups %d%s%s:", kind_name[k[0]],
         ct_dtype_name((ct_dtype)k[1]), k[23] ? "nhwc" : "nchw", k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11],
-        k[16], k[18], k[22], beta);
+        k[16], k[18], k[22], s2d, beta);
     if (!c->ncand) {
       PUT(" no algorithm\n");
       continue;
@@ -699,6 +923,9 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
       cand_name(&c->cand[j], nm, sizeof nm);
       PUT("; left %s: %s", nm, c->left_oom[j] ? "out of memory" : "cuDNN refused it");
     }
+    if (c->s2d_verdict)
+      PUT("; %s: %.3f ms + staging %.3f ms against the direct pass's %.3f ms", c->s2d_verdict > 0 ? "taken" : "not taken",
+          a->ms, c->s2d_staging_ms, c->s2d_direct_ms);
     PUT("\n");
   }
 #undef PUT
@@ -799,14 +1026,18 @@ size_t cuda_conv2d_workspace_bytes(ct_device *d, int pass, const ct_conv2d_param
    * built apart: the larger need of the two. */
   size_t most = 0;
   for (int acc = 0; acc < (kind != CONV_FWD && cuda_dev_of(d)->conv_graph ? 2 : 1); acc++) {
+    s2d_pass z;
+    conv_call cc;
     cudnnHandle_t h;
     conv_plan *c;
     ct_dtype rt;
     int nhwc;
-    if (conv_resolve(d, kind, p, x->shape, w->shape, y->shape, in1, in2, oa, (float)acc, &h, &c, &rt, &nhwc) != CT_OK)
+    if (conv_route(d, kind, p, x->shape, w->shape, y->shape, in1, in2, oa, (float)acc, &z, &cc) != CT_OK ||
+        resolve_call(d, kind, &cc, y->shape, &h, &c, &rt, &nhwc) != CT_OK)
       return 0;
-    const size_t need = conv_need(&c->cand[c->cur], nhwc, rt, in_layout(in1, nhwc), in_layout(in2, nhwc),
-                                  in_layout(oa, nhwc)).total;
+    if (cc.z) s2d_args(cc.z, kind, rt, &cc.in1, &cc.in2, &cc.oa);
+    const size_t need = conv_need(&c->cand[c->cur], nhwc, rt, in_layout(cc.in1, nhwc), in_layout(cc.in2, nhwc),
+                                  in_layout(cc.oa, nhwc), cc.z).total;
     if (need > most) most = need;
   }
   return most;

@@ -149,6 +149,13 @@ ct_status cuda_open(ct_device *d) {
     return ct_error(CT_ERR_INVALID_ARG, "device '%s': CTRAIN_CUDA_CONV_API=%s: expected graph or legacy", spec, api);
   }
   cd->conv_graph = api && !strcmp(api, "graph");
+  /* CTRAIN_CUDA_S2D: auto (the default), 1 always where it fits, 0 never */
+  const char *sd = getenv("CTRAIN_CUDA_S2D");
+  if (sd && *sd && strcmp(sd, "0") && strcmp(sd, "1") && strcmp(sd, "auto")) {
+    free(cd);
+    return ct_error(CT_ERR_INVALID_ARG, "device '%s': CTRAIN_CUDA_S2D=%s: expected auto, 1 or 0", spec, sd);
+  }
+  cd->s2d = !sd || !*sd || !strcmp(sd, "auto") ? CUDA_S2D_AUTO : sd[0] == '1' ? CUDA_S2D_ALWAYS : CUDA_S2D_OFF;
   pthread_mutex_init(&cd->mu, NULL);
   d->impl = cd;
   ct_status s = CT_OK;

@@ -68,6 +68,10 @@ typedef struct cuda_dev {
    * run on the legacy API), for describe; empty when none. */
   int conv_graph;
   char conv_graph_err[256];
+  /* CTRAIN_CUDA_S2D: space-to-depth for strided convolutions over few
+   * channels (cuda_conv.c): 0 off, 1 (the default) auto, 2 wherever it
+   * fits (CTRAIN_CUDA_S2D=1). */
+  int s2d;
   /* Per-shape convolution plans (descriptors, algorithm, workspace size),
    * cuda_conv.c; freed at close. */
   struct cuda_conv_cache *conv_cache;
@@ -90,6 +94,8 @@ typedef struct cuda_dev {
    * first use (cuda_bnorm.c), destroyed at close. */
   cudnnActivationDescriptor_t bn_relu;
 } cuda_dev;
+
+enum { CUDA_S2D_OFF = 0, CUDA_S2D_AUTO = 1, CUDA_S2D_ALWAYS = 2 };
 
 static inline cuda_dev *cuda_dev_of(ct_device *d) { return (cuda_dev *)d->impl; }
 #endif
@@ -175,6 +181,24 @@ ct_status cuda_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const
 size_t cuda_conv2d_workspace_bytes(ct_device *d, int pass, const ct_conv2d_params *p, const ct_tensor *a,
                                    const ct_tensor *b, const ct_tensor *out);
 void cuda_set_workspace(ct_device *d, void *p, size_t bytes);
+
+/* Space-to-depth staging (cuda_s2d.cu): a convolution of x [N, C, H, W]
+ * with w [O, C, KH, KW] at stride s and padding pad_h/pad_w run as a
+ * stride-1 convolution of S [N, Cp, Hs, Ws] with W' [O, Cp, KHs, KWs],
+ * KHs = ceil(KH / s), Hs = OH + KHs - 1, Cp = C*s*s rounded up to 8 (the
+ * file's header has the index maps). S and W' are channels-last, in
+ * dtypes of their own; x plain or NHWC, w and dw plain. */
+typedef struct cuda_s2d {
+  int64_t s, pad_h, pad_w;
+  int64_t N, C, H, W, O, KH, KW; /* x and w */
+  int64_t Cp, Hs, Ws, KHs, KWs;  /* S and W' */
+} cuda_s2d;
+/* S from x (S 16-byte aligned); W' from w; dw = beta * dw + dW' folded. */
+ct_status cuda_s2d_input(ct_device *d, const cuda_s2d *g, const void *x, ct_dtype xt, int x_nhwc, void *S,
+                         ct_dtype st);
+ct_status cuda_s2d_weight(ct_device *d, const cuda_s2d *g, const void *w, ct_dtype wt, void *Wz, ct_dtype zt);
+ct_status cuda_s2d_weight_grad(ct_device *d, const cuda_s2d *g, const void *dWz, ct_dtype zt, void *dw, ct_dtype dt,
+                               float beta);
 
 /* ---- pooling kernels (cuda_pool.cu) ---- */
 size_t cuda_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x,
