@@ -12,6 +12,8 @@
 #   bench/gpu/rehearse.sh            # BUILD_DIR (build), OUT (a temp dir), PYTHON (/usr/bin/python3)
 #   ROWS="tta cpugpu" bench/gpu/rehearse.sh    # some groups of rows only (run_gpu.sh's ROWS;
 #                                              # kernels and convapi run only when named)
+#   BUDGET_S=60 ROWS="s2d convapi" bench/gpu/rehearse.sh   # the time budget: rows past it
+#                                              # skipped (at least one must be), the table still written
 # About 8 minutes on the 2-core development machine.
 set -euo pipefail
 
@@ -63,7 +65,7 @@ export CT_EMU_MEM_MB=1024 OMP_NUM_THREADS=1
 }
 
 TABLE=$(ls "$OUT"/*-gpu.md)
-"$PYTHON" - "$TABLE" "${ROWS:-train profile recompute maxbatch tta cpugpu}" <<'PYEOF'
+"$PYTHON" - "$TABLE" "${ROWS:-train s2d profile recompute maxbatch tta cpugpu}" "${BUDGET_S:-}" <<'PYEOF'
 import os, re, sys
 num = r"[0-9]+(?:\.[0-9]+)?"
 rows = [l.strip().strip("|").split("|") for l in open(sys.argv[1]) if l.startswith("| ") and "---" not in l]
@@ -72,10 +74,14 @@ bad = []
 def need(cond, r, what):
     if not cond:
         bad.append(f"{r[0]} | {r[1]}: {what}")
-kinds = {"throughput": 0, "recompute": 0, "largest": 0, "tta": 0, "matmul": 0, "linreg": 0}
+kinds = {"throughput": 0, "recompute": 0, "largest": 0, "tta": 0, "matmul": 0, "linreg": 0, "skipped": 0}
+budget = sys.argv[3]
 for r in rows:
     w, mode, ci, ti, ratio, cp, tp, note = r
-    if "largest batch" in w:
+    if note.startswith("skipped: out of time"):
+        kinds["skipped"] += 1
+        need(budget and all(c == "-" for c in r[2:7]), r, "skipped without a budget, or with figures: " + note)
+    elif "largest batch" in w:
         kinds["largest"] += 1
         m = re.search(rf"ctrain .*: ({num}) plain, ({num}) with --recompute auto .*PyTorch .*: ({num}) plain, ({num}) with", note)
         need(m and all(float(v) > 0 for v in m.groups()), r, "a batch that is missing or 0: " + note)
@@ -92,24 +98,32 @@ for r in rows:
             need(re.fullmatch(num, v), r, f"{what} is {v!r}")
         mp = re.fullmatch(rf"({num})/({num})", cp)
         need(mp and float(mp.group(1)) >= float(mp.group(2)), r, f"ctrain peak (device/planned) is {cp!r}")
+        if "CTRAIN_CUDA_S2D=" in mode:
+            need(re.search(r"CTRAIN_CUDA_S2D=(auto|1|0): ", note), r, "not a space-to-depth row: " + note)
         if "recompute cheap" in mode:
             need("--recompute cheap" in note, r, "not the cheap mode: " + note)
         elif "recompute" in mode:
             need(re.search(r"recompute auto: [0-9]+ segments", note), r, "no segment count: " + note)
 groups = sys.argv[2].split()
-want = {"throughput": 6 * ("train" in groups) + 4 * ("convapi" in groups), "recompute": 2 * ("recompute" in groups), "largest": "maxbatch" in groups,
+want = {"throughput": 6 * ("train" in groups) + 6 * ("s2d" in groups) + 4 * ("convapi" in groups),
+        "recompute": 2 * ("recompute" in groups), "largest": "maxbatch" in groups,
         "tta": "tta" in groups, "matmul": "cpugpu" in groups, "linreg": "cpugpu" in groups}
+# Under BUDGET_S the rows past it are skipped (one line may stand for a
+# group's several): then each kind may fall short of its count, and at
+# least one row must say it was skipped.
 for k, n in want.items():
-    if kinds[k] != n:
+    if kinds[k] != n and not (budget and kinds[k] < n):
         bad.append(f"{n} {k} row(s) expected, {kinds[k]} found")
-if "profile" in groups:
+if budget and not kinds["skipped"]:
+    bad.append(f"BUDGET_S={budget}: no row was skipped (rehearse a budget too small for ROWS)")
+if "profile" in groups and not budget:
     prof = sys.argv[1].replace("-gpu.md", "-gpu-profile.md")
     text = open(prof).read() if os.path.exists(prof) else ""
     if text.count("per-layer medians of wall time between device syncs") != 2 or text.count("\nprofile of ") != 2:
         bad.append(f"{prof}: not two ctrain per-layer tables and two PyTorch op tables")
     if "failed" in text:
         bad.append(f"{prof}: a run failed")
-if "convapi" in groups:
+if "convapi" in groups and not budget:
     ca = sys.argv[1].replace("-gpu.md", "-gpu-convapi.md")
     text = open(ca).read() if os.path.exists(ca) else ""
     if text.count("per-layer medians of wall time between device syncs") != 2 or ": engine " not in text:

@@ -44,14 +44,21 @@ STEPS=${STEPS:-30}
 COMPILE=${COMPILE:-1}
 if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
 # One device command may run 10 minutes, and the full run with its
-# torch.compile rows takes longer: ROWS picks the groups of rows to run
-# (default all), COMPILE=only runs the torch.compile rows of "train"
-# without the eager ones, MODELS (default all) limits "train" to some of
-# alexnet resnet50 resnet9, GPU_TESTS=0 leaves out ctest -L gpu. Later
-# calls can then do ROWS=train COMPILE=only MODELS=alexnet GPU_TESTS=0.
-ROWS=${ROWS:-train profile recompute maxbatch tta cpugpu}
+# torch.compile rows takes longer: ROWS picks the groups of rows to run,
+# in the order it names them (default all), COMPILE=only runs the
+# torch.compile rows of "train" without the eager ones, MODELS (default
+# all) limits "train", "s2d" and "convapi" to some of alexnet resnet50
+# resnet9, GPU_TESTS=0 leaves out ctest -L gpu. Later calls can then do
+# ROWS=train COMPILE=only MODELS=alexnet GPU_TESTS=0.
+ROWS=${ROWS:-train s2d profile recompute maxbatch tta cpugpu}
 # (kernels, the Nsight Compute tables, and convapi, the cuDNN API A/B, run
 # only when named in ROWS.)
+# BUDGET_S: seconds the whole script may take (a device session has 15
+# minutes in all, start-up included): a row that would start past it, by
+# its rough estimate, is skipped with a "skipped: out of time" line in
+# the table, and every run's timeout is cut to what is left, so the table
+# is always written. Unset: no budget.
+START_S=$(date +%s)
 # COMPILE_ROWS: the "model:mode" pairs that get a torch.compile row
 # (default all), e.g. "alexnet:fp16" (each compile costs a minute or more).
 COMPILE_ROWS=${COMPILE_ROWS:-}
@@ -60,7 +67,6 @@ COMPILE_ROWS=${COMPILE_ROWS:-}
 # too (uint8, gathered and normalized there per step) and replays the
 # step as a CUDA graph. CTRAIN_TRAIN_FLAGS="" measures the host loader.
 CTRAIN_TRAIN_FLAGS=${CTRAIN_TRAIN_FLAGS---data-on-gpu --cuda-graph}
-want() { [[ " $ROWS " == *" $1 "* ]]; }
 # What bench/gpu/fetch_deps.sh packed (oneDNN, zlib, Fashion-MNIST) for a
 # machine without them: unpacked outside / and found through the prefix
 # path; the loader needs the libraries too (libdnnl's own dependencies do
@@ -105,6 +111,24 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 log() { echo "$*" | tee -a "$RAW" >&2; }
+# Seconds of BUDGET_S left (a large number without a budget).
+left_s() { [[ -n ${BUDGET_S:-} ]] && echo $((BUDGET_S - ($(date +%s) - START_S))) || echo 1000000; }
+# One run's timeout: ROW_TIMEOUT, cut to the budget left (at least 10 s).
+tmo() {
+  local l
+  l=$(left_s)
+  (( l < TMO )) && { (( l > 10 )) && echo "$l" || echo 10; } || echo "$TMO"
+}
+# 0 when a row estimated at $2 seconds still fits in BUDGET_S; otherwise
+# logs and tables it as skipped ($1: the row's first cells, "workload | mode").
+budget_ok() {
+  local l
+  l=$(left_s)
+  (( l >= $2 )) && return 0
+  log "budget: skipped $1 ($l s of BUDGET_S=$BUDGET_S left, about $2 s needed)"
+  row "$1 | - | - | - | - | - | skipped: out of time (BUDGET_S=$BUDGET_S)"
+  return 1
+}
 
 # ---- build (timed: the clean build time with CUDA is one of the numbers) ----
 # Everything: ctest -L gpu below runs every test_gpu_* (a test whose
@@ -143,7 +167,7 @@ if [[ ${GPU_TESTS:-1} != 0 ]]; then
   # Into the raw log as it runs, so a call cut off at its limit still
   # brings back what the tests said. CTEST_ARGS: e.g. "-j4" or "-R test_gpu_ops".
   # shellcheck disable=SC2086
-  (cd "$BUILD" && ctest -L gpu --output-on-failure ${CTEST_ARGS:-}) 2>&1 | tee "$TMP/ctest.log" >>"$RAW" ||
+  (cd "$BUILD" && timeout "$(tmo)" ctest -L gpu --output-on-failure ${CTEST_ARGS:-}) 2>&1 | tee "$TMP/ctest.log" >>"$RAW" ||
     log "GPU unit tests: FAILURES (see $RAW)"
   grep -E 'tests passed|Skipped|Failed|\*\*\*' "$TMP/ctest.log" | tee -a "$RAW" >&2
 fi
@@ -191,7 +215,7 @@ ctrain_train() {
   [[ $steps -lt $((2 * per)) ]] && steps=$((2 * per))
   # $extra unquoted on purpose: it is a list of flags.
   # shellcheck disable=SC2086
-  env ${env[@]+"${env[@]}"} timeout "$TMO" "$CTRAIN" train --model "$m" --data "synthetic:$SYNTH_N" --input "$in" --classes "$cl" \
+  env ${env[@]+"${env[@]}"} timeout "$(tmo)" "$CTRAIN" train --model "$m" --data "synthetic:$SYNTH_N" --input "$in" --classes "$cl" \
     --batch-size "$b" --max-steps "$steps" --epochs 1000 --device cuda --cudnn-benchmark --precision "$prec" \
     --optimizer sgd --momentum 0.9 $CTRAIN_TRAIN_FLAGS $extra --metrics-json "$j" >"$lg" 2>&1
   local rc=$?
@@ -207,7 +231,7 @@ torch_train() {
   local f=$TMP/t.out
   # $6 unquoted on purpose: a list of flags; TORCH_ENV: VAR=value words.
   # shellcheck disable=SC2086
-  env ${TORCH_ENV:-} timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" --model "$1" --input "$2" \
+  env ${TORCH_ENV:-} timeout "$(tmo)" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" --model "$1" --input "$2" \
     --classes "$3" --batch "$4" --mode "$5" --steps "$STEPS" $6 >"$f" 2>>"$RAW" || { log "torch $1 $5 $6 failed"; echo "- -"; return; }
   cat "$f" >>"$RAW"
   echo "$(kv img_s "$f") $(kv peak_bytes "$f")"
@@ -216,12 +240,14 @@ torch_train() {
 bench_model() {
   local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6 tflags=$7
   [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
+  budget_ok "$m $in b$b | $cmode" 45 || return 0
   read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode")
   if [[ $COMPILE != only ]]; then
     read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags")
     row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | torch eager, channels_last, cudnn.benchmark"
   fi
-  if [[ $COMPILE != 0 && ( -z $COMPILE_ROWS || " $COMPILE_ROWS " == *" $m:$cmode "* ) ]]; then
+  if [[ $COMPILE != 0 && ( -z $COMPILE_ROWS || " $COMPILE_ROWS " == *" $m:$cmode "* ) ]] &&
+    budget_ok "$m $in b$b | $cmode, torch.compile" 120; then
     read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "$tflags --compile")
     row "$m $in b$b | $cmode | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | torch.compile"
   fi
@@ -229,14 +255,43 @@ bench_model() {
 
 # W_* unquoted on purpose: "input classes batch".
 # shellcheck disable=SC2086
-if want train; then
+group_train() {
   bench_model alexnet $W_ALEXNET tf32 fp32 --tf32
   bench_model alexnet $W_ALEXNET fp16 amp_fp16 ""
   bench_model alexnet $W_ALEXNET bf16 amp_bf16 ""
   bench_model resnet50 $W_RESNET50 bf16 amp_bf16 ""
   bench_model resnet50 $W_RESNET50 fp16 amp_fp16 ""
   bench_model resnet9 $W_RESNET9 bf16 amp_bf16 ""
-fi
+}
+
+# Space-to-depth for strided convolutions over few channels (AlexNet's
+# and ResNet-50's stems; src/backend/cuda/cuda_s2d.cu; not yet run on a
+# GPU): ctrain's default (auto: under --cudnn-benchmark, the faster of
+# the direct and the space-to-depth pass, measured per shape), forced on
+# (CTRAIN_CUDA_S2D=1) and off (=0), against one PyTorch eager run. The
+# verdict and both sides' cuDNN times are in bench_train --profile's plan
+# lines (group profile).
+s2d_rows() {
+  local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6 v ti tp ci cp what
+  [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
+  budget_ok "$m $in b$b | $cmode, space-to-depth" 60 || return 0
+  read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
+  for v in auto 1 0; do
+    budget_ok "$m $in b$b | $cmode, CTRAIN_CUDA_S2D=$v" 20 || continue
+    read -r ci cp < <(CTRAIN_ENV=CTRAIN_CUDA_S2D=$v ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-s2d$v")
+    case $v in
+      auto) what="space-to-depth where --cudnn-benchmark times it faster (the default)" ;;
+      1) what="space-to-depth wherever it fits" ;;
+      *) what="direct convolutions only" ;;
+    esac
+    row "$m $in b$b | $cmode, CTRAIN_CUDA_S2D=$v | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain CTRAIN_CUDA_S2D=$v: $what; torch eager, channels_last, cudnn.benchmark"
+  done
+}
+# shellcheck disable=SC2086
+group_s2d() {
+  s2d_rows alexnet $W_ALEXNET fp16 amp_fp16
+  s2d_rows resnet50 $W_RESNET50 bf16 amp_bf16
+}
 
 # Where the time goes, for the goals' workloads (AMP AlexNet fp16, ResNet-50
 # AMP bf16): ctrain's per-layer forward/backward times (bench_train
@@ -247,23 +302,24 @@ fi
 PROFILE=$RESDIR/$DATE-gpu-profile.md
 profile_pair() {
   local m=$1 in=$2 cl=$3 b=$4 cprec=$5 tmode=$6 ps=${PROFILE_STEPS:-10}
+  budget_ok "$m $in b$b | $cprec, profile" 60 || return 0
   {
     echo "## $m $in batch $b: ctrain $cprec, PyTorch $tmode"
     echo
     echo '```'
-    timeout "$TMO" "$BENCH_BIN/bench_train" --device cuda --cudnn-benchmark --model "$m" --input "$in" --classes "$cl" \
+    timeout "$(tmo)" "$BENCH_BIN/bench_train" --device cuda --cudnn-benchmark --model "$m" --input "$in" --classes "$cl" \
       --batch "$b" --precision "$cprec" --optim sgd --momentum 0.9 --steps "$ps" --warmup 3 --profile 2>&1 ||
       echo "bench_train failed"
     echo '```'
     echo
     echo '```'
-    timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" --model "$m" --input "$in" \
+    timeout "$(tmo)" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" --model "$m" --input "$in" \
       --classes "$cl" --batch "$b" --mode "$tmode" --steps "$ps" --profile 5 2>&1 || echo "torch_gpu.py failed"
     echo '```'
     echo
   } >>"$PROFILE"
 }
-if want profile; then
+group_profile() {
   echo "# Where a training step goes: ctrain per layer, PyTorch per op ($DATE)" >"$PROFILE"
   echo >>"$PROFILE"
   [[ ${REHEARSAL:-0} == 1 ]] && printf '%s\n\n' "REHEARSAL: ctrain on the CUDA emulator, PyTorch on $TORCH_DEVICE; no GPU figure." >>"$PROFILE"
@@ -271,7 +327,7 @@ if want profile; then
   profile_pair alexnet $W_ALEXNET fp16 amp_fp16
   # shellcheck disable=SC2086
   profile_pair resnet50 $W_RESNET50 bf16 amp_bf16
-fi
+}
 
 # Kernel by kernel, both sides measured the same way (not yet run on a
 # GPU): Nsight Compute with --profile-from-start off records only the
@@ -285,7 +341,7 @@ KERNELS=$RESDIR/$DATE-gpu-kernels.md
 kernels_one() { # label, ncu report name, command...
   local label=$1 rep=$TMP/$2
   shift 2
-  if ! timeout "$TMO" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum -f -o "$rep" \
+  if ! timeout "$(tmo)" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum -f -o "$rep" \
     "$@" >"$rep.log" 2>&1; then
     # shellcheck disable=SC2016
     printf '%s: ncu failed; the last lines of its log:\n\n```\n%s\n```\n\n' "$label" "$(tail -n 20 "$rep.log")" >>"$KERNELS"
@@ -298,6 +354,7 @@ kernels_one() { # label, ncu report name, command...
 }
 kernels_pair() {
   local m=$1 in=$2 cl=$3 b=$4 cprec=$5 tmode=$6 ks=${KERNEL_STEPS:-2}
+  budget_ok "$m $in b$b | $cprec, kernels" 120 || return 0
   echo "## $m $in batch $b: ctrain $cprec, PyTorch $tmode" >>"$KERNELS"
   echo >>"$KERNELS"
   kernels_one "ctrain $m $cprec" "k-ctrain-$m" "$BENCH_BIN/bench_train" --device cuda --cudnn-benchmark --model "$m" \
@@ -306,7 +363,7 @@ kernels_pair() {
   kernels_one "PyTorch $m $tmode" "k-torch-$m" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" train --device "$TORCH_DEVICE" \
     --model "$m" --input "$in" --classes "$cl" --batch "$b" --mode "$tmode" --steps "$ks" --warmup 3 --profiler-range
 }
-if want kernels; then
+group_kernels() {
   echo "# Kernel time of a training step, ctrain and PyTorch, from Nsight Compute ($DATE)" >"$KERNELS"
   echo >>"$KERNELS"
   if ! command -v ncu >/dev/null; then
@@ -317,7 +374,7 @@ if want kernels; then
     # shellcheck disable=SC2086
     kernels_pair resnet50 $W_RESNET50 bf16 amp_bf16
   fi
-fi
+}
 
 # The convolution API (not yet run on a GPU). ctrain calls cuDNN's legacy
 # API by default; CTRAIN_CUDA_CONV_API=graph adds the graph API's engines
@@ -333,6 +390,7 @@ CONVAPI=$RESDIR/$DATE-gpu-convapi.md
 conv_api_rows() {
   local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6
   [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
+  budget_ok "$m $in b$b | $cmode, cuDNN API" 120 || return 0
   read -r gi gp < <(CTRAIN_ENV=CTRAIN_CUDA_CONV_API=graph ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-graph")
   read -r li lp < <(CTRAIN_ENV=CTRAIN_CUDA_CONV_API=legacy ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-legacy")
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
@@ -343,21 +401,21 @@ conv_api_rows() {
     echo "## $m $in batch $b, ctrain $cmode, CTRAIN_CUDA_CONV_API=graph"
     echo
     echo '```'
-    CTRAIN_CUDA_CONV_API=graph timeout "$TMO" "$BENCH_BIN/bench_train" --device cuda --cudnn-benchmark --model "$m" \
+    CTRAIN_CUDA_CONV_API=graph timeout "$(tmo)" "$BENCH_BIN/bench_train" --device cuda --cudnn-benchmark --model "$m" \
       --input "$in" --classes "$cl" --batch "$b" --precision "$cmode" --optim sgd --momentum 0.9 \
       --steps "${PROFILE_STEPS:-10}" --warmup 3 --profile 2>&1 || echo "bench_train failed"
     echo '```'
     echo
   } >>"$CONVAPI"
 }
-if want convapi; then
+group_convapi() {
   echo "# ctrain's convolutions through cuDNN's graph API: per-layer times and plans ($DATE)" >"$CONVAPI"
   echo >>"$CONVAPI"
   # shellcheck disable=SC2086
   conv_api_rows alexnet $W_ALEXNET fp16 amp_fp16
   # shellcheck disable=SC2086
   conv_api_rows resnet50 $W_RESNET50 bf16 amp_bf16
-fi
+}
 
 # Activation recompute (gradient checkpointing): the throughput row ran on
 # an H100 on 2026-11-22; the largest-batch search (maxbatch) has not run.
@@ -369,6 +427,7 @@ fi
 # saving in peak memory. No torch.compile row.
 bench_recompute() {
   local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6 nseg note
+  budget_ok "$m $in b$b | $cmode + recompute" 45 || return 0
   read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "--recompute auto" "-rc")
   nseg=$(cat "$TMP/segments" 2>/dev/null)
   note="ctrain --recompute auto: $nseg segments"
@@ -383,14 +442,16 @@ bench_recompute() {
 # run twice), so it is the plan to set against the plain eager peak.
 bench_recompute_cheap() {
   local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6
+  budget_ok "$m $in b$b | $cmode + recompute cheap" 45 || return 0
   read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "--recompute cheap" "-rcc")
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
   row "$m $in b$b | $cmode + recompute cheap | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain --recompute cheap: batch-norm/activation/add outputs rebuilt, no convolution rerun; torch eager, channels_last, cudnn.benchmark, no checkpointing"
 }
 # shellcheck disable=SC2086
-want recompute && bench_recompute resnet50 $W_RESNET50 bf16 amp_bf16
-# shellcheck disable=SC2086
-want recompute && bench_recompute_cheap resnet50 $W_RESNET50 bf16 amp_bf16
+group_recompute() {
+  bench_recompute resnet50 $W_RESNET50 bf16 amp_bf16
+  bench_recompute_cheap resnet50 $W_RESNET50 bf16 amp_bf16
+}
 
 # What recompute lets fit: the largest batch, without and with it.
 # ctrain: 'ctrain summary --device cuda' prepares the training plan and
@@ -425,13 +486,14 @@ ctrain_max_batch() {
 torch_max_batch() {
   local f=$TMP/tmb.out
   # shellcheck disable=SC2086
-  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" maxbatch --device "$TORCH_DEVICE" --model "$1" --input "$2" \
+  timeout "$(tmo)" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" maxbatch --device "$TORCH_DEVICE" --model "$1" --input "$2" \
     --classes "$3" --mode "$4" --granularity "$(awk "BEGIN{print 1/$GRAN}")" --max-batch-cap "${MAXBATCH_CAP:-65536}" $5 >"$f" 2>>"$RAW" || { log "torch maxbatch $1 $4 $5 failed"; echo "- -"; return; }
   cat "$f" >>"$RAW"
   echo "$(kv max_batch "$f") $(kv peak_bytes "$f")"
 }
 bench_max_batch() {
   local m=$1 in=$2 cl=$3 cmode=$4 tmode=$5 nseg c0 c1 t0 t1 t1p
+  budget_ok "$m $in largest batch | $cmode + recompute" 240 || return 0
   c0=$(ctrain_max_batch "$m" "$in" "$cl" "$cmode" "")
   c1=$(ctrain_max_batch "$m" "$in" "$cl" "$cmode" "--recompute auto")
   nseg=$(timeout 120 "$CTRAIN" summary --model "$m" --input "$in" --classes "$cl" --batch-size 64 --precision "$cmode" \
@@ -444,8 +506,11 @@ bench_max_batch() {
   isnum "${t0:-}" && isnum "${t1:-}" && [[ $t0 != 0 ]] && tgain=$(awk "BEGIN{printf \"%.1fx\", $t1/$t0}")
   row "$m $in largest batch | $cmode + recompute | - | - | - | - | $(mib "${t1p:-}") | ctrain (plan + state allocated): ${c0:--} plain, ${c1:--} with --recompute auto ($gain); PyTorch (one step run): ${t0:--} plain, ${t1:--} with checkpoint_sequential($nseg) ($tgain; its peak at that batch in the PyTorch column); batches to 1/$GRAN"
 }
-read -r r50_in r50_cl _ <<<"$W_RESNET50"
-want maxbatch && bench_max_batch resnet50 "$r50_in" "$r50_cl" bf16 amp_bf16
+group_maxbatch() {
+  local r50_in r50_cl
+  read -r r50_in r50_cl _ <<<"$W_RESNET50"
+  bench_max_batch resnet50 "$r50_in" "$r50_cl" bf16 amp_bf16
+}
 
 # Seed cnn on Fashion-MNIST: time to 91% test accuracy, training seconds
 # only on both sides (ctrain: history.csv's per-epoch `seconds` summed until
@@ -459,11 +524,12 @@ want maxbatch && bench_max_batch resnet50 "$r50_in" "$r50_cl" bf16 amp_bf16
 # times a reachable one.
 TTA=${TTA_TARGET:-0.91}
 TTA_PCT=$(awk "BEGIN{printf \"%g\", 100*$TTA}")
-if ! want tta; then
+group_tta() {
+if ! budget_ok "cnn fashion-mnist b128 | fp32" 90; then
   :
 elif [[ -d $FMNIST ]]; then
   ld=$TMP/fm
-  timeout "$TMO" "$CTRAIN" train --model cnn --data "fashion-mnist:$FMNIST" --device cuda --epochs "${TTA_EPOCHS:-15}" --batch-size 128 \
+  timeout "$(tmo)" "$CTRAIN" train --model cnn --data "fashion-mnist:$FMNIST" --device cuda --epochs "${TTA_EPOCHS:-15}" --batch-size 128 \
     --optimizer adam --lr 0.001 --patience 0 $CTRAIN_TRAIN_FLAGS --log-dir "$ld" >>"$RAW" 2>&1 || log "ctrain cnn fashion-mnist failed"
   # "<seconds> <epoch>" at the first epoch with val_accuracy >= $TTA, else
   # "- <best val_accuracy> <epochs run>"; nothing when there is no history.
@@ -474,7 +540,7 @@ elif [[ -d $FMNIST ]]; then
   elif [[ -n ${cep:-} ]]; then cnote="not reached in ${cn:-?} epochs (best $cep)"
   else cnote="- (run failed)"; fi
   f=$TMP/tta.out
-  timeout "$TMO" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" tta --device "$TORCH_DEVICE" --data "$FMNIST" --epochs "${TTA_EPOCHS:-15}" --batch-size 128 \
+  timeout "$(tmo)" "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" tta --device "$TORCH_DEVICE" --data "$FMNIST" --epochs "${TTA_EPOCHS:-15}" --batch-size 128 \
     --lr 0.001 --target "$TTA" >"$f" 2>>"$RAW" || log "torch cnn fashion-mnist tta failed"
   cat "$f" >>"$RAW"
   t91=$(kv tta_s "$f")
@@ -485,12 +551,14 @@ elif [[ -d $FMNIST ]]; then
 else
   row "cnn fashion-mnist | fp32 | - | - | - | - | - | skipped: no Fashion-MNIST at $FMNIST (set FMNIST=DIR)"
 fi
+}
 
 # CPU vs GPU: matmul 10000x200 @ 200x10000 and linreg (1M points, 500 Adam
 # steps), PyTorch and ctrain each on both devices (ctrain's GPU side:
 # bench_matmul --device cuda = cuBLASLt, bench_linreg --device cuda = the
 # fused reduction + Adam kernels; data resident on the GPU on both sides).
-if want cpugpu; then
+group_cpugpu() {
+  budget_ok "matmul and linreg | fp32" 60 || return 0
   f=$TMP/mm.out
   "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" matmul --device "$TORCH_DEVICE" --shape "$MATMUL_SHAPE" --steps 10 >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
   read -r mm_m mm_k mm_n <<<"${MATMUL_SHAPE//x/ }"
@@ -506,7 +574,15 @@ if want cpugpu; then
   "$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 --device cuda >"$TMP/glr.out" 2>>"$RAW" &&
     cat "$TMP/glr.out" >>"$RAW"
   row "linreg $LINREG_N x $LINREG_STEPS Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s, GPU $(kv median_s "$TMP/glr.out") s (ctrain: 2 features, PyTorch script: 1)"
-fi
+}
+
+# The groups in the order ROWS names them, so that under BUDGET_S the
+# first named are the ones sure to run.
+for g in $ROWS; do
+  [[ $g == none ]] && continue
+  if declare -F "group_$g" >/dev/null; then "group_$g"
+  else log "ROWS: no group '$g' (known: train s2d profile kernels convapi recompute maxbatch tta cpugpu)"; fi
+done
 
 {
   if [[ ${REHEARSAL:-0} == 1 ]]; then
