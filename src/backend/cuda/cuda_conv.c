@@ -90,7 +90,7 @@ typedef struct conv_cand {
 #define GRAPH_CANDS 8
 #define GRAPH_FALLBACKS 3
 #define CONV_CANDS (LEGACY_CANDS + GRAPH_CANDS)
-#define KEY_LEN 26
+#define KEY_LEN 33
 
 /* A convolution plan: the descriptors and the algorithms for one shape,
  * pass, dtype, math type and layout. Built once per shape (heuristic, or
@@ -119,10 +119,11 @@ typedef struct conv_plan {
   size_t need_max;
   long long calls, in_scratch;
   /* A space-to-depth plan (key[25] > 0) under cudnn_benchmark's auto
-   * choice: 1 taken, -1 the direct pass was faster, 0 not measured; the
-   * staging kernels' time and the direct pass's, in ms (s2d_measure). */
+   * choice: 1 taken, -1 the direct pass was faster, 0 not measured; its
+   * own time, the staging kernels' and the direct pass's, in ms
+   * (s2d_measure; < 0: unknown). */
   int s2d_verdict;
-  float s2d_staging_ms, s2d_direct_ms;
+  float s2d_ms, s2d_staging_ms, s2d_direct_ms;
 } conv_plan;
 
 struct cuda_conv_cache {
@@ -159,11 +160,14 @@ void cuda_conv_cache_free(ct_device *d) {
 }
 
 /* beta: the blend a graph plan bakes in (0 where the legacy API runs
- * alone, which takes it per call); s2d: the block of a space-to-depth
- * pass (0 for a direct one), whose shapes could otherwise be a direct
- * convolution's. */
+ * alone, which takes it per call); s2d: the geometry of a space-to-depth
+ * pass (NULL for a direct one): its S and W' shapes could be a direct
+ * convolution's, and several convolutions (3 or 4 channels at stride 2,
+ * a 7x7 or 8x8 kernel) share them, while the benchmark's verdict kept in
+ * the plan belongs to one. */
 static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs, const int64_t *wsh,
-                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int nhwc, float beta, int s2d) {
+                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int nhwc, float beta,
+                     const cuda_s2d *s2d) {
   memset(k, 0, sizeof(int) * KEY_LEN);
   k[0] = (int)kind, k[1] = (int)rt, k[2] = (int)math, k[3] = bench;
   for (int i = 0; i < 4; i++) k[4 + i] = (int)xs[i], k[8 + i] = (int)wsh[i], k[12 + i] = (int)ys[i];
@@ -171,7 +175,10 @@ static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const in
   k[22] = p->groups;
   k[23] = nhwc;
   memcpy(&k[24], &beta, sizeof beta);
-  k[25] = s2d;
+  if (s2d) {
+    const int64_t g[8] = {s2d->s, s2d->C, s2d->KH, s2d->KW, s2d->pad_h, s2d->pad_w, s2d->H, s2d->W};
+    for (int i = 0; i < 8; i++) k[25 + i] = (int)g[i];
+  }
 }
 
 /* 1 for the math types that use tensor cores. */
@@ -297,7 +304,7 @@ static ct_status add_graph_cands(ct_device *d, cudnnHandle_t h, conv_kind kind, 
 
 static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                             const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                            cudnnMathType_t math, int bench, int nhwc, float beta, int s2d, conv_plan *out) {
+                            cudnnMathType_t math, int bench, int nhwc, float beta, const cuda_s2d *s2d, conv_plan *out) {
   const char *op = kind_name[kind];
   const cudnnDataType_t dt = dnn_type(rt);
   const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
@@ -384,7 +391,7 @@ done:
 /* The cached plan for this call, built on a miss. */
 static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                           const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                          cudnnMathType_t math, int nhwc, float beta, int s2d, conv_plan **out) {
+                          cudnnMathType_t math, int nhwc, float beta, const cuda_s2d *s2d, conv_plan **out) {
   cuda_dev *cd = cuda_dev_of(d);
   int key[KEY_LEN];
   make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, beta, s2d);
@@ -460,12 +467,17 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * least s wide, Cp at most 64, and no more multiply-adds than the direct
  * convolution with its channels padded to 8 (what cuDNN's channels-last
  * tensor-core kernels run for such a C): AlexNet's stem 432 against 968
- * per output, ResNet's 256 against 392. */
+ * per output, ResNet's 256 against 392. Shapes that do not agree (x, w
+ * and y of another convolution) are left to the direct pass, whose
+ * checks refuse them: S and W' would agree by construction. */
 static int s2d_fits(conv_kind kind, const ct_conv2d_params *p, const int64_t *xs, const int64_t *wsh,
                     const int64_t *ys, s2d_pass *z) {
   const int64_t s = p->stride_h, C = xs[1], KH = wsh[2], KW = wsh[3];
   if (kind == CONV_BWD_DATA || s < 2 || p->stride_w != s || p->groups != 1 || p->dil_h != 1 || p->dil_w != 1 ||
-      C % 8 == 0 || KH < s || KW < s)
+      C % 8 == 0 || KH < s || KW < s || p->pad_h < 0 || p->pad_w < 0)
+    return 0;
+  if (wsh[1] != C || ys[0] != xs[0] || ys[1] != wsh[0] || xs[2] + 2 * p->pad_h < KH || xs[3] + 2 * p->pad_w < KW ||
+      ys[2] != (xs[2] + 2 * p->pad_h - KH) / s + 1 || ys[3] != (xs[3] + 2 * p->pad_w - KW) / s + 1)
     return 0;
   cuda_s2d g = {s, p->pad_h, p->pad_w, xs[0], C, xs[2], xs[3], wsh[0], KH, KW, 0, 0, 0, 0, 0};
   g.Cp = ceil_div(C * s * s, 8) * 8;
@@ -647,7 +659,7 @@ static float plan_beta(const cuda_dev *cd, float beta, conv_arg oa, ct_dtype rt,
  * no candidates when neither has one. s2d: as make_key. */
 static ct_status plan_for(ct_device *d, cudnnHandle_t h, conv_kind kind, const ct_conv2d_params *p,
                           const int64_t *xs, const int64_t *wsh, const int64_t *ys, ct_dtype rt,
-                          cudnnMathType_t math, conv_arg oa, float beta, int s2d, int *nhwc, conv_plan **c) {
+                          cudnnMathType_t math, conv_arg oa, float beta, const cuda_s2d *s2d, int *nhwc, conv_plan **c) {
   const cuda_dev *cd = cuda_dev_of(d);
   CT_TRY(plan_get(d, h, kind, p, xs, wsh, ys, rt, math, *nhwc, plan_beta(cd, beta, oa, rt, *nhwc), s2d, c));
   if (!(*c)->ncand && *nhwc) {
@@ -661,7 +673,7 @@ static ct_status plan_for(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
  * the operands' dtypes and layouts; *h the device's cuDNN handle. */
 static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
                               const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, conv_arg oa,
-                              float beta, int s2d, cudnnHandle_t *h, conv_plan **c, ct_dtype *rt, int *nhwc) {
+                              float beta, const cuda_s2d *s2d, cudnnHandle_t *h, conv_plan **c, ct_dtype *rt, int *nhwc) {
   const char *op = kind_name[kind];
   cuda_dev *cd = cuda_dev_of(d);
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
@@ -726,7 +738,7 @@ static conv_call s2d_call(const s2d_pass *z, conv_kind kind, conv_arg in1, conv_
 static ct_status resolve_call(ct_device *d, conv_kind kind, const conv_call *cc, const int64_t *ys, cudnnHandle_t *h,
                               conv_plan **c, ct_dtype *rt, int *nhwc) {
   return conv_resolve(d, kind, cc->p, cc->xs, cc->wsh, ys, cc->in1, cc->in2, cc->oa, cc->beta,
-                      cc->z ? (int)cc->z->g.s : 0, h, c, rt, nhwc);
+                      cc->z ? &cc->z->g : NULL, h, c, rt, nhwc);
 }
 
 /* The time of the kernels a space-to-depth pass adds (S, and W' or the
@@ -790,13 +802,20 @@ static ct_status s2d_measure(ct_device *d, conv_kind kind, const conv_call *dire
   ct_status s = resolve_call(d, kind, direct, ys, &h, &c, &rt, &nhwc);
   if (s == CT_OK) direct_ms = c->cand[c->cur].ms;
   else if (s != CT_ERR_UNSUPPORTED) return s;
+  else ct_error_clear(); /* no direct algorithm: not an error here */
   /* the space-to-depth plan again: resolving the direct one may have
    * moved the cache */
   CT_TRY(resolve_call(d, kind, zc, ys, &h, &c, &rt, &nhwc));
   CT_TRY(s2d_time_staging(d, kind, zc->z, rt, &staging_ms));
   const float z_ms = c->cand[c->cur].ms;
-  c->s2d_direct_ms = direct_ms, c->s2d_staging_ms = staging_ms;
-  c->s2d_verdict = direct_ms < 0 || z_ms < 0 || z_ms + (staging_ms > 0 ? staging_ms : 0) < direct_ms ? 1 : -1;
+  c->s2d_ms = z_ms, c->s2d_direct_ms = direct_ms, c->s2d_staging_ms = staging_ms;
+  /* Unknown times: no direct algorithm (or an untimed one) leaves
+   * space-to-depth; staging buffers that did not fit leave the direct
+   * pass, which needs less memory; an untimed space-to-depth plan is
+   * taken, as without the benchmark. */
+  if (direct_ms < 0) c->s2d_verdict = 1;
+  else if (staging_ms < 0) c->s2d_verdict = -1;
+  else c->s2d_verdict = z_ms < 0 || z_ms + staging_ms < direct_ms ? 1 : -1;
   return CT_OK;
 }
 
@@ -810,7 +829,11 @@ static ct_status conv_route(ct_device *d, conv_kind kind, const ct_conv2d_params
                             s2d_pass *zbuf, conv_call *cc) {
   const cuda_dev *cd = cuda_dev_of(d);
   *cc = direct_call(p, xs, wsh, in1, in2, oa, beta);
-  if (cd->s2d == CUDA_S2D_OFF || !(in1.nhwc || in2.nhwc || oa.nhwc) || !s2d_fits(kind, p, xs, wsh, ys, zbuf))
+  /* the direct pass's dtype rule (conv_resolve), which S, W' and dW',
+   * typed as x, would not see */
+  const int dtypes_ok = cuda_float_dtype(in1.t) && in1.t == in2.t && (oa.t == in1.t || oa.t == CT_F32);
+  if (cd->s2d == CUDA_S2D_OFF || !dtypes_ok || !(in1.nhwc || in2.nhwc || oa.nhwc) ||
+      !s2d_fits(kind, p, xs, wsh, ys, zbuf))
     return CT_OK;
   zbuf->x = in1, zbuf->w = kind == CONV_FWD ? in2 : oa, zbuf->beta = beta;
   const conv_call zc = s2d_call(zbuf, kind, in1, in2, oa);
@@ -818,16 +841,18 @@ static ct_status conv_route(ct_device *d, conv_kind kind, const ct_conv2d_params
   conv_plan *c;
   ct_dtype rt;
   int nhwc;
-  const ct_status s = resolve_call(d, kind, &zc, ys, &h, &c, &rt, &nhwc);
-  if (s == CT_ERR_UNSUPPORTED) return CT_OK; /* no algorithm for S: the direct pass */
-  CT_TRY(s);
-  if (cd->s2d == CUDA_S2D_AUTO && cd->cudnn_benchmark) {
-    if (!c->s2d_verdict) {
-      CT_TRY(s2d_measure(d, kind, cc, &zc, ys));
-      CT_TRY(resolve_call(d, kind, &zc, ys, &h, &c, &rt, &nhwc));
-    }
-    if (c->s2d_verdict < 0) return CT_OK;
+  ct_status s = resolve_call(d, kind, &zc, ys, &h, &c, &rt, &nhwc);
+  if (s == CT_OK && cd->s2d == CUDA_S2D_AUTO && cd->cudnn_benchmark && !c->s2d_verdict) {
+    s = s2d_measure(d, kind, cc, &zc, ys);
+    if (s == CT_OK) s = resolve_call(d, kind, &zc, ys, &h, &c, &rt, &nhwc);
   }
+  if (s != CT_OK) {
+    /* No algorithm for S, or its plan or measurement failed: the direct
+     * pass, which reports its own errors (a broken context among them). */
+    ct_error_clear();
+    return CT_OK;
+  }
+  if (cd->s2d == CUDA_S2D_AUTO && cd->cudnn_benchmark && c->s2d_verdict < 0) return CT_OK;
   *cc = zc;
   return CT_OK;
 }
@@ -895,9 +920,11 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
     const int *k = c->key;
     float kb; /* the beta graph plans baked in (plan_beta) */
     memcpy(&kb, &k[24], sizeof kb);
-    char beta[32] = "", s2d[32] = "";
+    char beta[32] = "", s2d[80] = "";
     if (kb != 0.f) snprintf(beta, sizeof beta, " (graph beta %g)", kb);
-    if (k[25]) snprintf(s2d, sizeof s2d, " space-to-depth %d", k[25]);
+    if (k[25])
+      snprintf(s2d, sizeof s2d, " space-to-depth %d of %dx%dx%d k %dx%d pad %d", k[25], k[26], k[31], k[32], k[27],
+               k[28], k[29]);
     PUT("%-18s %-4s %s x %dx%dx%dx%d w %dx%dx%dx%d stride %d pad %d groups %d%s%s:", kind_name[k[0]],
         ct_dtype_name((ct_dtype)k[1]), k[23] ? "nhwc" : "nchw", k[4], k[5], k[6], k[7], k[8], k[9], k[10], k[11],
         k[16], k[18], k[22], s2d, beta);
@@ -925,7 +952,7 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
     }
     if (c->s2d_verdict)
       PUT("; %s: %.3f ms + staging %.3f ms against the direct pass's %.3f ms", c->s2d_verdict > 0 ? "taken" : "not taken",
-          a->ms, c->s2d_staging_ms, c->s2d_direct_ms);
+          c->s2d_ms, c->s2d_staging_ms, c->s2d_direct_ms);
     PUT("\n");
   }
 #undef PUT
