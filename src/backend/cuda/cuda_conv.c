@@ -181,6 +181,13 @@ static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const in
   }
 }
 
+/* cuDNN's legacy API takes two inputs of one f32, bf16 or f16 dtype and
+ * writes that dtype or f32 (the output's dtype, or the 16-bit pair's
+ * widened weight gradient: the file's header). */
+static int conv_dtypes_ok(ct_dtype t1, ct_dtype t2, ct_dtype ot) {
+  return cuda_float_dtype(t1) && t1 == t2 && (ot == t1 || ot == CT_F32);
+}
+
 /* 1 for the math types that use tensor cores. */
 static int tensor_op_math(cudnnMathType_t m) {
   return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
@@ -677,7 +684,7 @@ static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_para
   const char *op = kind_name[kind];
   cuda_dev *cd = cuda_dev_of(d);
   const ct_dtype t1 = in1.t, t2 = in2.t, ot = oa.t;
-  if (!cuda_float_dtype(t1) || t1 != t2 || (ot != t1 && ot != CT_F32))
+  if (!conv_dtypes_ok(t1, t2, ot))
     return ct_error(CT_ERR_UNSUPPORTED,
                     "cuda %s: dtypes %s, %s -> %s; cuDNN takes two f32, bf16 or f16 inputs of one dtype and writes "
                     "that dtype or f32",
@@ -744,7 +751,9 @@ static ct_status resolve_call(ct_device *d, conv_kind kind, const conv_call *cc,
 /* The time of the kernels a space-to-depth pass adds (S, and W' or the
  * fold of dW'), in ms: one warm-up, then the mean of three between two
  * events, on buffers of their own (outside a stream capture, as
- * cudnnFind's). -1 when those buffers do not fit. */
+ * cudnnFind's; taken from the device's allocator, so its peak counts
+ * them while they live, as the graph plans' timing buffers). -1 when
+ * those buffers do not fit. */
 static ct_status s2d_time_staging(ct_device *d, conv_kind kind, const s2d_pass *z, ct_dtype rt, float *ms) {
   const cuda_s2d *g = &z->g;
   const size_t es = ct_dtype_size(rt);
@@ -753,9 +762,9 @@ static ct_status s2d_time_staging(ct_device *d, conv_kind kind, const s2d_pass *
   const size_t bw = round256((size_t)(g->O * g->C * g->KH * g->KW) * ct_dtype_size(z->w.t));
   *ms = -1.f;
   CT_TRY(cuda_enter(d));
-  char *buf = NULL;
-  if (cudaMalloc((void **)&buf, bx + bs + bz + bw) != cudaSuccess) {
-    (void)cudaGetLastError();
+  char *buf = ct_device_alloc(d, bx + bs + bz + bw);
+  if (!buf) {
+    ct_error_clear();
     return CT_OK;
   }
   cudaStream_t st = cuda_stream(d);
@@ -784,7 +793,7 @@ static ct_status s2d_time_staging(ct_device *d, conv_kind kind, const s2d_pass *
   (void)cudaStreamSynchronize(st);
   for (int i = 0; i < 2; i++)
     if (ev[i]) (void)cudaEventDestroy(ev[i]);
-  (void)cudaFree(buf);
+  ct_device_free(d, buf);
   return s;
 }
 
@@ -819,40 +828,37 @@ static ct_status s2d_measure(ct_device *d, conv_kind kind, const conv_call *dire
   return CT_OK;
 }
 
-/* How this pass runs (*cc): space-to-depth where s2d_fits, the device's
- * CTRAIN_CUDA_S2D allows it (cuda_dev.s2d) and cuDNN has an algorithm for
- * it; under the default (auto) with cudnn_benchmark, only where
- * s2d_measure found it faster. Otherwise direct. zbuf holds the
+/* How this pass runs (*cc) and the plan it runs with (*c, its dtype *rt
+ * and layout *nhwc, as conv_resolve): space-to-depth where s2d_fits, the
+ * device's CTRAIN_CUDA_S2D allows it (cuda_dev.s2d) and cuDNN has an
+ * algorithm for it; under the default (auto) with cudnn_benchmark, only
+ * where s2d_measure found it faster. Otherwise direct. zbuf holds the
  * space-to-depth geometry cc points at. */
 static ct_status conv_route(ct_device *d, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs,
                             const int64_t *wsh, const int64_t *ys, conv_arg in1, conv_arg in2, conv_arg oa, float beta,
-                            s2d_pass *zbuf, conv_call *cc) {
+                            s2d_pass *zbuf, conv_call *cc, cudnnHandle_t *h, conv_plan **c, ct_dtype *rt, int *nhwc) {
   const cuda_dev *cd = cuda_dev_of(d);
   *cc = direct_call(p, xs, wsh, in1, in2, oa, beta);
-  /* the direct pass's dtype rule (conv_resolve), which S, W' and dW',
-   * typed as x, would not see */
-  const int dtypes_ok = cuda_float_dtype(in1.t) && in1.t == in2.t && (oa.t == in1.t || oa.t == CT_F32);
-  if (cd->s2d == CUDA_S2D_OFF || !dtypes_ok || !(in1.nhwc || in2.nhwc || oa.nhwc) ||
+  /* the direct pass's dtype rule first: S, W' and dW', typed as x, would
+   * pass it whatever the call's operands */
+  if (cd->s2d == CUDA_S2D_OFF || !conv_dtypes_ok(in1.t, in2.t, oa.t) || !(in1.nhwc || in2.nhwc || oa.nhwc) ||
       !s2d_fits(kind, p, xs, wsh, ys, zbuf))
-    return CT_OK;
+    return resolve_call(d, kind, cc, ys, h, c, rt, nhwc);
   zbuf->x = in1, zbuf->w = kind == CONV_FWD ? in2 : oa, zbuf->beta = beta;
   const conv_call zc = s2d_call(zbuf, kind, in1, in2, oa);
-  cudnnHandle_t h;
-  conv_plan *c;
-  ct_dtype rt;
-  int nhwc;
-  ct_status s = resolve_call(d, kind, &zc, ys, &h, &c, &rt, &nhwc);
-  if (s == CT_OK && cd->s2d == CUDA_S2D_AUTO && cd->cudnn_benchmark && !c->s2d_verdict) {
+  ct_status s = resolve_call(d, kind, &zc, ys, h, c, rt, nhwc);
+  if (s == CT_OK && cd->s2d == CUDA_S2D_AUTO && cd->cudnn_benchmark && !(*c)->s2d_verdict) {
     s = s2d_measure(d, kind, cc, &zc, ys);
-    if (s == CT_OK) s = resolve_call(d, kind, &zc, ys, &h, &c, &rt, &nhwc);
+    if (s == CT_OK) s = resolve_call(d, kind, &zc, ys, h, c, rt, nhwc);
   }
   if (s != CT_OK) {
     /* No algorithm for S, or its plan or measurement failed: the direct
      * pass, which reports its own errors (a broken context among them). */
     ct_error_clear();
-    return CT_OK;
+    return resolve_call(d, kind, cc, ys, h, c, rt, nhwc);
   }
-  if (cd->s2d == CUDA_S2D_AUTO && cd->cudnn_benchmark && c->s2d_verdict < 0) return CT_OK;
+  if (cd->s2d == CUDA_S2D_AUTO && cd->cudnn_benchmark && (*c)->s2d_verdict < 0)
+    return resolve_call(d, kind, cc, ys, h, c, rt, nhwc);
   *cc = zc;
   return CT_OK;
 }
@@ -873,13 +879,12 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
                            float beta) {
   s2d_pass z;
   conv_call cc;
-  CT_TRY(conv_route(d, kind, p, xs, wsh, ys, in1, in2, oa, beta, &z, &cc));
-  if (cc.z && kind == CONV_BWD_FILTER) out = NULL; /* conv_try writes dW', the fold dw */
   cudnnHandle_t h;
   conv_plan *c;
   ct_dtype rt;
   int nhwc;
-  CT_TRY(resolve_call(d, kind, &cc, ys, &h, &c, &rt, &nhwc));
+  CT_TRY(conv_route(d, kind, p, xs, wsh, ys, in1, in2, oa, beta, &z, &cc, &h, &c, &rt, &nhwc));
+  if (cc.z && kind == CONV_BWD_FILTER) out = NULL; /* conv_try writes dW', the fold dw */
   for (;;) {
     int retry = 0;
     ct_status s = conv_try(d, h, kind, c, nhwc, rt, cc.in1, cc.in2, out, cc.oa, cc.beta, cc.z, &retry);
@@ -1059,8 +1064,8 @@ size_t cuda_conv2d_workspace_bytes(ct_device *d, int pass, const ct_conv2d_param
     conv_plan *c;
     ct_dtype rt;
     int nhwc;
-    if (conv_route(d, kind, p, x->shape, w->shape, y->shape, in1, in2, oa, (float)acc, &z, &cc) != CT_OK ||
-        resolve_call(d, kind, &cc, y->shape, &h, &c, &rt, &nhwc) != CT_OK)
+    if (conv_route(d, kind, p, x->shape, w->shape, y->shape, in1, in2, oa, (float)acc, &z, &cc, &h, &c, &rt, &nhwc) !=
+        CT_OK)
       return 0;
     if (cc.z) s2d_args(cc.z, kind, rt, &cc.in1, &cc.in2, &cc.oa);
     const size_t need = conv_need(&c->cand[c->cur], nhwc, rt, in_layout(cc.in1, nhwc), in_layout(cc.in2, nhwc),

@@ -13,31 +13,32 @@
  * (KRSC for W'); x is plain or NHWC, w and dw plain (PyTorch's KCRS). */
 #include "backend/cuda/cuda_common.cuh"
 
-/* S's element (n, i, j, ch) from x; I is the index type (32-bit where it
- * fits: the divisions dominate this kernel's arithmetic). */
-template <class I>
-__device__ __forceinline__ float s2d_x_at(const cuda_s2d &g, const void *x, int xt, int x_nhwc, I n, I i, I j,
-                                          I ch) {
-  const I C = (I)g.C, s = (I)g.s;
-  if (ch >= C * s * s) return 0.f;
-  const I blk = ch / C, c = ch - blk * C;
-  const I h = i * s + blk / s - (I)g.pad_h, w = j * s + blk % s - (I)g.pad_w;
-  if (h < 0 || h >= (I)g.H || w < 0 || w >= (I)g.W) return 0.f;
-  const I H = (I)g.H, W = (I)g.W;
-  return ct_ld(x, xt, x_nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w);
-}
-
 /* One thread per 8 channels of one S position (Cp is a multiple of 8, S
- * 16-byte aligned), so S is written in 16-byte stores. */
+ * 16-byte aligned), so S is written in 16-byte stores. The channel's
+ * (di, dj, c) is stepped along rather than divided out for each of the
+ * 8; I is the index type (32-bit where it fits: division is several
+ * times cheaper). */
 template <class I>
 __device__ __forceinline__ void s2d_x_group(const cuda_s2d &g, const void *x, int xt, int x_nhwc, void *S, int st,
                                             I grp) {
-  const I Cp = (I)g.Cp, Hs = (I)g.Hs, Ws = (I)g.Ws;
+  const I C = (I)g.C, s = (I)g.s, Cp = (I)g.Cp, Hs = (I)g.Hs, Ws = (I)g.Ws, H = (I)g.H, W = (I)g.W;
   const I e = grp * CT_VEC, ch0 = e % Cp, pos = e / Cp;
   const I j = pos % Ws, i = (pos / Ws) % Hs, n = pos / (Ws * Hs);
+  /* channel (di*s + dj)*C + c; di reaching s: the zero channels past C*s*s */
+  I blk = ch0 / C, c = ch0 - blk * C, di = blk / s, dj = blk - di * s;
   float f[CT_VEC];
 #pragma unroll
-  for (int k = 0; k < CT_VEC; k++) f[k] = s2d_x_at<I>(g, x, xt, x_nhwc, n, i, j, ch0 + k);
+  for (int k = 0; k < CT_VEC; k++) {
+    float v = 0.f;
+    const I h = i * s + di - (I)g.pad_h, w = j * s + dj - (I)g.pad_w;
+    if (di < s && h >= 0 && h < H && w >= 0 && w < W)
+      v = ct_ld(x, xt, x_nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w);
+    f[k] = v;
+    if (++c == C) {
+      c = 0;
+      if (++dj == s) dj = 0, ++di;
+    }
+  }
   ct_stw<CT_VEC>(S, st, e, f);
 }
 
