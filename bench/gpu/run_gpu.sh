@@ -4,7 +4,9 @@
 # ctrain's device peak and planned bytes vs torch.cuda.max_memory_allocated). Written and
 # shell-checked on a machine without a GPU; first run on an NVIDIA H100 on
 # 2026-11-22 (bench/results/2026-11-22-h100-gpu.md: the calls, their
-# commands and what they measured). The maxbatch group has not run on a GPU.
+# commands and what they measured), then on an H200 on 2026-11-28
+# (bench/results/2026-11-28-h200-gpu.md: the s2d, convapi, profile and
+# recompute groups). The maxbatch and kernels groups have not run on a GPU.
 #
 # Usage (repo root, one call on the GPU machine; see docs/GPU.md):
 #   bench/gpu/fetch_deps.sh              # HERE first: oneDNN, zlib, data -> .deps
@@ -265,8 +267,8 @@ group_train() {
 }
 
 # Space-to-depth for strided convolutions over few channels (AlexNet's
-# and ResNet-50's stems; src/backend/cuda/cuda_s2d.cu; not yet run on a
-# GPU): ctrain's default (auto: under --cudnn-benchmark, the faster of
+# and ResNet-50's stems; src/backend/cuda/cuda_s2d.cu; first run on an
+# H200, 2026-11-28): ctrain's default (auto: under --cudnn-benchmark, the faster of
 # the direct and the space-to-depth pass, measured per shape), forced on
 # (CTRAIN_CUDA_S2D=1) and off (=0), against one PyTorch eager run. The
 # verdict and both sides' cuDNN times are in bench_train --profile's plan
@@ -376,10 +378,12 @@ group_kernels() {
   fi
 }
 
-# The convolution API (not yet run on a GPU). ctrain calls cuDNN's legacy
-# API by default; CTRAIN_CUDA_CONV_API=graph adds the graph API's engines
-# as candidates, timed against the legacy algorithms under
-# --cudnn-benchmark (src/backend/cuda/cuda_conv_graph.h). PyTorch 2.x uses
+# The convolution API (first run on an H200, 2026-11-28: the graph API was
+# 3% faster on AlexNet fp16 and 7.5% on ResNet-50 bf16, and became the
+# default). ctrain's default adds the graph API's engines as candidates
+# ahead of cuDNN's legacy algorithms, timed against them under
+# --cudnn-benchmark (src/backend/cuda/cuda_conv_graph.h);
+# CTRAIN_CUDA_CONV_API=legacy takes the legacy algorithms alone. PyTorch 2.x uses
 # the graph API (its "v8 API") unless TORCH_CUDNN_V8_API_DISABLED=1. Four
 # runs per model in one call: ctrain graph against PyTorch's default, and
 # ctrain legacy against PyTorch legacy, which says whether the API is what
@@ -395,8 +399,8 @@ conv_api_rows() {
   read -r li lp < <(CTRAIN_ENV=CTRAIN_CUDA_CONV_API=legacy ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-legacy")
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
   read -r vi vp < <(TORCH_ENV=TORCH_CUDNN_V8_API_DISABLED=1 torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
-  row "$m $in b$b | $cmode, graph API | $gi | $ti | $(ratio "$gi" "$ti") | $gp | $(mib "$tp") | ctrain CTRAIN_CUDA_CONV_API=graph; torch eager (its cuDNN v8 API), channels_last, cudnn.benchmark"
-  row "$m $in b$b | $cmode, legacy API | $li | $vi | $(ratio "$li" "$vi") | $lp | $(mib "$vp") | ctrain default (legacy API); torch eager with TORCH_CUDNN_V8_API_DISABLED=1"
+  row "$m $in b$b | $cmode, graph API | $gi | $ti | $(ratio "$gi" "$ti") | $gp | $(mib "$tp") | ctrain default (graph API); torch eager (its cuDNN v8 API), channels_last, cudnn.benchmark"
+  row "$m $in b$b | $cmode, legacy API | $li | $vi | $(ratio "$li" "$vi") | $lp | $(mib "$vp") | ctrain CTRAIN_CUDA_CONV_API=legacy; torch eager with TORCH_CUDNN_V8_API_DISABLED=1"
   {
     echo "## $m $in batch $b, ctrain $cmode, CTRAIN_CUDA_CONV_API=graph"
     echo
@@ -435,8 +439,8 @@ bench_recompute() {
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "--checkpoint-segments $nseg")
   row "$m $in b$b | $cmode + recompute | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | $note; torch eager, channels_last, cudnn.benchmark, checkpoint_sequential($nseg segments, use_reentrant=False)"
 }
-# The cheap mode against PyTorch without checkpointing (not yet run on a
-# GPU): --recompute cheap drops only what memory-efficient batch norm
+# The cheap mode against PyTorch without checkpointing (first run on an
+# H200, 2026-11-28): --recompute cheap drops only what memory-efficient batch norm
 # drops (batch-norm, activation, residual-add and dropout outputs, rebuilt
 # from the convolution outputs the backward keeps anyway, no convolution
 # run twice), so it is the plan to set against the plain eager peak.

@@ -358,11 +358,11 @@ static void check_describe(ct_device *gpu) {
   free(all);
 }
 
-/* Under CTRAIN_CUDA_CONV_API=graph, after the 16-bit steps: the graph
+/* Unless CTRAIN_CUDA_CONV_API=legacy, after the 16-bit steps: the graph
  * API's engines were candidates, and (where cuDNN refused none) ran. */
 static void check_graph_describe(ct_device *gpu) {
   const char *api = getenv("CTRAIN_CUDA_CONV_API");
-  if (!api || strcmp(api, "graph")) return;
+  if (api && !strcmp(api, "legacy")) return;
   const ct_backend *be = ct_device_backend(gpu);
   size_t need = be->describe(gpu, NULL, 0);
   char *all = malloc(need + 1);

@@ -369,10 +369,10 @@ int main(void) {
 
   /* auto under cudnn_benchmark: a verdict with its times, right results.
    * The emulator's verdict is known where its legacy NHWC algorithms
-   * decide (not under CT_EMU_DNN_NO_NHWC or the graph API, whose times
-   * the slow-down knob leaves alone). */
+   * decide (CTRAIN_CUDA_CONV_API=legacy, not under CT_EMU_DNN_NO_NHWC):
+   * the slow-down knob leaves the graph API's times, the default, alone. */
   const char *api = getenv("CTRAIN_CUDA_CONV_API");
-  const int emulated = getenv("CTRAIN_TEST_EMU") && !getenv("CT_EMU_DNN_NO_NHWC") && !(api && !strcmp(api, "graph"));
+  const int emulated = getenv("CTRAIN_TEST_EMU") && !getenv("CT_EMU_DNN_NO_NHWC") && api && !strcmp(api, "legacy");
   for (int slow = 0; slow <= emulated; slow++) {
     if (slow) setenv("CT_EMU_DNN_THIN_C_SLOW", "10", 1);
     ct_device *au = open_with(NULL);

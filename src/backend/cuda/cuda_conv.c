@@ -6,9 +6,10 @@
  * math for f32 unless the device allows TF32 or the f32 operands were
  * widened from 16 bits (below); the workspace is the pass's planned one
  * (set_workspace) when large enough, else the device's scratch buffer.
- * Under CTRAIN_CUDA_CONV_API=graph the graph API's execution plans
+ * By default (CTRAIN_CUDA_CONV_API=graph) the graph API's execution plans
  * (cuda_conv_graph.h) are candidates too, ahead of the legacy algorithms
- * or, under cudnn_benchmark, ordered with them by measured time. Bias and the
+ * or, under cudnn_benchmark, ordered with them by measured time;
+ * CTRAIN_CUDA_CONV_API=legacy leaves the legacy algorithms alone. Bias and the
  * fused activation run as one extra elementwise kernel; the bias gradient is
  * a per-channel sum kernel. Backward-data can add into dx instead of
  * overwriting it (cuDNN's beta = 1: cuda_conv2d_bwd_data_acc), which the
@@ -270,7 +271,7 @@ static cudnnStatus_t cand_workspace(cudnnHandle_t h, conv_kind kind, const conv_
 
 /* Graph API plans ahead of the legacy candidates in c (under bench, all
  * in order of measured time, the untimed last), for passes the graph
- * path takes: CTRAIN_CUDA_CONV_API=graph, no groups, not strict f32 (its
+ * path takes: CTRAIN_CUDA_CONV_API=graph (the default), no groups, not strict f32 (its
  * engines are chosen by numerical notes the legacy FMA math type
  * already settles). The graph API only adds candidates: a failure to
  * build its plans leaves the pass to the legacy ones (the first such

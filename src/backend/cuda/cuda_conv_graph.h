@@ -6,7 +6,7 @@
  * of algorithms that API names; the graph API reaches every engine cuDNN
  * has for the shape, including the newest architectures' kernels.
  *
- * cuda_conv.c uses it when CTRAIN_CUDA_CONV_API=graph: the plans become
+ * cuda_conv.c uses it unless CTRAIN_CUDA_CONV_API=legacy: the plans become
  * candidates ahead of the legacy algorithms (under cudnn_benchmark all are
  * timed and ordered by time), so anything the graph API refuses still runs
  * through the legacy API. Engines that compile at run time (behaviour note

@@ -62,8 +62,8 @@ typedef struct cuda_dev {
   cudaEvent_t copy_done;
   /* --cudnn-benchmark: cudnnFind* once per shape instead of the heuristic. */
   int cudnn_benchmark;
-  /* CTRAIN_CUDA_CONV_API=graph: convolutions also try cuDNN's graph API
-   * (cuda_conv_graph.h); legacy (the default) uses the legacy API alone.
+  /* CTRAIN_CUDA_CONV_API=graph (the default): convolutions also try
+   * cuDNN's graph API (cuda_conv_graph.h); legacy uses the legacy API alone.
    * conv_graph_err: the first failure to build graph plans (those passes
    * run on the legacy API), for describe; empty when none. */
   int conv_graph;
