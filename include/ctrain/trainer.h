@@ -110,7 +110,7 @@ typedef struct ct_fit_result {
   struct ct_history *history; /* per-epoch metrics of the whole run (resumed epochs too), owned */
   int stopped_early;
   int resumed_from_epoch;   /* -1 when not resumed */
-  size_t peak_memory_bytes; /* step arena + parameters, gradients, optimizer state, low-precision weights */
+  size_t peak_memory_bytes; /* step arena (low-precision weight copies included) + parameters, gradients, optimizer state */
   /* The device's own high-water mark at the end (ct_device_mem_peak):
    * everything ctrain allocated on it through its allocator. On cuda the
    * model's block (plan, state, input staging), the backend's scratch

@@ -17,8 +17,7 @@ struct ct_model_dstate {
   size_t bytes;
   float *h_params, *h_grads, *h_buffers;
   int64_t *h_counters;
-  void *h_lp;
-  void *lp_round;      /* O3 rounding through the low precision when no lp copy exists */
+  void *lp_round;      /* O3: the params rounded through the low precision here */
   float *opt_slab;
   size_t opt_floats;
   void *x[CT_STAGE_SLOTS];     /* [max_batch, ...] in the input's dtype each (one buffer for all when shared) */
@@ -39,10 +38,14 @@ void ct_oom_message(const ct_mem_numbers *n, char *buf, size_t cap) {
   do {                                                                    \
     if (len < cap) len += (size_t)snprintf(buf + len, cap - len, __VA_ARGS__); \
   } while (0)
+  /* (the low-precision weight copies are in the step arena; what is left
+   * outside is O3's rounding buffer) */
   PUT("out of memory on %s: model '%s' at batch %lld (%s) needs %.3f GiB = step arena %.3f + parameters %.3f + "
-      "gradients %.3f + buffers %.3f + low-precision weights %.3f + optimizer state %.3f + batch staging %.3f GiB",
+      "gradients %.3f + buffers %.3f",
       n->device, n->model, (long long)n->batch, n->precision ? n->precision : "fp32", gib(need), gib(n->arena),
-      gib(n->params), gib(n->grads), gib(n->buffers), gib(n->low_precision), gib(n->optimizer_state), gib(n->staging));
+      gib(n->params), gib(n->grads), gib(n->buffers));
+  if (n->low_precision) PUT(" + O3 rounding buffer %.3f", gib(n->low_precision));
+  PUT(" + optimizer state %.3f + batch staging %.3f GiB", gib(n->optimizer_state), gib(n->staging));
   if (n->dev_total) PUT("; the device has %.3f GiB free of %.3f GiB", gib(n->dev_free), gib(n->dev_total));
   PUT("; try");
   int is16 = n->precision && strcmp(n->precision, "fp32") != 0;
@@ -95,14 +98,14 @@ void ct_model_reserve_optimizer_state(ct_model *m, int buffers) { m->opt_buffers
 
 ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   const ct_backend *be = ct_device_backend(dev);
-  int need_round = m->opt_level == CT_OPT_O3 && !m->lp_params;
+  int need_round = m->opt_level == CT_OPT_O3;
   int64_t in_numel = ct_shape_numel(m->in_ndim, m->in_shape);
   size_t o_arena = 0, o_params = o_arena + al(m->plan.peak ? m->plan.peak : 64);
   size_t o_grads = o_params + al(m->n_params * 4), o_buffers = o_grads + al(m->n_params * 4);
   /* num_batches_tracked stays in host memory: batch norm's forward counts
    * it on the host, and nothing on the device reads it. */
   size_t o_lp = o_buffers + al(m->n_buffers * 4);
-  size_t lp_bytes = (m->lp_params || need_round) ? al(m->n_params * 2) : 0;
+  size_t lp_bytes = need_round ? al(m->n_params * 2) : 0;
   size_t o_opt = o_lp + lp_bytes, opt_bytes = al((size_t)m->opt_buffers * m->n_params * 4);
   /* Staging: the x buffers (one when shared), then CT_STAGE_SLOTS y. */
   const int nx = m->stage_x_shared ? 1 : CT_STAGE_SLOTS;
@@ -133,7 +136,6 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   ds->block = block;
   ds->bytes = total;
   ds->h_params = m->params, ds->h_grads = m->grads, ds->h_buffers = m->buffers, ds->h_counters = m->counters;
-  ds->h_lp = m->lp_params;
   ds->opt_slab = opt_bytes ? (float *)(b + o_opt) : NULL;
   ds->opt_floats = (size_t)m->opt_buffers * m->n_params;
   for (int k = 0; k < CT_STAGE_SLOTS; k++) {
@@ -158,7 +160,6 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   m->params = (float *)(b + o_params);
   m->grads = (float *)(b + o_grads);
   m->buffers = (float *)(b + o_buffers);
-  if (m->lp_params) m->lp_params = b + o_lp;
   m->lp_dirty = 1;
   m->grads_clean = 1;
   m->arena = b + o_arena;
@@ -177,7 +178,6 @@ void ct_model_device_release(ct_model *m) {
   (void)ct_device_copy(NULL, ds->h_buffers, m->dev, m->buffers, m->n_buffers * 4);
   memset(ds->h_grads, 0, m->n_params * 4);
   m->params = ds->h_params, m->grads = ds->h_grads, m->buffers = ds->h_buffers, m->counters = ds->h_counters;
-  m->lp_params = ds->h_lp;
   m->lp_dirty = 1;
   m->grads_clean = 1;
   ct_device_free(m->dev, ds->block);

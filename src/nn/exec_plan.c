@@ -38,8 +38,9 @@ static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
 /* Tables indexed per layer (L) or per input edge (2L). */
 static void free_plan_tables(ct_exec_bufs *b) {
   free(b->act), free(b->grad), free(b->ws), free(b->tmp), free(b->xcast), free(b->dxcast);
-  free(b->act_rc), free(b->ws_rc), free(b->xcast_rc), free(b->pws);
+  free(b->act_rc), free(b->ws_rc), free(b->xcast_rc), free(b->pws), free(b->lpw);
   b->act = b->grad = b->ws = b->tmp = b->xcast = b->dxcast = b->act_rc = b->ws_rc = b->xcast_rc = b->pws = NULL;
+  b->lpw = b->lpw_bwd = NULL;
   ct_timeline_free(&b->tl);
 }
 
@@ -53,11 +54,12 @@ static int alloc_plan_tables(ct_exec_bufs *b, int L) {
   size_t one = sizeof(int) * (size_t)(L ? L : 1), two = 2 * one;
   b->act = malloc(one), b->grad = malloc(one), b->ws = malloc(one), b->act_rc = malloc(one), b->ws_rc = malloc(one);
   b->tmp = malloc(two), b->xcast = malloc(two), b->dxcast = malloc(two), b->xcast_rc = malloc(two);
-  b->pws = malloc(3 * one);
+  b->pws = malloc(3 * one), b->lpw = malloc(two), b->lpw_bwd = b->lpw ? b->lpw + (L ? L : 1) : NULL;
   if (!b->act || !b->grad || !b->ws || !b->act_rc || !b->ws_rc || !b->tmp || !b->xcast || !b->dxcast || !b->xcast_rc ||
-      !b->pws)
+      !b->pws || !b->lpw)
     return 0;
   for (int i = 0; i < L; i++) b->act[i] = b->grad[i] = b->ws[i] = b->act_rc[i] = b->ws_rc[i] = -1;
+  for (int i = 0; i < L; i++) b->lpw[i] = b->lpw_bwd[i] = -1;
   for (int i = 0; i < 3 * L; i++) b->pws[i] = -1;
   for (int i = 0; i < 2 * L; i++) b->tmp[i] = b->xcast[i] = b->dxcast[i] = b->xcast_rc[i] = -1;
   b->out32 = b->dout32 = -1;
@@ -219,6 +221,20 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
       if (wsb) b->ws[i] = ct_plan_add(plan, wsb, i, rerun[i] ? i : bwd[i]);
       if (wsb && rerun[i]) b->ws_rc[i] = ct_plan_add(plan, wsb, rc[i], bwd[i]);
     }
+  }
+  /* Low-precision weight copies (amp_model.c). Training: one for the
+   * forward alone, and one cast again for the backward-data pass (from
+   * the layer's recompute forward when it has one), so that no copy is
+   * alive between the two, where the step peaks. Inference: one for the
+   * whole step, so that it outlives the step and is cast again only
+   * after the weights changed. */
+  for (int i = 0; i < L; i++) {
+    size_t n = ct_amp_layer_weights(m, i, NULL);
+    if (!n) continue;
+    b->lpw[i] = ct_plan_add(plan, 2 * n, training ? i : 0, training ? i : T);
+    const int dx = m->layers[i].n_inputs > 0 && m->layers[i].inputs[0] >= 0;
+    if (training && (dx || rerun[i]))
+      b->lpw_bwd[i] = ct_plan_add(plan, 2 * n, rerun[i] ? rc[i] : bwd[i], dx ? bwd[i] : rc[i]);
   }
   /* Pass workspaces: each lives at its pass's time only, so the planner
    * lays it over whatever is dead then (cuDNN's workspace on cuda). */

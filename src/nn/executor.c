@@ -101,10 +101,24 @@ static ct_tensor edge_source(const ct_model *m, const ct_layer *l, int j, const 
   return t;
 }
 
-/* Layer i's forward: its cast inputs, then the layer. */
+/* Points layer i's weights at its low-precision copy `id` (a plan buffer;
+ * none: nothing to do) and casts the fp32 weights into it when cast. */
+static ct_status low_weights(ct_model *m, int i, int id, int cast) {
+  if (id < 0) return CT_OK;
+  ct_amp_layer_bind(m, i, at(m, id));
+  return cast ? ct_amp_layer_cast(m, i, at(m, id)) : CT_OK;
+}
+
+/* Layer i's forward: its low-precision weight copy (a recompute forward
+ * casts the backward's; an inference plan's copy outlives the step and is
+ * cast again only after the weights changed), its cast inputs, then the
+ * layer. */
 static ct_status forward_layer(ct_model *m, int i, ct_exec *e, const ct_tensor *x) {
   ct_layer *l = &m->layers[i];
+  const ct_exec_bufs *b = &m->eb;
   ct_status s = CT_OK;
+  if (b->lpw)
+    s = e->recompute ? low_weights(m, i, b->lpw_bwd[i], 1) : low_weights(m, i, b->lpw[i], m->training_plan || m->lp_dirty);
   for (int j = 0; j < l->n_inputs && s == CT_OK; j++)
     if (m->eb.xcast[2 * i + j] >= 0) {
       ct_tensor src = edge_source(m, l, j, x);
@@ -142,10 +156,10 @@ ct_status ct_model_forward(ct_model *m, const ct_tensor *x, int training, uint32
                     ct_dtype_name(x->dtype) ? ct_dtype_name(x->dtype) : "?",
                     x->layout == CT_LAYOUT_PLAIN ? "" : x->layout == CT_LAYOUT_NHWC ? " channels-last" : " blocked");
   ct_exec_bufs *b = &m->eb;
-  CT_TRY(ct_amp_model_refresh(m, training));
   bind(m, b, x, n, 0);
   ct_exec e = {m->dev, ct_device_backend(m->dev), training, n, m->seed, step, 0, NULL, 0};
   for (int i = 0; i < m->n_layers; i++) CT_TRY(forward_layer(m, i, &e, x));
+  m->lp_dirty = 0;
   m->input = *x;
   m->last_batch = n;
   m->last_step = step;
@@ -191,6 +205,8 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
     for (; next < tl->n_rerun && tl->rc_at[tl->order[next]] == i; next++)
       CT_TRY(forward_layer(m, tl->order[next], &rc, &m->input));
     l->grad_beta = beta;
+    /* backward-data's copy of the weights (a recompute forward cast it) */
+    if (b->lpw && !tl->rerun[i]) CT_TRY(low_weights(m, i, b->lpw_bwd[i], 1));
     ct_exec_pass_workspace(m, i, CT_PASS_BWD, &e);
     ct_status s = l->cls->backward(l, &e);
     ct_exec_pass_workspace(m, i, -1, &e);

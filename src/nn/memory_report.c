@@ -9,14 +9,16 @@
 
 #include "nn/model_impl.h"
 
-enum { K_OUT, K_OUT_RC, K_GRAD, K_WS, K_PWS, K_CAST, K_DCAST, K_TMP, K_LOSS, K_COUNT };
+enum { K_OUT, K_OUT_RC, K_GRAD, K_WS, K_PWS, K_CAST, K_DCAST, K_TMP, K_LOSS, K_LPW, K_COUNT };
 static const char *const kind_name[K_COUNT] = {
     "layer outputs",        "recomputed outputs",     "output gradients",
     "kept workspaces",      "pass workspaces (cuDNN)", "cast inputs (autocast)",
-    "cast input gradients", "gradient temporaries",   "fp32 output copies for the loss"};
+    "cast input gradients", "gradient temporaries",   "fp32 output copies for the loss",
+    "low-precision weights (autocast)"};
 static const char *const kind_what[K_COUNT] = {"output",         "recomputed output", "output gradient",
                                                "workspace",      "pass workspace",    "cast input",
-                                               "cast input gradient", "gradient temporary", "fp32 copy for the loss"};
+                                               "cast input gradient", "gradient temporary", "fp32 copy for the loss",
+                                               "low-precision weights"};
 
 typedef struct owner {
   int kind, layer; /* kind -1: no owner found */
@@ -38,6 +40,8 @@ static void owners(const ct_model *m, owner *o) {
     if (b->grad) own(o, n, b->grad[i], K_GRAD, i);
     if (b->ws) own(o, n, b->ws[i], K_WS, i);
     if (b->ws_rc) own(o, n, b->ws_rc[i], K_WS, i);
+    if (b->lpw) own(o, n, b->lpw[i], K_LPW, i);
+    if (b->lpw_bwd) own(o, n, b->lpw_bwd[i], K_LPW, i);
     for (int p = 0; p < 3 && b->pws; p++) own(o, n, b->pws[3 * i + p], K_PWS, i);
     for (int j = 0; j < 2; j++) {
       if (b->xcast) own(o, n, b->xcast[2 * i + j], K_CAST, i);

@@ -40,6 +40,12 @@ typedef struct ct_exec_bufs {
    * it runs): entry 3i + CT_PASS_* of layer i's forward, recompute forward
    * and backward, each alive at that pass's time alone. */
   int *pws; /* [3L] */
+  /* Low-precision weight copies (src/amp/amp_model.c): layer i's for its
+   * forward (for the whole step in an inference plan), and in a training
+   * plan its second, cast again for its recompute forward or its
+   * backward-data pass, whichever comes first. lpw_bwd points into lpw's
+   * block. */
+  int *lpw, *lpw_bwd; /* [L] each */
 } ct_exec_bufs;
 
 enum { CT_PASS_FWD, CT_PASS_RC, CT_PASS_BWD };
@@ -87,8 +93,7 @@ struct ct_model {
   ct_opt_level opt_level;
   ct_dtype *act_dt;        /* [L] dtype layer i computes in and stores y/dy in */
   ct_amp_rule *act_rule;   /* [L] the policy rule that chose it */
-  void *lp_params;         /* low-precision copy of params (n_params elements), or NULL */
-  int lp_dirty;            /* lp_params must be refreshed before the next forward */
+  int lp_dirty;            /* the weights changed since an inference plan's copies were cast */
   ct_tensor out32, dout32; /* fp32 output and its gradient when the output layer is not fp32 */
 
   /* Device-resident state (src/nn/device_state.c): non-NULL while the
@@ -127,11 +132,17 @@ static inline int ct_model_readers(const ct_model *m, int i) {
 void ct_model_overwrite_grads(ct_model *m);
 
 /* Mixed precision hooks of the executor (src/amp/amp_model.c): chooses
- * every layer's dtype and (re)allocates the low-precision weight copy;
- * points conv/linear weights at it; refreshes it from the fp32 params. */
+ * every layer's dtype; the span of the flat params layer i's
+ * low-precision weight copy holds (elements from *first; 0: the layer
+ * has none); points every layer's weights at the fp32 params, those a
+ * copy serves at none yet (data NULL, the low dtype); points layer i's
+ * at its copy (the planned buffer); casts layer i's span of the fp32
+ * params into its copy. */
 ct_status ct_amp_model_plan(ct_model *m);
+size_t ct_amp_layer_weights(const ct_model *m, int i, size_t *first);
 void ct_amp_model_bind_weights(ct_model *m);
-ct_status ct_amp_model_refresh(ct_model *m, int training);
+void ct_amp_layer_bind(ct_model *m, int i, void *copy);
+ct_status ct_amp_layer_cast(ct_model *m, int i, void *copy);
 void ct_amp_model_free(ct_model *m);
 
 /* Graph building. Each call appends a layer reading the given inputs

@@ -966,7 +966,8 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
   res->steps = ls.step;
   res->val = vres;
   res->images_per_second = ls.train_seconds > 0 ? (double)ls.train_images / ls.train_seconds : 0;
-  res->peak_memory_bytes = ct_model_plan_bytes(m) + ct_model_state_bytes(m) + ct_model_low_precision_bytes(m);
+  /* (the low-precision weight copies are in the plan) */
+  res->peak_memory_bytes = ct_model_plan_bytes(m) + ct_model_state_bytes(m);
   res->device_peak_bytes = ct_device_mem_peak(dev);
   res->skipped_steps = gs.skipped_steps;
   res->loss_scale = gs.scale;
