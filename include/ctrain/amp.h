@@ -76,8 +76,8 @@ ct_dtype ct_model_layer_dtype(const ct_model *m, int i);
 ct_amp_rule ct_model_layer_rule(const ct_model *m, int i);
 /* Bytes of the low-precision weight copies of all layers (0 under O0).
  * They are buffers of the memory plan (ct_model_plan_bytes counts those
- * alive at its peak): in training each lives from its layer's forward to
- * its backward. */
+ * alive at its peak): in training each layer's is cast for its forward
+ * and again for its backward-data pass, each alive for that pass. */
 size_t ct_model_low_precision_bytes(const ct_model *m);
 /* O3: rounds every fp32 parameter to the nearest value of the low
  * precision (round to nearest even), so the fp32 buffer holds a pure

@@ -16,6 +16,7 @@
 typedef struct ct_mem_numbers {
   const char *device, *model, *precision;
   int64_t batch;
+  /* low_precision: O3's rounding buffer (the AMP weight copies are in the arena) */
   size_t arena, params, grads, buffers, low_precision, optimizer_state, staging;
   size_t dev_free, dev_total; /* 0 when the device cannot say */
   /* The step arena with activation recompute (--recompute), 0 when it is

@@ -80,8 +80,8 @@ ct_status ct_model_summary(ct_model *m, int64_t batch, FILE *out) {
   if (amp) {
     fprintf(out, "Precision: %s %s (fp32 master weights%s; loss reads fp32)\n", ct_precision_name(m->precision),
             ct_opt_level_name(m->opt_level), m->opt_level == CT_OPT_O3 ? " rounded to the low precision each step" : "");
-    fprintf(out, "Low-precision weight copies (MB): %.2f  (in the memory plan, each from its layer's forward to its "
-                 "backward)\n", low_mb);
+    fprintf(out, "Low-precision weight copies (MB): %.2f  (in the memory plan: cast for each layer's forward, and "
+                 "again for its backward)\n", low_mb);
   }
   fprintf(out, "Estimated Total Size (MB): %.2f\n", in_mb + (double)m->plan.peak / mb + 2 * params_mb + buf_mb);
   fprintf(out, "%s\n", line);
