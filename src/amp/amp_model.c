@@ -120,28 +120,25 @@ void ct_amp_model_bind_weights(ct_model *m) {
       l->w[k] = m->entries[l->state[k].entry].value;
       l->w[k].device = m->dev;
     }
-    ct_amp_layer_bind(m, i, NULL);
+    (void)ct_amp_layer_copy(m, i, NULL, 0);
   }
 }
 
-void ct_amp_layer_bind(ct_model *m, int i, void *copy) {
+ct_status ct_amp_layer_copy(ct_model *m, int i, void *copy, int cast) {
   size_t first = 0;
-  if (!ct_amp_layer_weights(m, i, &first)) return;
+  int64_t n = (int64_t)ct_amp_layer_weights(m, i, &first);
+  if (!n) return CT_OK;
+  const ct_dtype low = ct_precision_dtype(m->precision);
   ct_layer *l = &m->layers[i];
   for (int k = 0; k < l->n_state; k++) {
     const ct_state_decl *s = &l->state[k];
     if (!low_state(s)) continue;
     l->w[k].data = copy ? (uint16_t *)copy + (s->offset - first) : NULL;
-    l->w[k].dtype = ct_precision_dtype(m->precision);
+    l->w[k].dtype = low;
   }
-}
-
-ct_status ct_amp_layer_cast(ct_model *m, int i, void *copy) {
-  size_t first = 0;
-  int64_t n = (int64_t)ct_amp_layer_weights(m, i, &first);
-  if (!n || !copy) return CT_OK;
+  if (!cast || !copy) return CT_OK;
   ct_tensor src = ct_tensor_view(m->params + first, CT_F32, 1, &n);
-  ct_tensor dst = ct_tensor_view(copy, ct_precision_dtype(m->precision), 1, &n);
+  ct_tensor dst = ct_tensor_view(copy, low, 1, &n);
   src.device = dst.device = m->dev;
   return ct_device_backend(m->dev)->cast(m->dev, &src, &dst);
 }

@@ -104,9 +104,7 @@ static ct_tensor edge_source(const ct_model *m, const ct_layer *l, int j, const 
 /* Points layer i's weights at its low-precision copy `id` (a plan buffer;
  * none: nothing to do) and casts the fp32 weights into it when cast. */
 static ct_status low_weights(ct_model *m, int i, int id, int cast) {
-  if (id < 0) return CT_OK;
-  ct_amp_layer_bind(m, i, at(m, id));
-  return cast ? ct_amp_layer_cast(m, i, at(m, id)) : CT_OK;
+  return id < 0 ? CT_OK : ct_amp_layer_copy(m, i, at(m, id), cast);
 }
 
 /* Layer i's forward: its low-precision weight copy (a recompute forward

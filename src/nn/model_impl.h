@@ -136,13 +136,12 @@ void ct_model_overwrite_grads(ct_model *m);
  * low-precision weight copy holds (elements from *first; 0: the layer
  * has none); points every layer's weights at the fp32 params, those a
  * copy serves at none yet (data NULL, the low dtype); points layer i's
- * at its copy (the planned buffer); casts layer i's span of the fp32
- * params into its copy. */
+ * at its copy (the planned buffer; NULL: none yet) and, when cast, casts
+ * its span of the fp32 params into it. */
 ct_status ct_amp_model_plan(ct_model *m);
 size_t ct_amp_layer_weights(const ct_model *m, int i, size_t *first);
 void ct_amp_model_bind_weights(ct_model *m);
-void ct_amp_layer_bind(ct_model *m, int i, void *copy);
-ct_status ct_amp_layer_cast(ct_model *m, int i, void *copy);
+ct_status ct_amp_layer_copy(ct_model *m, int i, void *copy, int cast);
 void ct_amp_model_free(ct_model *m);
 
 /* Graph building. Each call appends a layer reading the given inputs
