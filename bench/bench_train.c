@@ -17,7 +17,7 @@
  *                    [--threads 2] [--precision fp32|bf16|fp16] [--profile]
  *                    [--no-fuse] [--no-conv-gemm] [--no-conv-thin]
  *                    [--memory-format auto|contiguous|channels-last]
- *                    [--recompute auto|cheap|N|off] [--optim adam|sgd]
+ *                    [--recompute auto|cheap|norm|N|off] [--optim adam|sgd]
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
  *                    [--profiler-range]
  * --profile adds per-layer forward/backward medians (layers re-run one by
@@ -33,8 +33,9 @@
  * picks the activation layouts (src/nn/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);
  * --recompute sets ct_model_set_recompute before prepare (auto = the
- * segment count with the smallest plan, cheap = batch norm/activation/add/
- * dropout outputs only, N >= 2 segments, off/0/1 = none)
+ * mode with the smallest plan, cheap = batch norm/activation/add/
+ * dropout outputs only, norm = batch norm outputs only, N >= 2 segments,
+ * off/0/1 = none)
  * and the summary names the segments and the layers run forward twice;
  * --optim sgd swaps Adam for plain SGD (lr 0.01, no momentum: no state),
  * what bench/recompute.sh uses to match torch.optim.SGD; --momentum sets
@@ -284,15 +285,8 @@ int main(int argc, char **argv) {
         return 2;
       }
     } else if (!strcmp(a, "--recompute")) {
-      char *end;
-      errno = 0;
-      long n = strtol(v, &end, 10);
-      if (!strcmp(v, "auto")) recompute = CT_RECOMPUTE_AUTO;
-      else if (!strcmp(v, "cheap")) recompute = CT_RECOMPUTE_CHEAP;
-      else if (!strcmp(v, "off")) recompute = 0;
-      else if (end != v && !*end && !errno && n >= 0 && n <= CT_RECOMPUTE_MAX) recompute = n <= 1 ? 0 : (int)n;
-      else {
-        fprintf(stderr, "--recompute wants auto, cheap, off or a segment count 0..%d, got '%s'\n", CT_RECOMPUTE_MAX, v);
+      if (ct_recompute_parse(v, &recompute) != CT_OK) {
+        fprintf(stderr, "--recompute: %s\n", ct_last_error());
         return 2;
       }
     }

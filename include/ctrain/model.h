@@ -96,24 +96,39 @@ const char *ct_memory_format_name(ct_memory_format f);
  * step arena for up to one extra forward pass; the gradients, running
  * statistics and dropout masks are those of the plain step (bit for bit
  * on the CPU). segments: 0 = off (default), CT_RECOMPUTE_AUTO = the mode
- * whose plan has the smallest peak among CT_RECOMPUTE_CHEAP and every
- * segment count (ties: cheap, then fewer segments), N >= 2 = N segments,
- * or as many as there are clean cuts. CT_RECOMPUTE_CHEAP
- * (memory-efficient batch norm) instead drops only the outputs of batch
- * norms, activations, residual adds and dropout, recomputing each from
- * the convolution/linear outputs the backward keeps anyway just before
- * its first backward reader: less saved, little extra time. Applied by
- * the next ct_model_prepare() of a training plan; inference plans ignore
- * it. CT_ERR_INVALID_ARG for other negative values or counts above
- * CT_RECOMPUTE_MAX. */
+ * whose plan has the smallest peak among CT_RECOMPUTE_NORM,
+ * CT_RECOMPUTE_CHEAP and every segment count (ties: norm, cheap, then
+ * fewer segments), N >= 2 = N segments, or as many as there are clean
+ * cuts. CT_RECOMPUTE_CHEAP (memory-efficient batch norm) instead drops
+ * only the outputs of batch norms, activations, residual adds and
+ * dropout, recomputing each from the convolution/linear outputs the
+ * backward keeps anyway just before its first backward reader: less
+ * saved, little extra time. CT_RECOMPUTE_NORM drops the outputs of batch
+ * norms alone (with their fused activation), each rebuilt by one
+ * elementwise pass from its input and the statistics its forward saved:
+ * what a convolution with batch norm and ReLU fused into its input would
+ * keep. Applied by the next ct_model_prepare() of a training plan;
+ * inference plans ignore it; the norm and cheap modes fall back to off
+ * where they would not make the plan smaller. CT_ERR_INVALID_ARG for
+ * other negative values or counts above CT_RECOMPUTE_MAX. */
 #define CT_RECOMPUTE_AUTO (-1)
 #define CT_RECOMPUTE_CHEAP (-2)
+#define CT_RECOMPUTE_NORM (-3)
 #define CT_RECOMPUTE_MAX 4096
 ct_status ct_model_set_recompute(ct_model *m, int segments);
 /* Segments the prepared plan runs (1 = no recompute), and the layers whose
  * forward it runs twice. */
 int ct_model_recompute_segments(const ct_model *m);
 int ct_model_recompute_layers(const ct_model *m);
+/* The mode of the prepared plan: 0 (nothing recomputed), CT_RECOMPUTE_NORM,
+ * CT_RECOMPUTE_CHEAP, or its segment count. */
+int ct_model_recompute_mode(const ct_model *m);
+/* "off", "norm", "cheap", "auto" or "N segments" for a mode, in buf. */
+const char *ct_recompute_mode_str(int mode, char *buf, size_t n);
+/* Parses "auto", "cheap", "norm", "off" or a segment count 0..
+ * CT_RECOMPUTE_MAX (0 and 1: off) into a ct_model_set_recompute value;
+ * CT_ERR_INVALID_ARG naming the text otherwise. */
+ct_status ct_recompute_parse(const char *s, int *out);
 
 /* Binds the model to a device with a maximum batch and builds the memory
  * plan; training = 1 plans forward + backward. Re-preparing replaces the

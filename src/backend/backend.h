@@ -312,6 +312,17 @@ struct ct_backend {
   ct_status (*batchnorm_bwd)(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                              const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
                              ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
+  /* y = act((x - save_mean) * save_invstd * gamma + beta), act with alpha
+   * as act_fwd: a training forward's output again from the statistics it
+   * saved, without a pass over x for them (the recompute forward of a
+   * batch norm, nn/recompute.h). On the cpu backends the bits are those of
+   * batchnorm_fwd(training = 1) followed by act_fwd in place, as the
+   * training forward normalises with its saved (f32) statistics; on cuda
+   * they are those of its own kernels, not necessarily cuDNN's. Layouts
+   * and dtypes as batchnorm_fwd; gamma/beta may be NULL. */
+  ct_status (*batchnorm_apply)(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                               const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
+                               ct_tensor *y);
 
   /* ---- elementwise ---- */
   ct_status (*act_fwd)(ct_device *d, ct_act act, float alpha, const ct_tensor *x, ct_tensor *y);

@@ -2,6 +2,8 @@
 #ifndef CTRAIN_CLI_H
 #define CTRAIN_CLI_H
 
+#include <limits.h>
+
 #include "ctrain/ctrain.h"
 #include "ctrain/trainer.h"
 
@@ -31,8 +33,9 @@ typedef struct cli_opts {
   int in_c, in_h, in_w;
   /* --memory-format (--channels-last sets "channels-last"); NULL = auto. */
   const char *memory_format;
-  /* --recompute[=auto|cheap|off|N]: activation recompute for
-   * ct_model_set_recompute (0 = off; a bare flag = CT_RECOMPUTE_AUTO). */
+  /* --recompute[=auto|cheap|norm|off|N]: activation recompute for
+   * ct_model_set_recompute (0 = off; a bare flag = CT_RECOMPUTE_AUTO);
+   * CLI_RECOMPUTE_DEFAULT when not given (cli_recompute). */
   int recompute;
   int memory_report; /* summary --memory: ct_model_memory_report after the table */
   /* Mixed precision: --precision, --opt-level, --loss-scale, --loss-scale-init. */
@@ -75,6 +78,12 @@ int cli_fail(ct_status s);
 
 /* Parses argv for a subcommand: allowed is a space-separated list of long
  * flag names accepted. Returns 0 or prints the error and returns 2. */
+/* --recompute when not given: CT_RECOMPUTE_NORM on a cuda device (batch
+ * norm outputs rebuilt from their saved statistics: device memory is
+ * what runs out there, and the rebuild is one elementwise pass each),
+ * off elsewhere. */
+#define CLI_RECOMPUTE_DEFAULT INT_MIN
+int cli_recompute(const cli_opts *o);
 int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_opts *o);
 
 int cmd_train(int argc, char **argv);

@@ -42,10 +42,11 @@ static const char *HELP =
     "  --memory-format auto|contiguous|channels-last (auto: nChw16c on an AVX-512 cpu, nChw8c on other\n"
     "                          x86 cpus, NHWC on cuda)\n"
     "                          activation layout between layers, PyTorch's memory_format; --channels-last for short\n"
-    "  --recompute[=auto|N|cheap|off] (off; bare = auto)  activation recompute (gradient checkpointing): keep\n"
-    "                          the activations at the ends of N segments, run each segment's forward again\n"
-    "                          before its backward; auto = the count with the smallest step memory plan;\n"
-    "                          cheap = drop only batch norm/activation/add/dropout outputs (little extra time)\n"
+    "  --recompute[=auto|N|cheap|norm|off] (norm on cuda, else off; bare = auto)  activation recompute:\n"
+    "                          keep the activations at the ends of N segments, run each segment's forward again\n"
+    "                          before its backward; auto = the mode with the smallest step memory plan;\n"
+    "                          cheap = drop only batch norm/activation/add/dropout outputs (little extra time);\n"
+    "                          norm = drop only batch norm outputs, rebuilt from saved statistics (less)\n"
     "  --seed N (0)            --no-shuffle (file order, contiguous batches)\n"
     "  --init FILE.safetensors initial weights   --save FILE.safetensors final weights\n"
     "  --checkpoint-dir DIR    per-epoch checkpoints, last, best     --keep-last N (3)   --resume\n"
@@ -259,12 +260,11 @@ int cmd_train(int argc_in, char **argv_in) {
     printf("ctrain: %s on %s (%lld train / %lld test), input %dx%dx%d%s, %lld parameters, device %s, step memory plan %.1f MB",
            ct_model_name(m), ct_dataset_name(dtr), (long long)ct_dataset_size(dtr), (long long)ct_dataset_size(dte), c, h,
            w, narrow, (long long)ct_model_param_count(m), ct_device_name(dev), (double)ct_model_plan_bytes(m) / 1e6);
-    if (ct_model_recompute_segments(m) > 1)
-      printf(" (recompute: %d segments, %d layers run forward twice)", ct_model_recompute_segments(m),
-             ct_model_recompute_layers(m));
-    else if (ct_model_recompute_layers(m))
-      printf(" (recompute: cheap, %d layers run forward twice)", ct_model_recompute_layers(m));
-    else if (o.recompute)
+    char how[32];
+    if (ct_model_recompute_layers(m))
+      printf(" (recompute: %s, %d layers run forward twice)",
+             ct_recompute_mode_str(ct_model_recompute_mode(m), how, sizeof how), ct_model_recompute_layers(m));
+    else if (o.recompute != CLI_RECOMPUTE_DEFAULT && o.recompute)
       printf(" (recompute: off, no segmenting of this model makes the plan smaller)");
     printf("\n");
     fflush(stdout);

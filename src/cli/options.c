@@ -87,6 +87,7 @@ static int has_word(const char *list, const char *w) {
 int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_opts *o) {
   memset(o, 0, sizeof *o);
   o->device = "cpu";
+  o->recompute = CLI_RECOMPUTE_DEFAULT;
   o->epochs = 1;
   o->batch_size = 64;
   o->optimizer = "sgd";
@@ -158,17 +159,9 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     else if (!strcmp(name, "batch-size")) r = parse_i64(cmd, name, val, 1, 1 << 20, &o->batch_size);
     else if (!strcmp(name, "accumulate")) { r = parse_i64(cmd, name, val, 1, 1024, &iv); o->accumulate = (int)iv; }
     else if (!strcmp(name, "recompute")) {
-      if (!strcmp(val, "auto")) o->recompute = CT_RECOMPUTE_AUTO;
-      else if (!strcmp(val, "cheap")) o->recompute = CT_RECOMPUTE_CHEAP;
-      else if (!strcmp(val, "off")) o->recompute = 0;
-      else {
-        _Static_assert(CT_RECOMPUTE_MAX == 4096, "the message below names the limit");
-        char *end;
-        long v = strtol(val, &end, 10);
-        if (!*val || *end || v < 0 || v > CT_RECOMPUTE_MAX)
-          return usage_err(cmd, "--recompute expects auto, cheap, off or a segment count 0..4096, got '%s'%s", val, "");
-        o->recompute = v <= 1 ? 0 : (int)v;
-      }
+      _Static_assert(CT_RECOMPUTE_MAX == 4096, "the message below names the limit");
+      if (ct_recompute_parse(val, &o->recompute) != CT_OK)
+        return usage_err(cmd, "--recompute expects auto, cheap, norm, off or a segment count 0..4096, got '%s'%s", val, "");
     }
     else if (!strcmp(name, "max-steps")) r = parse_i64(cmd, name, val, 1, INT64_C(1) << 40, &o->max_steps);
     else if (!strcmp(name, "threads")) { r = parse_i64(cmd, name, val, 1, 1024, &iv); o->threads = (int)iv; }
@@ -206,4 +199,9 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     if (r) return r;
   }
   return 0;
+}
+
+int cli_recompute(const cli_opts *o) {
+  if (o->recompute != CLI_RECOMPUTE_DEFAULT) return o->recompute;
+  return strncmp(o->device, "cuda", 4) == 0 ? CT_RECOMPUTE_NORM : 0;
 }

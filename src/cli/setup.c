@@ -59,7 +59,7 @@ ct_status cli_open_model(const cli_opts *o, const ct_dataset *ds, ct_model **m) 
   ct_memory_format f = CT_MEMORY_FORMAT_AUTO;
   ct_status fs = o->memory_format ? ct_memory_format_parse(o->memory_format, &f) : CT_OK;
   if (fs == CT_OK) fs = ct_model_set_memory_format(*m, f);
-  if (fs == CT_OK) fs = ct_model_set_recompute(*m, o->recompute);
+  if (fs == CT_OK) fs = ct_model_set_recompute(*m, cli_recompute(o));
   if (fs != CT_OK) {
     ct_model_destroy(*m);
     *m = NULL;

@@ -122,7 +122,11 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   if (!block) {
     char msg[1024];
     size_t rc_peak = 0;
-    if (m->training_plan && !m->recompute && ct_model_plan_peak_with_recompute(m, CT_RECOMPUTE_AUTO, &rc_peak) == CT_OK)
+    /* Offered unless a recompute that chooses for the smallest arena is
+     * on already (auto, or a segment count); the norm and cheap modes
+     * leave more to save. */
+    const int chosen = m->recompute == CT_RECOMPUTE_AUTO || m->recompute > 1;
+    if (m->training_plan && !chosen && ct_model_plan_peak_with_recompute(m, CT_RECOMPUTE_AUTO, &rc_peak) == CT_OK)
       nums.arena_recompute = al(rc_peak);
     ct_oom_message(&nums, msg, sizeof msg);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "%s", msg);

@@ -16,7 +16,9 @@
  * gradient to both inputs unchanged, so an input may have no gradient
  * buffer of its own: its gradient is the add's, kept alive until its
  * backward (grad_alias below), and the add copies into the others only. */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,9 +219,11 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
     if (alias[i] < 0 && gf <= bwd[i]) b->grad[i] = ct_plan_add(plan, act_bytes(m, l, max_batch), gf, gend[i]);
     if (l->cls->workspace_bytes) {
       size_t wsb = l->cls->workspace_bytes(l, &(ct_exec){dev, ct_device_backend(dev), 1, max_batch, 0, 0, 0, NULL, 0});
-      /* A rerun layer's first forward writes a workspace nobody reads. */
-      if (wsb) b->ws[i] = ct_plan_add(plan, wsb, i, rerun[i] ? i : bwd[i]);
-      if (wsb && rerun[i]) b->ws_rc[i] = ct_plan_add(plan, wsb, rc[i], bwd[i]);
+      /* A rerun layer's first forward writes a workspace nobody reads,
+       * unless its recompute reads it (CT_LAYER_RERUN_READS_WS). */
+      const int own_rc = rerun[i] && !(l->cls->flags & CT_LAYER_RERUN_READS_WS);
+      if (wsb) b->ws[i] = ct_plan_add(plan, wsb, i, own_rc ? i : bwd[i]);
+      if (wsb && own_rc) b->ws_rc[i] = ct_plan_add(plan, wsb, rc[i], bwd[i]);
     }
   }
   /* Low-precision weight copies (amp_model.c). Training: one for the
@@ -331,21 +335,25 @@ static ct_status trial_peak(ct_model *m, ct_device *dev, int64_t max_batch, int 
   return s;
 }
 
-/* CT_RECOMPUTE_AUTO: the cheap mode and every segment count the clean
- * cuts allow, keeping the smallest peak; among equal peaks the least
- * rerun work: the cheap mode (no convolution twice), then the fewest
- * segments. 1 when nothing is saved. */
+/* CT_RECOMPUTE_AUTO: the norm and cheap modes and every segment count
+ * the clean cuts allow, keeping the smallest peak; among equal peaks the
+ * least rerun work: the norm mode (batch norms only), the cheap mode (no
+ * convolution twice), then the fewest segments. 1 when nothing is
+ * saved. */
 static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch, int *segments) {
   const int L = m->n_layers;
   int *cut = malloc(sizeof(int) * (size_t)(L ? L : 1));
   if (!cut) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
   int n_cuts = ct_recompute_cuts(m, m->eb.root, cut);
   free(cut);
-  size_t plain, best, peak;
-  CT_TRY(trial_peak(m, dev, max_batch, 0, &plain));
-  CT_TRY(trial_peak(m, dev, max_batch, CT_RECOMPUTE_CHEAP, &best));
-  *segments = best < plain ? CT_RECOMPUTE_CHEAP : 1;
-  if (best > plain) best = plain;
+  size_t best, peak;
+  CT_TRY(trial_peak(m, dev, max_batch, 0, &best));
+  *segments = 1;
+  const int modes[2] = {CT_RECOMPUTE_NORM, CT_RECOMPUTE_CHEAP};
+  for (int k = 0; k < 2; k++) {
+    CT_TRY(trial_peak(m, dev, max_batch, modes[k], &peak));
+    if (peak < best) best = peak, *segments = modes[k];
+  }
   for (int k = 2; k <= n_cuts + 1 && k <= CT_RECOMPUTE_MAX; k++) {
     CT_TRY(trial_peak(m, dev, max_batch, k, &peak));
     if (peak < best) best = peak, *segments = k;
@@ -353,13 +361,14 @@ static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch,
   return CT_OK;
 }
 
-/* CT_RECOMPUTE_CHEAP only where its plan is smaller than the plain one
- * (AlexNet's only cheap output is a dropout's: nothing to gain). */
-static ct_status cheap_if_smaller(ct_model *m, ct_device *dev, int64_t max_batch, int *segments) {
-  size_t plain, cheap;
+/* CT_RECOMPUTE_NORM or _CHEAP only where its plan is smaller than the
+ * plain one (AlexNet's only cheap output is a dropout's, and it has no
+ * batch norm: nothing to gain). */
+static ct_status mode_if_smaller(ct_model *m, ct_device *dev, int64_t max_batch, int *segments) {
+  size_t plain, with;
   CT_TRY(trial_peak(m, dev, max_batch, 0, &plain));
-  CT_TRY(trial_peak(m, dev, max_batch, CT_RECOMPUTE_CHEAP, &cheap));
-  if (cheap >= plain) *segments = 0;
+  CT_TRY(trial_peak(m, dev, max_batch, *segments, &with));
+  if (with >= plain) *segments = 0;
   return CT_OK;
 }
 
@@ -431,7 +440,8 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   }
   int segments = training ? m->recompute : 0;
   if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, dev, max_batch, &segments));
-  if (segments == CT_RECOMPUTE_CHEAP) CT_TRY(cheap_if_smaller(m, dev, max_batch, &segments));
+  if (segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM)
+    CT_TRY(mode_if_smaller(m, dev, max_batch, &segments));
   CT_TRY(plan_with_segments(m, dev, max_batch, training, segments, b, &m->plan));
   if (ct_model_device_resident(dev)) return ct_model_device_bind(m, dev);
   m->arena = ct_device_alloc(dev, m->plan.peak ? m->plan.peak : 64);
@@ -450,13 +460,41 @@ ct_status ct_model_plan_peak_with_recompute(ct_model *m, int segments, size_t *p
 }
 
 ct_status ct_model_set_recompute(ct_model *m, int segments) {
-  if (segments != CT_RECOMPUTE_AUTO && segments != CT_RECOMPUTE_CHEAP && (segments < 0 || segments > CT_RECOMPUTE_MAX))
-    return ct_error(CT_ERR_INVALID_ARG, "model '%s': recompute segments must be 0 (off), auto, cheap or 2..%d, got %d",
+  if (segments != CT_RECOMPUTE_AUTO && segments != CT_RECOMPUTE_CHEAP && segments != CT_RECOMPUTE_NORM &&
+      (segments < 0 || segments > CT_RECOMPUTE_MAX))
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': recompute segments must be 0 (off), auto, cheap, norm or 2..%d, got %d",
                     m->name, CT_RECOMPUTE_MAX, segments);
   m->recompute = segments;
   return CT_OK;
 }
 
 int ct_model_recompute_segments(const ct_model *m) { return m->eb.tl.nseg ? m->eb.tl.nseg : 1; }
+
+int ct_model_recompute_mode(const ct_model *m) { return m->eb.tl.n_rerun ? m->eb.tl.mode : 0; }
+
+ct_status ct_recompute_parse(const char *s, int *out) {
+  static const struct {
+    const char *name;
+    int mode;
+  } named[] = {{"auto", CT_RECOMPUTE_AUTO}, {"cheap", CT_RECOMPUTE_CHEAP}, {"norm", CT_RECOMPUTE_NORM}, {"off", 0}};
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    if (!strcmp(s, named[i].name)) return *out = named[i].mode, CT_OK;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || errno || v < 0 || v > CT_RECOMPUTE_MAX)
+    return ct_error(CT_ERR_INVALID_ARG, "recompute: expected auto, cheap, norm, off or a segment count 0..%d, got '%s'",
+                    CT_RECOMPUTE_MAX, s);
+  *out = v <= 1 ? 0 : (int)v;
+  return CT_OK;
+}
+
+const char *ct_recompute_mode_str(int mode, char *buf, size_t n) {
+  const char *name = mode == CT_RECOMPUTE_NORM ? "norm" : mode == CT_RECOMPUTE_CHEAP ? "cheap"
+                     : mode == CT_RECOMPUTE_AUTO ? "auto" : mode <= 1 ? "off" : NULL;
+  if (name) snprintf(buf, n, "%s", name);
+  else snprintf(buf, n, "%d segments", mode);
+  return buf;
+}
 
 int ct_model_recompute_layers(const ct_model *m) { return m->eb.tl.n_rerun; }

@@ -39,7 +39,10 @@ enum {
   CT_LAYER_SAVES_INPUT = 1,   /* backward reads x */
   CT_LAYER_SAVES_OUTPUT = 2,  /* backward reads y */
   CT_LAYER_ALIAS = 4,         /* y is x with another shape (flatten): no buffer */
-  CT_LAYER_NO_BACKWARD = 8    /* nothing flows back (none yet) */
+  CT_LAYER_NO_BACKWARD = 8,   /* nothing flows back (none yet) */
+  /* a recompute forward reads the workspace its first forward kept (batch
+   * norm's saved statistics) instead of writing one of its own */
+  CT_LAYER_RERUN_READS_WS = 16
 };
 
 /* Where a folded ReLU's gradient is applied (nn/fuse.h): by the producer

@@ -117,22 +117,27 @@ static void drop_in_segments(const ct_model *m, const int *root, const size_t *b
 }
 
 /* Cheap mode: the layers whose forward costs little next to the memory it
- * writes (batch norm, activations, residual adds, dropout). */
-static int cheap(const ct_layer *l) {
-  return l->cls == &ct_layer_batchnorm || l->cls == &ct_layer_activation || l->cls == &ct_layer_add ||
-         l->cls == &ct_layer_dropout || l->cls == &ct_layer_dropout2d;
+ * writes (batch norm, activations, residual adds, dropout). Norm mode:
+ * batch norm alone, whose recompute is one elementwise pass from the
+ * statistics its forward saved (nn/layers/batchnorm.c). */
+static int droppable(const ct_layer *l, int norm_only) {
+  if (l->cls == &ct_layer_batchnorm) return 1;
+  return !norm_only && (l->cls == &ct_layer_activation || l->cls == &ct_layer_add || l->cls == &ct_layer_dropout ||
+                        l->cls == &ct_layer_dropout2d);
 }
 
-/* Cheap mode: drop a cheap layer's output that the plain step keeps for a
- * backward, when each of its inputs is the model input, kept for a
- * backward anyway, or itself a cheap output that can be dropped (a batch
- * norm before a residual add); recompute it just before the first
- * backward that reads it (or before the recompute of a dropped reader). */
-static void drop_cheap(const ct_model *m, const int *root, const size_t *bytes, const size_t *cost, ct_timeline *tl) {
+/* Cheap and norm modes: drop a droppable layer's output that the plain
+ * step keeps for a backward, when each of its inputs is the model input,
+ * kept for a backward anyway, or itself a droppable output that can be
+ * dropped (cheap mode: a batch norm before a residual add); recompute it
+ * just before the first backward that reads it (or before the recompute
+ * of a dropped reader). */
+static void drop_cheap(const ct_model *m, const int *root, const size_t *bytes, const size_t *cost, int norm_only,
+                       ct_timeline *tl) {
   int L = m->n_layers, out_root = root[m->output];
   int *drop = tl->rerun;
   for (int r = 0; r < L; r++)
-    drop[r] = root[r] == r && bytes[r] && cost[r] && r != out_root && cheap(&m->layers[r]);
+    drop[r] = root[r] == r && bytes[r] && cost[r] && r != out_root && droppable(&m->layers[r], norm_only);
   /* To a fixpoint: an input that is neither kept nor droppable undrops the
    * reader; a droppable one not kept joins the dropped. */
   for (int changed = 1; changed;) {
@@ -144,7 +149,7 @@ static void drop_cheap(const ct_model *m, const int *root, const size_t *bytes, 
         if (l->inputs[j] < 0) continue;
         int p = root[l->inputs[j]];
         if (drop[p] || cost[p]) continue;
-        if (bytes[p] && p != out_root && cheap(&m->layers[p])) drop[p] = 1;
+        if (bytes[p] && p != out_root && droppable(&m->layers[p], norm_only)) drop[p] = 1;
         else drop[r] = 0;
         changed = 1;
       }
@@ -186,11 +191,13 @@ ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *by
   for (int i = 0; i < L; i++) tl->rc_at[i] = -1;
   saved_costs(m, root, bytes, cost);
   tl->nseg = 1;
-  if (segments == CT_RECOMPUTE_CHEAP) {
-    drop_cheap(m, root, bytes, cost, tl);
+  tl->mode = segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM ? segments : 0;
+  if (segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM) {
+    drop_cheap(m, root, bytes, cost, segments == CT_RECOMPUTE_NORM, tl);
   } else if (segments > 1 && ct_recompute_cuts(m, root, scratch) > 0) {
     tl->nseg = place_cuts(L, root, scratch, cost, segments, tl->seg);
     drop_in_segments(m, root, bytes, tl, scratch);
+    tl->mode = tl->nseg;
   }
   /* Only roots rerun: a view (flatten, a folded ReLU) computes nothing
    * and follows its root's buffer wherever that is bound. */

@@ -70,8 +70,8 @@ ct_status ct_model_summary(ct_model *m, int64_t batch, FILE *out) {
           (double)m->plan.peak / mb, (double)m->plan.naive / mb);
   size_t plain = 0;
   if (ct_model_recompute_layers(m) && ct_model_plan_peak_with_recompute(m, 0, &plain) == CT_OK) {
-    char how[32] = "cheap";
-    if (ct_model_recompute_segments(m) > 1) snprintf(how, sizeof how, "%d segments", ct_model_recompute_segments(m));
+    char how[32];
+    ct_recompute_mode_str(ct_model_recompute_mode(m), how, sizeof how);
     fprintf(out, "Activation recompute: %s, %d layers run forward twice (%.2f MB without recompute)\n", how,
             ct_model_recompute_layers(m), (double)plain / mb);
   }

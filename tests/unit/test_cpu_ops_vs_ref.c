@@ -1,7 +1,9 @@
 /* The cpu device against the reference on the same random inputs for the
  * remaining ops: pooling (padding, ceil_mode, count_include_pad; fp16
  * through the widening path too), batch
- * norm (2-D/3-D/4-D, affine or not, training/eval, accumulate), activations,
+ * norm (2-D/3-D/4-D, affine or not, training/eval, accumulate; apply from
+ * saved statistics, and its bits against the training forward's in every
+ * layout and dtype), activations,
  * dropout (bit-identical masks), add/axpby/fill/cast, softmax, losses and
  * reductions. Metric: normwise relative error vs the f64 reference (see
  * test_cpu_common.h), fp32 tolerance 1e-5; dropout and cast must match the
@@ -163,6 +165,19 @@ static void bn_one(int ndim, const int64_t *shape, int affine) {
   CHECK_T(&si, "%s save_invstd", nm);
   CHECK_T(&rm, "%s running_mean", nm);
   CHECK_T(&rv, "%s running_var", nm);
+  /* batchnorm_apply from the saved statistics: the training y again, to
+   * the bit on the cpu, and within the tolerance of the reference's */
+  {
+    tb y2 = tb_make(ndim, shape);
+    ct_tensor y2c = tb_cpu(&y2), y2r = tb_ref(&y2);
+    CHECK_OK(C_->batchnorm_apply(g_cpu, &xc, affine ? &gc : NULL, affine ? &bc : NULL, &smc, &sic, CT_ACT_NONE, 0.f,
+                                 &y2c));
+    CHECK_MSG(memcmp(y2.f, y.f, (size_t)y.n * 4) == 0, "%s apply: not the training forward's bits", nm);
+    CHECK_OK(R_->batchnorm_apply(g_ref, &xr, affine ? &gr : NULL, affine ? &br : NULL, &smr, &sir, CT_ACT_NONE, 0.f,
+                                 &y2r));
+    CHECK_T(&y2, "%s apply y", nm);
+    tb_free(&y2);
+  }
   for (int acc = 0; acc <= 1; acc++) {
     tb_rand(&dg, 1.0), tb_rand(&dbt, 1.0);
     ct_tensor dyc = tb_cpu(&dy), dxc = tb_cpu(&dx), dgc = tb_cpu(&dg), dbc = tb_cpu(&dbt);
@@ -185,6 +200,46 @@ static void bn_one(int ndim, const int64_t *shape, int affine) {
   CHECK_T(&y, "%s eval y", nm);
   tb_free(&x), tb_free(&y), tb_free(&dy), tb_free(&dx), tb_free(&g), tb_free(&b), tb_free(&rm), tb_free(&rv);
   tb_free(&sm), tb_free(&si), tb_free(&dg), tb_free(&dbt);
+}
+
+/* batchnorm_apply from a training forward's saved statistics gives that
+ * forward's output (and its act_fwd in place) to the bit, in every
+ * layout and dtype the cpu keeps between layers and through the
+ * reference's widening path: what lets a recompute rebuild a dropped
+ * batch-norm output without changing the step (test_recompute). */
+static void bn_apply_bits(void) {
+  const ct_layout lays[] = {CT_LAYOUT_PLAIN, CT_LAYOUT_C16, CT_LAYOUT_C8, CT_LAYOUT_NHWC};
+  const ct_dtype dts[] = {CT_F32, CT_BF16, CT_F16};
+  const int64_t shape[4] = {3, 32, 5, 6}, C = shape[1], n = 3 * 32 * 5 * 6;
+  float *g = malloc(C * 4), *b = malloc(C * 4), *st = malloc(6 * C * 4);
+  void *x = malloc(n * 4), *y1 = malloc(n * 4), *y2 = malloc(n * 4);
+  CHECK(g && b && st && x && y1 && y2);
+  for (int64_t c = 0; c < C; c++) g[c] = (float)ct_rng_normal(&g_rng), b[c] = (float)ct_rng_normal(&g_rng);
+  for (size_t li = 0; li < sizeof lays / sizeof lays[0]; li++)
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
+      for (int act = 0; act <= 1; act++) {
+        const ct_dtype dt = dts[di];
+        if (dt == CT_F16 && lays[li] != CT_LAYOUT_PLAIN) continue; /* the cpu keeps f16 plain only */
+        for (int64_t i = 0; i < n; i++) {
+          float v = (float)(ct_rng_normal(&g_rng) * 2.0 + 0.3 * (double)(i % 5));
+          if (dt == CT_F32) ((float *)x)[i] = v;
+          else ((uint16_t *)x)[i] = dt == CT_BF16 ? ct_f32_to_bf16(v) : ct_f32_to_f16(v);
+        }
+        for (int64_t c = 0; c < C; c++) st[2 * C + c] = 0.f, st[3 * C + c] = 1.f;
+        ct_tensor xt = ct_tensor_view(x, dt, 4, shape), t1 = ct_tensor_view(y1, dt, 4, shape);
+        ct_tensor t2 = ct_tensor_view(y2, dt, 4, shape), gt = ct_tensor_1d(g, CT_F32, C), bt = ct_tensor_1d(b, CT_F32, C);
+        ct_tensor sm = ct_tensor_1d(st, CT_F32, C), si = ct_tensor_1d(st + C, CT_F32, C);
+        ct_tensor rm = ct_tensor_1d(st + 2 * C, CT_F32, C), rv = ct_tensor_1d(st + 3 * C, CT_F32, C);
+        xt.layout = t1.layout = t2.layout = lays[li];
+        const ct_act a = act ? CT_ACT_RELU : CT_ACT_NONE;
+        CHECK_OK(C_->batchnorm_fwd(g_cpu, 1, &xt, &gt, &bt, &rm, &rv, 0.1f, 1e-5f, &t1, &sm, &si));
+        if (act) CHECK_OK(C_->act_fwd(g_cpu, a, 0.f, &t1, &t1));
+        CHECK_OK(C_->batchnorm_apply(g_cpu, &xt, &gt, &bt, &sm, &si, a, 0.f, &t2));
+        CHECK_MSG(memcmp(y1, y2, (size_t)n * ct_dtype_size(dt)) == 0,
+                  "batchnorm_apply layout %d %s act %d: not the training forward's bits", (int)lays[li],
+                  ct_dtype_name(dt), act);
+      }
+  free(g), free(b), free(st), free(x), free(y1), free(y2);
 }
 
 static void act_all(int64_t n) {
@@ -346,6 +401,7 @@ int main(void) {
     bn_one(4, s4b, affine);
     bn_one(4, s4c, affine);
   }
+  bn_apply_bits();
   act_all(101);
   act_all(40000); /* takes the parallel path */
   dropout_one(2, 3, 49, 0, 0.3f, 1);

@@ -2,7 +2,8 @@
  * of cuda_reduce.cu it falls back to) against the ref device in f64 on the
  * same values: training forward (y, save_mean, save_invstd, running
  * stats), eval forward, backward (dx, dgamma, dbeta with beta_acc 0 and 1,
- * and with dx NULL), plain (NCHW) and channels-last (NHWC, built by
+ * and with dx NULL), batchnorm_apply from the saved statistics (with and
+ * without the ReLU), plain (NCHW) and channels-last (NHWC, built by
  * permuting on the host; the reference always runs on NCHW data), f32 /
  * bf16 / f16 activations, affine or not, 2-D, 3-D and 4-D inputs, channel
  * counts that are not multiples of 8, a 64x64x56x56 case, and bf16
@@ -214,6 +215,12 @@ static void bn_run(const bn_case *k) {
 
   /* backward, from the statistics the GPU saved */
   tb_adopt(&sm), tb_adopt(&si);
+  /* batchnorm_apply from them: the training y again (the recompute of a
+   * dropped output); y is not read again before the eval forward */
+  yg = tb_out(&y, k->dt);
+  CHECK_OK(G_->batchnorm_apply(g_gpu, &xg, aff ? &gg : NULL, aff ? &bg : NULL, &smg, &sig, CT_ACT_NONE, 0.f, &yg));
+  CHECK_OK(R_->batchnorm_apply(g_ref, &xr, aff ? &gr : NULL, aff ? &br : NULL, &smr, &sir, CT_ACT_NONE, 0.f, &yr));
+  CHECK_E(&y, ta, "apply y");
   ct_tensor dyg = tb_gpu(&dy), dyr = tb_ref(&dy), dxr = tb_ref(&dx);
   for (int acc = 0; acc <= 1; acc++) {
     tb_rand(&dg, 1.0, k->pdt), tb_rand(&db, 1.0, k->pdt);
@@ -352,6 +359,13 @@ static void bn_act_run(const bn_case *k) {
     double e = tb_err(&dx);
     CHECK_MSG(e > 10 * ta, "%s: a cleared reserve went unnoticed (dx err %.3g)", g_case, e);
   }
+  /* batchnorm_apply with the ReLU from the saved statistics: the forward's
+   * y again (it leaves the reserve alone: the backward of a recompute
+   * reads the first forward's) */
+  yg = tb_out(&y, k->dt);
+  CHECK_OK(G_->batchnorm_apply(g_gpu, &xg, aff ? &gg : NULL, aff ? &bg : NULL, &smg, &sig, CT_ACT_RELU, 0.f, &yg));
+  CHECK_OK(R_->batchnorm_apply(g_ref, &xr, aff ? &gr : NULL, aff ? &br : NULL, &smr, &sir, CT_ACT_RELU, 0.f, &yr));
+  CHECK_E(&y, ta, "apply+relu y");
   if (res) ct_device_free(g_gpu, res);
   tb_free(&x), tb_free(&y), tb_free(&dy), tb_free(&dx), tb_free(&g), tb_free(&b), tb_free(&rm), tb_free(&rv);
   tb_free(&sm), tb_free(&si), tb_free(&dg), tb_free(&db);
@@ -380,6 +394,12 @@ static void refusals(void) {
   c16.layout = c16y.layout = CT_LAYOUT_C16;
   st = G_->batchnorm_fwd(g_gpu, 1, &c16, NULL, NULL, NULL, NULL, 0.1f, 1e-5f, &c16y, &mg, &sg);
   CHECK_MSG(st == CT_ERR_UNSUPPORTED, "C16: %s: %s", ct_status_name(st), ct_last_error());
+  st = G_->batchnorm_apply(g_gpu, &xg, NULL, NULL, &mg, &sg, CT_ACT_NONE, 0.f, &ypg);
+  CHECK_MSG(st == CT_ERR_UNSUPPORTED && strstr(ct_last_error(), "layout"), "apply, NHWC x, plain y: %s: %s",
+            ct_status_name(st), ct_last_error());
+  st = G_->batchnorm_apply(g_gpu, &xg, NULL, NULL, NULL, &sg, CT_ACT_NONE, 0.f, &yg);
+  CHECK_MSG(st == CT_ERR_INVALID_ARG && strstr(ct_last_error(), "save_mean"), "apply without save_mean: %s: %s",
+            ct_status_name(st), ct_last_error());
   ct_tensor og = tb_gpu(&one);
   st = G_->batchnorm_fwd(g_gpu, 1, &og, NULL, NULL, NULL, NULL, 0.1f, 1e-5f, &og, &mg, &sg);
   CHECK_MSG(st == CT_ERR_INVALID_ARG, "one value per channel in training: %s: %s", ct_status_name(st),

@@ -46,6 +46,7 @@ static ct_backend cpu_table = {
 
     .batchnorm_fwd = cpu_batchnorm_fwd,
     .batchnorm_bwd = cpu_batchnorm_bwd,
+    .batchnorm_apply = cpu_batchnorm_apply,
 
     .act_fwd = cpu_act_fwd,
     .act_bwd = cpu_act_bwd,

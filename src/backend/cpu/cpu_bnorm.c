@@ -29,14 +29,17 @@ static void dims3(const ct_tensor *x, int64_t *n, int64_t *c, int64_t *hw) {
   for (int i = 2; i < x->ndim; i++) *hw *= x->shape[i];
 }
 
-/* Statistics and running averages of channel c from its double sums. */
+/* Statistics and running averages of channel c from its double sums.
+ * *mean and *invstd come out rounded to f32, as saved: the forward
+ * normalises with those, so that batchnorm_apply from the saved pair
+ * gives its bits again. */
 static void bn_stats(int64_t c, double shift, double s, double ss, double cnt, float eps, float momentum, float *sm,
                      float *si, float *rm, float *rv, double *mean, double *invstd) {
   double m = s / cnt;
   double var = ss / cnt - m * m;
   if (var < 0) var = 0;
-  *mean = shift + m;
-  *invstd = 1.0 / sqrt(var + eps);
+  *mean = (float)(shift + m);
+  *invstd = (float)(1.0 / sqrt(var + eps));
   if (sm) sm[c] = (float)*mean;
   if (si) si[c] = (float)*invstd;
   if (rm) rm[c] = (1.f - momentum) * rm[c] + momentum * (float)*mean;
@@ -66,6 +69,10 @@ static bn_geom blocked_geom(const ct_tensor *x) {
 static inline int bn_width(const bn_geom *g, int64_t cb) {
   return g->C - cb * g->bw < g->bw ? (int)(g->C - cb * g->bw) : (int)g->bw;
 }
+
+/* Where a forward takes its statistics: the batch's (training), the
+ * running pair (eval), or a training forward's saved pair (apply). */
+enum { BN_EVAL = 0, BN_TRAIN = 1, BN_SAVED = 2 };
 
 /* The per-channel f32 vectors of one call (any may be NULL where the op
  * allows). */
@@ -111,6 +118,79 @@ static int blocked_ok(const ct_tensor *x, const ct_tensor *const *acts, const ct
   return 1;
 }
 
+/* The forward's map in mode BN_TRAIN / BN_EVAL / BN_SAVED (then
+ * save_mean and save_invstd are read) on the layouts and dtypes these
+ * loops take (blocked: blocked_ok; else plain f32); the callers check
+ * the rest. */
+static ct_status bn_forward(ct_device *d, int mode, int blocked, const ct_tensor *x, const ct_tensor *gamma,
+                            const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
+                            float eps, ct_tensor *y, const ct_tensor *save_mean, const ct_tensor *save_invstd) {
+  int64_t N, C, HW;
+  dims3(x, &N, &C, &HW);
+  float *sm = mode == BN_TRAIN && save_mean ? save_mean->data : NULL;
+  float *si = mode == BN_TRAIN && save_invstd ? save_invstd->data : NULL;
+  const float *SM = mode == BN_SAVED ? save_mean->data : NULL, *SI = mode == BN_SAVED ? save_invstd->data : NULL;
+  if (blocked) {
+    const bn_geom g = blocked_geom(x);
+    const bn_args a = {.G = data_of(gamma), .B = data_of(beta), .M = SM, .I = SI,
+                       .rm = running_mean ? running_mean->data : NULL, .rv = running_var ? running_var->data : NULL,
+                       .sm = sm, .si = si, .momentum = momentum, .eps = eps};
+    int prev = cpu_op_begin(d);
+    if (x->dtype == CT_F32)
+      bn_fwd_blocked_f32(&g, mode, x->data, y->data, &a);
+    else
+      bn_fwd_blocked_bf16(&g, mode, x->data, y->data, &a);
+    cpu_op_end(d, prev);
+    return CT_OK;
+  }
+  if (x->layout != CT_LAYOUT_PLAIN || y->layout != CT_LAYOUT_PLAIN)
+    return ct_error(CT_ERR_UNSUPPORTED,
+                    "batchnorm_%s: x and y must share a layout (C16 / C8: 4-D, channels a multiple of 16 / 8; C16, C8 "
+                    "and NHWC: f32 or bf16 activations with f32 statistics)",
+                    mode == BN_SAVED ? "apply" : "fwd");
+  const float *X = x->data, *G = gamma ? gamma->data : NULL, *B = beta ? beta->data : NULL;
+  float *Y = y->data, *rm = running_mean ? running_mean->data : NULL, *rv = running_var ? running_var->data : NULL;
+  int prev = cpu_op_begin(d);
+  const double cnt = (double)(N * HW);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; c++) {
+    double mean, invstd;
+    if (mode == BN_TRAIN) {
+      /* Shifted sums (by the first value) keep the variance accurate when
+       * the mean is large relative to the spread. */
+      const double shift = X[c * HW];
+      double s = 0, ss = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *p = X + (n * C + c) * HW;
+        float fs = 0, fss = 0;
+#pragma omp simd reduction(+ : fs, fss)
+        for (int64_t i = 0; i < HW; i++) {
+          float v = p[i] - (float)shift;
+          fs += v;
+          fss += v * v;
+        }
+        s += fs;
+        ss += fss;
+      }
+      bn_stats(c, shift, s, ss, cnt, eps, momentum, sm, si, rm, rv, &mean, &invstd);
+    } else if (mode == BN_SAVED) {
+      mean = SM[c], invstd = SI[c];
+    } else {
+      mean = rm[c];
+      invstd = 1.0 / sqrt((double)rv[c] + eps);
+    }
+    const float a = (float)(invstd * (G ? G[c] : 1.0)), b = (float)((B ? B[c] : 0.0) - mean * invstd * (G ? G[c] : 1.0));
+    for (int64_t n = 0; n < N; n++) {
+      const float *p = X + (n * C + c) * HW;
+      float *q = Y + (n * C + c) * HW;
+#pragma omp simd
+      for (int64_t i = 0; i < HW; i++) q[i] = a * p[i] + b;
+    }
+  }
+  cpu_op_end(d, prev);
+  return CT_OK;
+}
+
 ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
                             const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
                             float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd) {
@@ -129,63 +209,25 @@ ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, cons
   if (training && N * HW < 2)
     return ct_error(CT_ERR_INVALID_ARG, "batchnorm_fwd: expected more than 1 value per channel when training, got input %lldx%lld",
                     (long long)N, (long long)C);
-  if (blocked) {
-    const bn_geom g = blocked_geom(x);
-    const bn_args a = {.G = data_of(gamma), .B = data_of(beta), .rm = running_mean ? running_mean->data : NULL,
-                       .rv = running_var ? running_var->data : NULL, .sm = save_mean ? save_mean->data : NULL,
-                       .si = save_invstd ? save_invstd->data : NULL, .momentum = momentum, .eps = eps};
-    int prev = cpu_op_begin(d);
-    if (x->dtype == CT_F32)
-      bn_fwd_blocked_f32(&g, training, x->data, y->data, &a);
-    else
-      bn_fwd_blocked_bf16(&g, training, x->data, y->data, &a);
-    cpu_op_end(d, prev);
-    return CT_OK;
+  return bn_forward(d, training ? BN_TRAIN : BN_EVAL, blocked, x, gamma, beta, running_mean, running_var, momentum, eps,
+                    y, save_mean, save_invstd);
+}
+
+ct_status cpu_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                              const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
+                              ct_tensor *y) {
+  if (!save_mean || !save_invstd)
+    return ct_error(CT_ERR_INVALID_ARG, "batchnorm_apply: save_mean and save_invstd from the training forward are required");
+  const ct_tensor *acts[] = {y, NULL};
+  const ct_tensor *vecs[] = {gamma, beta, save_mean, save_invstd};
+  const int blocked = blocked_ok(x, acts, vecs, 4);
+  if (!blocked && (x->dtype != CT_F32 || y->dtype != CT_F32 || save_mean->dtype != CT_F32 ||
+                   save_invstd->dtype != CT_F32 || x->ndim < 2)) {
+    CT_TRY(cpu_need_plain(x, y, "batchnorm_apply"));
+    return ct_ref_backend()->batchnorm_apply(d, x, gamma, beta, save_mean, save_invstd, act, alpha, y);
   }
-  if (x->layout != CT_LAYOUT_PLAIN || y->layout != CT_LAYOUT_PLAIN)
-    return ct_error(CT_ERR_UNSUPPORTED,
-                    "batchnorm_fwd: x and y must share a layout (C16 / C8: 4-D, channels a multiple of 16 / 8; C16, C8 "
-                    "and NHWC: f32 or bf16 activations with f32 statistics)");
-  const float *X = x->data, *G = gamma ? gamma->data : NULL, *B = beta ? beta->data : NULL;
-  float *Y = y->data, *rm = running_mean ? running_mean->data : NULL, *rv = running_var ? running_var->data : NULL;
-  float *sm = save_mean ? save_mean->data : NULL, *si = save_invstd ? save_invstd->data : NULL;
-  int prev = cpu_op_begin(d);
-  const double cnt = (double)(N * HW);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; c++) {
-    double mean, invstd;
-    if (training) {
-      /* Shifted sums (by the first value) keep the variance accurate when
-       * the mean is large relative to the spread. */
-      const double shift = X[c * HW];
-      double s = 0, ss = 0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *p = X + (n * C + c) * HW;
-        float fs = 0, fss = 0;
-#pragma omp simd reduction(+ : fs, fss)
-        for (int64_t i = 0; i < HW; i++) {
-          float v = p[i] - (float)shift;
-          fs += v;
-          fss += v * v;
-        }
-        s += fs;
-        ss += fss;
-      }
-      bn_stats(c, shift, s, ss, cnt, eps, momentum, sm, si, rm, rv, &mean, &invstd);
-    } else {
-      mean = rm[c];
-      invstd = 1.0 / sqrt((double)rv[c] + eps);
-    }
-    const float a = (float)(invstd * (G ? G[c] : 1.0)), b = (float)((B ? B[c] : 0.0) - mean * invstd * (G ? G[c] : 1.0));
-    for (int64_t n = 0; n < N; n++) {
-      const float *p = X + (n * C + c) * HW;
-      float *q = Y + (n * C + c) * HW;
-#pragma omp simd
-      for (int64_t i = 0; i < HW; i++) q[i] = a * p[i] + b;
-    }
-  }
-  cpu_op_end(d, prev);
-  return CT_OK;
+  CT_TRY(bn_forward(d, BN_SAVED, blocked, x, gamma, beta, NULL, NULL, 0.f, 0.f, y, save_mean, save_invstd));
+  return act == CT_ACT_NONE ? CT_OK : cpu_act_fwd(d, act, alpha, y, y);
 }
 
 ct_status cpu_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,

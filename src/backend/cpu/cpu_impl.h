@@ -282,6 +282,9 @@ ct_status cpu_maxpool_windows_bwd(const ct_pool2d_params *p, const ct_tensor *dy
 ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
                             const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
                             float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd);
+ct_status cpu_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                              const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
+                              ct_tensor *y);
 ct_status cpu_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                             const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma,
                             ct_tensor *dbeta, float beta_acc);

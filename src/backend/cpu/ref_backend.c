@@ -31,6 +31,7 @@ static ct_backend ref_table = {
     .adaptive_maxpool2d_bwd = ct_ref_half_adaptive_maxpool2d_bwd,
     .batchnorm_fwd = ct_ref_half_batchnorm_fwd,
     .batchnorm_bwd = ct_ref_half_batchnorm_bwd,
+    .batchnorm_apply = ct_ref_half_batchnorm_apply,
     .act_fwd = ct_ref_half_act_fwd,
     .act_bwd = ct_ref_half_act_bwd,
     .dropout_fwd = ct_ref_half_dropout_fwd,

@@ -42,3 +42,19 @@ ct_status ct_ref_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor
     return ct_error(CT_ERR_INVALID_ARG, "ref batchnorm_bwd: save_mean and save_invstd from the training forward are required");
   REF_DISPATCH(x, ref_batchnorm_bwd, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc);
 }
+
+static ct_status ref_apply(const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta, const ct_tensor *save_mean,
+                           const ct_tensor *save_invstd, ct_tensor *y) {
+  REF_DISPATCH(x, ref_batchnorm_apply, x, gamma, beta, save_mean, save_invstd, y);
+}
+
+ct_status ct_ref_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                                 const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
+                                 ct_tensor *y) {
+  REF_CHECK("batchnorm_apply", x, gamma, beta, save_mean, save_invstd, y);
+  if (x->ndim < 2) return ct_error(CT_ERR_SHAPE, "ref batchnorm_apply: input must be [N,C], [N,C,L] or [N,C,H,W]");
+  if (!save_mean || !save_invstd)
+    return ct_error(CT_ERR_INVALID_ARG, "ref batchnorm_apply: save_mean and save_invstd from the training forward are required");
+  CT_TRY(ref_apply(x, gamma, beta, save_mean, save_invstd, y));
+  return act == CT_ACT_NONE ? CT_OK : ct_ref_act_fwd(d, act, alpha, y, y);
+}

@@ -300,6 +300,21 @@ ct_status ct_ref_half_batchnorm_fwd(ct_device *d, int training, const ct_tensor 
   return finish(&h, s);
 }
 
+/* Normalised in f32 and rounded, then act on the 16-bit y: the order of
+ * the training forward (batchnorm_fwd, then act_fwd in place). */
+ct_status ct_ref_half_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                                      const ct_tensor *sm, const ct_tensor *si, ct_act act, float alpha,
+                                      ct_tensor *y) {
+  if (!is_half(x) && !is_half(y)) return ct_ref_batchnorm_apply(d, x, gamma, beta, sm, si, act, alpha, y);
+  hscope h = {.dev = d};
+  ct_tensor w_x, w_y;
+  ct_status s = in(&h, x, &w_x);
+  if (s == CT_OK) s = out(&h, y, &w_y, 0);
+  if (s == CT_OK) s = target(d)->batchnorm_apply(d, &w_x, gamma, beta, sm, si, CT_ACT_NONE, 0.0f, &w_y);
+  CT_TRY(finish(&h, s));
+  return act == CT_ACT_NONE ? CT_OK : target(d)->act_fwd(d, act, alpha, y, y);
+}
+
 ct_status ct_ref_half_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                                     const ct_tensor *sm, const ct_tensor *si, ct_tensor *dx, ct_tensor *dgamma,
                                     ct_tensor *dbeta, float beta_acc) {

@@ -52,6 +52,9 @@ ct_status ct_ref_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, c
 ct_status ct_ref_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                                const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
                                ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
+ct_status ct_ref_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                                 const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
+                                 ct_tensor *y);
 
 ct_status ct_ref_act_fwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, ct_tensor *y);
 ct_status ct_ref_act_bwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, const ct_tensor *y,
@@ -116,6 +119,9 @@ ct_status ct_ref_half_batchnorm_fwd(ct_device *d, int training, const ct_tensor 
 ct_status ct_ref_half_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                                const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
                                ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
+ct_status ct_ref_half_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                                      const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act,
+                                      float alpha, ct_tensor *y);
 ct_status ct_ref_half_act_fwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, ct_tensor *y);
 ct_status ct_ref_half_act_bwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, const ct_tensor *y,
                          const ct_tensor *dy, ct_tensor *dx);

@@ -42,6 +42,7 @@ static ct_backend cuda_table = {
 
     .batchnorm_fwd = cuda_batchnorm_fwd,
     .batchnorm_bwd = cuda_batchnorm_bwd,
+    .batchnorm_apply = cuda_batchnorm_apply,
     .batchnorm_act_reserve = cuda_batchnorm_act_reserve,
     .batchnorm_act_fwd = cuda_batchnorm_act_fwd,
     .batchnorm_act_bwd = cuda_batchnorm_act_bwd,

@@ -492,6 +492,21 @@ ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *
   return bn_bwd(d, nhwc, N, C, S, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta_acc);
 }
 
+/* Always the own kernels: cuDNN has no call that normalises with given
+ * batch statistics (its inference call takes a variance, and
+ * 1/sqrt(var + eps) from one would not give save_invstd's bits back). */
+ct_status cuda_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                               const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
+                               ct_tensor *y) {
+  if (!save_mean || !save_invstd)
+    return ct_error(CT_ERR_INVALID_ARG, "cuda batchnorm_apply: save_mean and save_invstd from the training forward are required");
+  int64_t N = 0, C = 0, S = 0;
+  int nhwc = 0;
+  CT_TRY(cuda_enter(d));
+  CT_TRY(fwd_args("batchnorm_apply", 1, x, gamma, beta, NULL, NULL, y, save_mean, save_invstd, &N, &C, &S, &nhwc));
+  return cuda_bn_apply_kernels(d, nhwc, N, C, S, x, gamma, beta, save_mean, save_invstd, act, alpha, y);
+}
+
 /* ---- batch norm with its activation fused ----
  *
  * cuDNN fuses ReLU into batch norm (bnOps CUDNN_BATCHNORM_OPS_BN_ACTIVATION)

@@ -222,6 +222,9 @@ ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, con
 ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
                              const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
                              ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
+ct_status cuda_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
+                               const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
+                               ct_tensor *y);
 /* The backend's batchnorm_act_reserve/fwd/bwd: ReLU fused by cuDNN where
  * it can (NHWC 16-bit), else batch norm and the own activation kernel. */
 size_t cuda_batchnorm_act_reserve(ct_device *d, ct_act act, const ct_tensor *x);
@@ -242,6 +245,9 @@ ct_status cuda_bn_fwd_kernels(ct_device *d, int training, int nhwc, int64_t N, i
                               const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
                               ct_tensor *running_mean, ct_tensor *running_var, float momentum, float eps,
                               ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd);
+ct_status cuda_bn_apply_kernels(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
+                                const ct_tensor *gamma, const ct_tensor *beta, const ct_tensor *save_mean,
+                                const ct_tensor *save_invstd, ct_act act, float alpha, ct_tensor *y);
 ct_status cuda_bn_bwd_kernels(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
                               const ct_tensor *dy, const ct_tensor *gamma, const ct_tensor *save_mean,
                               const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta,

@@ -57,7 +57,10 @@ __global__ void k_bn_stats(int training, int nhwc, const void *x, int xt, int64_
       ss += dv * dv;
     }
     double var = ct_block_sum(ss, sh) / (double)cnt;
-    invstd = 1.0 / sqrt(var + eps);
+    /* normalised with the statistics as saved (f32), as batchnorm_apply
+     * does from them */
+    mean = (float)mean;
+    invstd = (float)(1.0 / sqrt(var + eps));
     if (threadIdx.x == 0) {
       if (sm) ct_st(sm, smt, c, (float)mean);
       if (si) ct_st(si, sit, c, (float)invstd);
@@ -76,13 +79,44 @@ __global__ void k_bn_stats(int training, int nhwc, const void *x, int xt, int64_
   }
 }
 
-__global__ void k_bn_apply(int nhwc, const void *x, int xt, int64_t n, int64_t C, int64_t S, const double *stats,
-                           const void *gamma, int gt, const void *beta, int bt, void *y, int yt) {
-  CT_GRID_STRIDE(k, n) {
-    int64_t c = bn_chan(nhwc, k, C, S);
-    double g = gamma ? (double)ct_ld(gamma, gt, c) : 1.0, b = beta ? (double)ct_ld(beta, bt, c) : 0.0;
-    ct_st(y, yt, k, (float)(((double)ct_ld(x, xt, k) - stats[c]) * stats[C + c] * g + b));
+/* stats[c] = save_mean[c], stats[C + c] = save_invstd[c] (batchnorm_apply). */
+__global__ void k_bn_saved_stats(const void *sm, int smt, const void *si, int sit, int64_t C, double *stats) {
+  CT_GRID_STRIDE(c, C) {
+    stats[c] = ct_ld(sm, smt, c);
+    stats[C + c] = ct_ld(si, sit, c);
   }
+}
+
+/* y = act((x - mean) * invstd * gamma + beta) from stats, 8 elements a
+ * step where vec (ct_vec_for); the channel of a group's first element
+ * takes a division, the rest step through [C] (nhwc) or [C][S] by
+ * counting. act NONE for the forward (the layer applies its own). */
+__global__ void k_bn_apply(int nhwc, const void *x, int xt, int64_t n, int64_t C, int64_t S, const double *stats,
+                           const void *gamma, int gt, const void *beta, int bt, int act, float alpha, void *y, int yt,
+                           int vec) {
+  ct_vec_for(n, vec, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W];
+    ct_ldw<W>(x, xt, i, v);
+    int64_t c, r = 0;
+    if (nhwc) {
+      c = i % C;
+    } else {
+      const int64_t q = i / S;
+      c = q % C, r = i - q * S;
+    }
+    for (int k = 0; k < W; k++) {
+      double g = gamma ? (double)ct_ld(gamma, gt, c) : 1.0, b = beta ? (double)ct_ld(beta, bt, c) : 0.0;
+      v[k] = ct_act_dev(act, alpha, (float)(((double)v[k] - stats[c]) * stats[C + c] * g + b));
+      if (nhwc) {
+        if (++c == C) c = 0;
+      } else if (++r == S) {
+        r = 0;
+        if (++c == C) c = 0;
+      }
+    }
+    ct_stw<W>(y, yt, i, v);
+  });
 }
 
 /* One block per channel: sums[c] = sum dy, sums[C + c] = sum dy * xhat. */
@@ -122,6 +156,18 @@ __global__ void k_bn_bwd_dx(int nhwc, const void *x, int xt, const void *dy, int
 
 #define TT(t) ((t) ? (t)->data : NULL), ((t) ? (int)(t)->dtype : 0)
 
+/* The map of the forward and of batchnorm_apply from stats (scratch). */
+static ct_status bn_apply(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
+                          const ct_tensor *gamma, const ct_tensor *beta, const double *stats, ct_act act, float alpha,
+                          ct_tensor *y, const char *what) {
+  const int64_t n = N * C * S;
+  const int vec = ct_vec_ok(x->data, y->data);
+  k_bn_apply<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(nhwc, x->data, x->dtype, n, C, S, stats, TT(gamma),
+                                                                  TT(beta), (int)act, alpha, y->data, y->dtype, vec);
+  CUDA_LAUNCHED(what);
+  return CT_OK;
+}
+
 extern "C" ct_status cuda_bn_fwd_kernels(ct_device *d, int training, int nhwc, int64_t N, int64_t C, int64_t S,
                                          const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
                                          ct_tensor *running_mean, ct_tensor *running_var, float momentum, float eps,
@@ -138,11 +184,20 @@ extern "C" ct_status cuda_bn_fwd_kernels(ct_device *d, int training, int nhwc, i
                                                         TT(training ? save_mean : NULL),
                                                         TT(training ? save_invstd : NULL), stats);
   CUDA_LAUNCHED("batchnorm_fwd stats");
-  int64_t n = N * C * S;
-  k_bn_apply<<<ct_blocks(n), CT_THREADS, 0, STREAM(d)>>>(nhwc, x->data, x->dtype, n, C, S, stats, TT(gamma), TT(beta),
-                                                         y->data, y->dtype);
-  CUDA_LAUNCHED("batchnorm_fwd apply");
-  return CT_OK;
+  return bn_apply(d, nhwc, N, C, S, x, gamma, beta, stats, CT_ACT_NONE, 0.f, y, "batchnorm_fwd apply");
+}
+
+extern "C" ct_status cuda_bn_apply_kernels(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,
+                                          const ct_tensor *gamma, const ct_tensor *beta, const ct_tensor *save_mean,
+                                          const ct_tensor *save_invstd, ct_act act, float alpha, ct_tensor *y) {
+  CT_TRY(cuda_enter(d));
+  if (C == 0 || N == 0 || S == 0) return CT_OK;
+  void *scr;
+  CT_TRY(cuda_scratch(d, (size_t)C * 2 * sizeof(double), &scr));
+  double *stats = (double *)scr;
+  k_bn_saved_stats<<<ct_blocks(C), CT_THREADS, 0, STREAM(d)>>>(TT(save_mean), TT(save_invstd), C, stats);
+  CUDA_LAUNCHED("batchnorm_apply stats");
+  return bn_apply(d, nhwc, N, C, S, x, gamma, beta, stats, act, alpha, y, "batchnorm_apply");
 }
 
 extern "C" ct_status cuda_bn_bwd_kernels(ct_device *d, int nhwc, int64_t N, int64_t C, int64_t S, const ct_tensor *x,

@@ -108,12 +108,17 @@ static ct_status forward(ct_layer *l, ct_exec *e) {
   int k = l->ip[2] ? 2 : 0;
   ct_tensor mean, invstd;
   stats(l, &mean, &invstd);
-  /* A recompute forward normalises with the batch statistics again but
-   * leaves the running ones (and the counter) as the first forward left
-   * them, unlike a re-run PyTorch module. */
-  int update = e->training && !e->recompute;
   const ct_tensor *gamma = l->ip[2] ? &l->w[0] : NULL, *beta = l->ip[2] ? &l->w[1] : NULL;
-  ct_tensor *rm = update || !e->training ? &l->w[k] : NULL, *rv = update || !e->training ? &l->w[k + 1] : NULL;
+  /* A recompute forward normalises with the statistics the first forward
+   * saved (the planner keeps its workspace to the backward,
+   * CT_LAYER_RERUN_READS_WS, with a fused forward's reserve, which the
+   * backward reads as that forward left it): no pass over x for the
+   * statistics, the same bits on the cpu, and the running statistics and
+   * the counter stay as the first forward left them, unlike a re-run
+   * PyTorch module. */
+  if (e->recompute)
+    return e->be->batchnorm_apply(e->dev, &l->x[0], gamma, beta, &mean, &invstd, l->act, 0.0f, &l->y);
+  ct_tensor *rm = &l->w[k], *rv = &l->w[k + 1];
   ct_status s;
   if (fused(l, e)) {
     s = e->be->batchnorm_act_fwd(e->dev, l->act, &l->x[0], gamma, beta, rm, rv, l->fp[1], l->fp[0], &l->y, &mean,
@@ -123,7 +128,7 @@ static ct_status forward(ct_layer *l, ct_exec *e) {
                              e->training ? &mean : NULL, e->training ? &invstd : NULL);
     if (s == CT_OK && l->act != CT_ACT_NONE) s = e->be->act_fwd(e->dev, l->act, 0.0f, &l->y, &l->y);
   }
-  if (s == CT_OK && update) (*l->counter)++;
+  if (s == CT_OK && e->training) (*l->counter)++;
   return s;
 }
 
@@ -149,5 +154,6 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
                               l->grad_beta);
 }
 
-const ct_layer_class ct_layer_batchnorm = {"batchnorm", "BatchNorm", CT_LAYER_SAVES_INPUT, setup, init, ws_bytes,
+const ct_layer_class ct_layer_batchnorm = {"batchnorm", "BatchNorm", CT_LAYER_SAVES_INPUT | CT_LAYER_RERUN_READS_WS,
+                                           setup, init, ws_bytes,
                                            forward, backward, pass_ws_bytes};
