@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# ctrain's recompute modes side by side on the cpu: off, cheap (batch
+# ctrain's recompute modes side by side on the cpu: off, norm (batch-norm
+# outputs only, rebuilt from the saved statistics), cheap (batch
 # norm/activation/add/dropout outputs only) and auto (segments), fp32,
-# plain SGD, 2 threads, each run a fresh bench_train process, the three
+# plain SGD, 2 threads, each run a fresh bench_train process, the four
 # modes alternating within each of ROUNDS rounds. Prints a markdown table:
 # median img/s, the median of the per-round step-time ratios to `off`,
 # the step arena (ct_model_plan_bytes), peak RSS and the extra forward
-# FLOPs of the rerun layers. PyTorch has no counterpart of `cheap` (its
+# FLOPs of the rerun layers. PyTorch has no counterpart of `cheap` or `norm` (its
 # checkpoint reruns whole modules): bench/recompute.sh compares the
 # segment mode with PyTorch.
 # Usage: bench/recompute_modes.sh [resnet50] [resnet18]
@@ -20,7 +21,7 @@ export OMP_NUM_THREADS=2 GOMP_SPINCOUNT=30000
 cmake --build "$BUILD" -j2 --target bench_train >/dev/null
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(resnet50 resnet18)
-MODES=(off cheap auto)
+MODES=(off norm cheap auto)
 
 spec() { # input batch steps
   case $1 in

@@ -262,6 +262,8 @@ group_train() {
   bench_model alexnet $W_ALEXNET fp16 amp_fp16 ""
   bench_model alexnet $W_ALEXNET bf16 amp_bf16 ""
   bench_model resnet50 $W_RESNET50 bf16 amp_bf16 ""
+  # the default (norm on cuda) against the plain step: what it costs
+  bench_recompute_mode off resnet50 $W_RESNET50 bf16 amp_bf16
   bench_model resnet50 $W_RESNET50 fp16 amp_fp16 ""
   bench_model resnet9 $W_RESNET9 bf16 amp_bf16 ""
 }
@@ -439,22 +441,31 @@ bench_recompute() {
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "--checkpoint-segments $nseg")
   row "$m $in b$b | $cmode + recompute | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | $note; torch eager, channels_last, cudnn.benchmark, checkpoint_sequential($nseg segments, use_reentrant=False)"
 }
-# The cheap mode against PyTorch without checkpointing (first run on an
-# H200, 2026-11-28): --recompute cheap drops only what memory-efficient batch norm
-# drops (batch-norm, activation, residual-add and dropout outputs, rebuilt
+# A recompute mode against PyTorch without checkpointing: $1 = cheap
+# (first run on an H200, 2026-11-28: what memory-efficient batch norm
+# drops, batch-norm, activation, residual-add and dropout outputs rebuilt
 # from the convolution outputs the backward keeps anyway, no convolution
-# run twice), so it is the plan to set against the plain eager peak.
-bench_recompute_cheap() {
-  local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6
-  budget_ok "$m $in b$b | $cmode + recompute cheap" 45 || return 0
-  read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "--recompute cheap" "-rcc")
+# run twice), norm (batch-norm outputs alone, each rebuilt by one
+# elementwise pass from the saved statistics: the default on cuda since
+# 2026-11-28, not yet run on a GPU) or off (the plain step, what the
+# default was before). Set against the plain eager peak.
+bench_recompute_mode() {
+  local mode=$1 m=$2 in=$3 cl=$4 b=$5 cmode=$6 tmode=$7 what
+  [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
+  budget_ok "$m $in b$b | $cmode + recompute $mode" 45 || return 0
+  read -r ci cp < <(ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "--recompute $mode" "-rc$mode")
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
-  row "$m $in b$b | $cmode + recompute cheap | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain --recompute cheap: batch-norm/activation/add outputs rebuilt, no convolution rerun; torch eager, channels_last, cudnn.benchmark, no checkpointing"
+  case $mode in
+    cheap) what="batch-norm/activation/add outputs rebuilt, no convolution rerun" ;;
+    norm) what="batch-norm outputs rebuilt from saved statistics (the default on cuda)" ;;
+    off) what="nothing rebuilt (the plain step)" ;;
+  esac
+  row "$m $in b$b | $cmode + recompute $mode | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain --recompute $mode: $what; torch eager, channels_last, cudnn.benchmark, no checkpointing"
 }
 # shellcheck disable=SC2086
 group_recompute() {
   bench_recompute resnet50 $W_RESNET50 bf16 amp_bf16
-  bench_recompute_cheap resnet50 $W_RESNET50 bf16 amp_bf16
+  bench_recompute_mode cheap resnet50 $W_RESNET50 bf16 amp_bf16
 }
 
 # What recompute lets fit: the largest batch, without and with it.
@@ -496,9 +507,10 @@ torch_max_batch() {
   echo "$(kv max_batch "$f") $(kv peak_bytes "$f")"
 }
 bench_max_batch() {
-  local m=$1 in=$2 cl=$3 cmode=$4 tmode=$5 nseg c0 c1 t0 t1 t1p
+  local m=$1 in=$2 cl=$3 cmode=$4 tmode=$5 nseg c0 cn c1 t0 t1 t1p
   budget_ok "$m $in largest batch | $cmode + recompute" 240 || return 0
-  c0=$(ctrain_max_batch "$m" "$in" "$cl" "$cmode" "")
+  c0=$(ctrain_max_batch "$m" "$in" "$cl" "$cmode" "--recompute off")
+  cn=$(ctrain_max_batch "$m" "$in" "$cl" "$cmode" "")
   c1=$(ctrain_max_batch "$m" "$in" "$cl" "$cmode" "--recompute auto")
   nseg=$(timeout 120 "$CTRAIN" summary --model "$m" --input "$in" --classes "$cl" --batch-size 64 --precision "$cmode" \
     --device cuda --recompute auto 2>/dev/null | sed -n 's/^Activation recompute: \([0-9]*\) segments.*/\1/p' | head -n1)
@@ -508,7 +520,7 @@ bench_max_batch() {
   local gain="-" tgain="-"
   isnum "$c0" && isnum "$c1" && [[ $c0 != 0 ]] && gain=$(awk "BEGIN{printf \"%.1fx\", $c1/$c0}")
   isnum "${t0:-}" && isnum "${t1:-}" && [[ $t0 != 0 ]] && tgain=$(awk "BEGIN{printf \"%.1fx\", $t1/$t0}")
-  row "$m $in largest batch | $cmode + recompute | - | - | - | - | $(mib "${t1p:-}") | ctrain (plan + state allocated): ${c0:--} plain, ${c1:--} with --recompute auto ($gain); PyTorch (one step run): ${t0:--} plain, ${t1:--} with checkpoint_sequential($nseg) ($tgain; its peak at that batch in the PyTorch column); batches to 1/$GRAN"
+  row "$m $in largest batch | $cmode + recompute | - | - | - | - | $(mib "${t1p:-}") | ctrain (plan + state allocated): ${c0:--} plain, ${cn:--} by default (norm), ${c1:--} with --recompute auto ($gain against plain); PyTorch (one step run): ${t0:--} plain, ${t1:--} with checkpoint_sequential($nseg) ($tgain; its peak at that batch in the PyTorch column); batches to 1/$GRAN"
 }
 group_maxbatch() {
   local r50_in r50_cl
