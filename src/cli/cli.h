@@ -76,14 +76,15 @@ int cli_fail(ct_status s);
   "memory-format channels-last"
 #define CLI_FLAGS_SUMMARY "model input classes batch-size device precision opt-level recompute memory"
 
-/* Parses argv for a subcommand: allowed is a space-separated list of long
- * flag names accepted. Returns 0 or prints the error and returns 2. */
 /* --recompute when not given: CT_RECOMPUTE_NORM on a cuda device (batch
  * norm outputs rebuilt from their saved statistics: device memory is
  * what runs out there, and the rebuild is one elementwise pass each),
  * off elsewhere. */
 #define CLI_RECOMPUTE_DEFAULT INT_MIN
 int cli_recompute(const cli_opts *o);
+
+/* Parses argv for a subcommand: allowed is a space-separated list of long
+ * flag names accepted. Returns 0 or prints the error and returns 2. */
 int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_opts *o);
 
 int cmd_train(int argc, char **argv);
