@@ -38,7 +38,9 @@
  * exactly (2 after two steps: a recompute must not count). A batch
  * norm's recompute on cuda rebuilds its output to rounding, not to the
  * bit (bn_bits below): the gradients of models with batch norm are then
- * compared at tol when the control is bitwise equal.
+ * compared at tol when the control is bitwise equal, and in bf16 at
+ * 0.25, since a rebuilt bf16 activation a rounding off can move them by
+ * several percent (see compare()).
  *
  * CTRAIN_TEST_RECOMPUTE_DEVICE=cpu runs the comparisons on another device
  * (a check of this test's logic without a GPU; the device-step and
@@ -351,6 +353,14 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
     double worst = 0;
     double gmax = maxabs(a.grads, a.n_par), bmax = maxabs(a.bufs, a.n_buf);
     const int exact_g = exact && (no_move || bn_exact);
+    /* bf16 gradients after a rebuild that is right to rounding only: in
+     * an emulator run with the rebuild computed as x * scale + shift in
+     * f32 (the form a fused kernel may take, cuDNN's perhaps), rebuilt
+     * bf16 activations a rounding or two off moved resnet18's cheap-mode
+     * gradients by up to 14%, through layer4's batch norms over 8 values
+     * a channel, whose backward cancels (with the own kernel's double
+     * arithmetic: 2e-3). A stale or wrong activation is off by O(1). */
+    const double tol_g = !no_move && !bn_exact && prec != CT_PRECISION_FP32 ? 0.25 : tol;
     cmp("training output", label, a.out, b.out, a2.out, a.n_out, 0, exact, tol, &worst);
     cmp("evaluation output", label, a.eval_out, b.eval_out, a2.eval_out, a.n_eval, 0, exact, tol, &worst);
     for (int i = 0; i < a.n_segs; i++) {
@@ -362,13 +372,13 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
             tol, &worst);
       else
         cmp(what, label, a.grads + s->off, b.grads + s->off, a2.grads ? a2.grads + s->off : NULL, s->n, 1e-3 * gmax,
-            exact_g, tol, &worst);
+            exact_g, tol_g, &worst);
       /* The first step's gradients too: a recompute that reads what the
        * step before left in memory is right in the first step only. */
       if (!s->is_buffer && a.grads1 && b.grads1) {
         snprintf(what, sizeof what, "first step's gradient of %s", s->name);
         cmp(what, label, a.grads1 + s->off, b.grads1 + s->off, a2.grads1 ? a2.grads1 + s->off : NULL, s->n,
-            1e-3 * gmax, exact_g, tol, &worst);
+            1e-3 * gmax, exact_g, tol_g, &worst);
       }
     }
     for (int st = 0; st < STEPS; st++) {
@@ -499,7 +509,8 @@ static void compare_device_step(ct_device *gpu, const char *name, int c, int h, 
       /* auto may pick segments or the cheap mode (it does for resnet18 at
        * this size on cuda, where the NHWC plan differs from the cpu's). */
       CHECK_MSG(r0 == 0 && r2 > 0 && r3 > 0, "%s: layers recomputed %d (off), %d, %d (auto)", name, r0, r2, r3);
-      double tol = prec == CT_PRECISION_FP32 ? 1e-5 : 1e-2, worst = 0;
+      /* bf16 after a rebuild right to rounding only: as in compare() */
+      double tol = prec == CT_PRECISION_FP32 ? 1e-5 : bn_bits(gpu, name) ? 1e-2 : 0.25, worst = 0;
       char label[96], what[32];
       snprintf(what, sizeof what, "update of %d steps", steps);
       snprintf(label, sizeof label, "%s %s device step, recompute auto", name, ct_precision_name(prec));
