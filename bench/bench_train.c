@@ -419,9 +419,11 @@ int main(int argc, char **argv) {
            batch / cmed, flop / cmed * 1e-9);
   printf("  %.3f GFLOP per step (forward conv/linear MACs x2 x3), plan %.1f MB, peak RSS %.0f MB, loss %.4f, load %.2f\n",
          flop * 1e-9, plan_mb, rss_mb, loss, la[0]);
-  printf("  recompute: %d segment%s, %d of %d layers run forward twice (+%.3f GFLOP, +%.1f%%); parameters+gradients %.1f MB, "
+  char how[32];
+  printf("  recompute: %s, %d of %d layers run forward twice (+%.3f GFLOP, +%.1f%%); parameters+gradients %.1f MB, "
          "RSS before the first step %.0f MB\n",
-         segs, segs == 1 ? " (off)" : "s", rcl, m->n_layers, rc_flop * 1e-9, 100.0 * rc_flop / flop, state_mb, rss0_mb);
+         ct_recompute_mode_str(ct_model_recompute_mode(m), how, sizeof how), rcl, m->n_layers, rc_flop * 1e-9,
+         100.0 * rc_flop / flop, state_mb, rss0_mb);
   if (sc.resident)
     printf("  on %s: device memory peak %.1f MB (plan + state + scratch), %s\n", ct_device_name(dev),
            ct_device_mem_peak(dev) / 1048576.0, cudnn_benchmark ? "cudnn_benchmark" : "cuDNN heuristics");
