@@ -4,12 +4,17 @@
   torch_train.py --model cnn|mlp|convnet|alexnet|resnet18 [--batch 128]
                  [--input CxHxW] [--classes 10] [--steps 20] [--warmup 3]
                  [--threads 2] [--precision fp32|bf16]
+                 [--memory-format contiguous|channels_last]
 
 Same models as ctrain's zoo (torchvision alexnet/resnet18,
 tests/parity/ctrain_models.py for cnn/mlp/convnet), same shapes, random
 in-memory data, the step a PyTorch user writes (forward, CrossEntropyLoss,
 zero_grad, backward, Adam.step); bf16 runs the forward under
-torch.autocast("cpu", torch.bfloat16). Prints the median step time as
+torch.autocast("cpu", torch.bfloat16). --memory-format channels_last
+converts the model and the batch as PyTorch's CPU performance guide
+advises: PyTorch 1.13's oneDNN convolutions then run without reorders,
+several times faster on small convolutions (bench/run.sh times both
+formats and compares ctrain with the faster). Prints the median step time as
 images/s, CPU time / threads (uncontended estimate on a shared machine),
 FLOPs (forward conv/linear MACs x2, training = 3x forward) and peak RSS.
 Last line: "RESULT key=value ..." for bench/run.sh.
@@ -77,6 +82,7 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     defaults = {"alexnet": (3, 227, 227), "resnet18": (3, 32, 32)}
@@ -88,6 +94,9 @@ def main():
     x = torch.rand(a.batch, c, h, w) * 2 - 1
     y = torch.randint(0, a.classes, (a.batch,))
     macs = forward_macs(model, x[:1])
+    if a.memory_format == "channels_last":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     flop = 3.0 * 2.0 * macs * a.batch
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
@@ -104,7 +113,7 @@ def main():
     ts, med, cmed, loss = time_steps(step, a.warmup, a.steps, a.threads)
     rss, load = peak_rss_mb(), load1()
     print(f"torch {torch.__version__} {a.model} {a.precision} train step, batch {a.batch}, input {c}x{h}x{w}, "
-          f"{a.threads} threads, median of {a.steps} after {a.warmup} warm-up:")
+          f"{a.threads} threads, {a.memory_format}, median of {a.steps} after {a.warmup} warm-up:")
     print(f"  wall: median {med * 1e3:.2f} ms (min {min(ts) * 1e3:.2f}, max {max(ts) * 1e3:.2f}) = "
           f"{a.batch / med:.0f} img/s, {flop / med * 1e-9:.1f} GFLOP/s")
     print(f"  cpu-time/threads: median {cmed * 1e3:.2f} ms = {a.batch / cmed:.0f} img/s, "
@@ -113,7 +122,7 @@ def main():
     print(f"RESULT workload={a.model} precision={a.precision} batch={a.batch} threads={a.threads} "
           f"median_s={med:.6f} min_s={min(ts):.6f} cpu_s={cmed:.6f} img_s={a.batch / med:.1f} "
           f"cpu_img_s={a.batch / cmed:.1f} gflop_step={flop * 1e-9:.4f} gflops={flop / med * 1e-9:.2f} "
-          f"rss_mb={rss:.0f} load={load:.2f}")
+          f"rss_mb={rss:.0f} load={load:.2f} memory_format={a.memory_format}")
 
 
 if __name__ == "__main__":
