@@ -23,6 +23,7 @@ R50_BATCH=${R50_BATCH:-8}
 R50_FIXED=${R50_FIXED:-4}
 OUT=${OUT:-$ROOT/bench/results/$(date +%Y-%m-%d)-cpu-recompute.md}
 PY=/usr/bin/python3
+. "$ROOT/bench/malloc_env.sh"
 export OMP_NUM_THREADS=2 GOMP_SPINCOUNT=30000
 [ -f "$BUILD/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" -j2 --target bench_train >/dev/null
@@ -77,6 +78,7 @@ spread() { while read -r l; do val img_s "$l"; done <"$TMP/$1" | sort -g | paste
   echo
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load before: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo "Commit: $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src include bench/bench_train.c bench/recompute_torch.py || echo ' (+ uncommitted changes)'); PyTorch $($PY -c 'import torch; print(torch.__version__)')."
+  echo "Allocator, both sides: $BENCH_MALLOC_DESC (bench/malloc_env.sh)."
   echo "Command: bench/recompute.sh ${MODELS[*]} (ROUNDS=$ROUNDS, R50_BATCH=$R50_BATCH, R50_FIXED=$R50_FIXED; bench_train --optim sgd, 2 threads, GOMP_SPINCOUNT=30000; recompute_torch.py, torch.set_num_threads(2), checkpoint(use_reentrant=False) in checkpoint_sequential's split). fp32, SGD lr 0.01 without momentum on both sides, random in-memory data."
   echo
 } >"$OUT"

@@ -7,7 +7,8 @@
 #
 # Usage: bench/run.sh [workload ...]      (default: every registered one)
 # Environment: BUILD_DIR (default <repo>/build), PYTHON (/usr/bin/python3),
-#   THREADS (2), OUT (result file), QUICK=1 (fewer runs, for trying it out).
+#   THREADS (2), OUT (result file), QUICK=1 (fewer runs, for trying it out),
+#   BENCH_MALLOC=glibc-default (glibc's allocator defaults, see malloc_env.sh).
 #
 # Adding a workload: write a function wl_<name> that runs both sides, then
 # calls `row` once (and `note` for details), add <name> to WORKLOADS and its
@@ -25,6 +26,7 @@ OUT=${OUT:-$ROOT/bench/results/$DATE-cpu.md}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=$THREADS
+. "$ROOT/bench/malloc_env.sh"
 
 WORKLOADS=(matmul linreg cnn cnn_bf16 alexnet alexnet_bf16 resnet18 mlp)
 BENCH_TARGETS=(bench_machine bench_matmul bench_linreg bench_train)
@@ -200,7 +202,9 @@ main() {
       "triad bandwidth (best): $(calc %.1f "$TRIAD") GB/s; load avg during this: $MACHINE_LOAD"
     echo "- date: $(date -Iseconds); commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "- command: OMP_NUM_THREADS=$THREADS$([[ ${QUICK:-0} == 1 ]] && echo " QUICK=1") bench/run.sh $*  (BUILD_DIR=$BUILD)"
-    echo "- PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.set_num_threads($THREADS)"
+    echo "- PyTorch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null), torch.set_num_threads($THREADS);" \
+      "PyTorch in both memory formats (contiguous, channels_last), the faster in the table"
+    echo "- allocator, both sides: $BENCH_MALLOC_DESC (bench/malloc_env.sh)"
     echo "- load average at the end: $(cat /proc/loadavg)"
     echo
     echo "$table"
