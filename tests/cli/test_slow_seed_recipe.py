@@ -122,15 +122,19 @@ class CnnModel(nn.Module):
 
 
 def torch_run(init_state):
-    """PyTorch fp32 on the same recipe: test accuracy after each epoch."""
+    """PyTorch fp32 on the same recipe: test accuracy after each epoch.
+    Channels-last only for speed: PyTorch 1.13's CPU convolutions run this
+    model about 5x faster so (the run took 154 s of the suite contiguous)."""
     torch.manual_seed(0)
     torch.set_num_threads(2)
-    xtr = torch.from_numpy(idx("train-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
+    cl = torch.channels_last
+    xtr = torch.from_numpy(idx("train-images-idx3-ubyte.gz").astype(np.float32) / 255.0).contiguous(memory_format=cl)
     ytr = torch.from_numpy(idx("train-labels-idx1-ubyte.gz"))
-    xte = torch.from_numpy(idx("t10k-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
+    xte = torch.from_numpy(idx("t10k-images-idx3-ubyte.gz").astype(np.float32) / 255.0).contiguous(memory_format=cl)
     yte = torch.from_numpy(idx("t10k-labels-idx1-ubyte.gz"))
     model = CnnModel()
     model.load_state_dict(init_state, strict=True)
+    model = model.to(memory_format=cl)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn = nn.CrossEntropyLoss()
     accs = []
