@@ -451,11 +451,16 @@ int main(int argc, char **argv) {
   /* what the step's plan holds at its peak (the planned side of the
    * device peak above) */
   if (prof) CK(ct_model_memory_report(m, 10, stdout));
+  /* rc_mode: norm or cheap, else the segment count (1: off) */
+  const int rc_mode = ct_model_recompute_mode(m);
+  char rcm[16];
+  if (rc_mode == CT_RECOMPUTE_NORM || rc_mode == CT_RECOMPUTE_CHEAP) ct_recompute_mode_str(rc_mode, rcm, sizeof rcm);
+  else snprintf(rcm, sizeof rcm, "%d", segs);
   printf("RESULT workload=%s device=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
          "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f optim=%s plan_mb=%.1f state_mb=%.1f "
-         "segments=%d rc_layers=%d layers=%d rc_gflop=%.4f rss0_mb=%.0f\n",
+         "segments=%d rc_mode=%s rc_layers=%d layers=%d rc_gflop=%.4f rss0_mb=%.0f\n",
          model, ct_device_name(dev), prec, batch, threads, med, tmin, cmed, batch / med, batch / cmed, flop * 1e-9, flop / med * 1e-9, rss_mb,
-         la[0], oname, plan_mb, state_mb, segs, rcl, m->n_layers, rc_flop * 1e-9, rss0_mb);
+         la[0], oname, plan_mb, state_mb, segs, rcm, rcl, m->n_layers, rc_flop * 1e-9, rss0_mb);
   free(t), free(ct), free(xd), free(yd);
   ct_optimizer_destroy(sc.opt);
   ct_model_destroy(m);

@@ -116,9 +116,10 @@ for model in "${MODELS[@]}"; do
     [ "$set" = auto ] && tset=$auto_segs
     cf=$model.ctrain.$set tf=$model.torch.$tset
     cl=$(head -1 "$TMP/$cf")
-    segs=$(val segments "$cl")
+    mode=$(val rc_mode "$cl")
+    [[ $mode =~ ^[0-9]+$ ]] && mode="$mode segments"
     label="off"
-    [ "$set" = off ] || label="$set: $segs segments, $(val rc_layers "$cl") layers rerun"
+    [ "$set" = off ] || label="$set: $mode, $(val rc_layers "$cl") layers rerun"
     cimg=$(med img_s "$cf") crss=$(med rss_mb "$cf") arena=$(val plan_mb "$cl")
     cx=$(awk -v r="$(val rc_gflop "$cl")" -v f="$(val gflop_step "$cl")" 'BEGIN{printf "+%.1f%%", 100*r/f}')
     cr="1.00x; 1.00x" tr="1.00x; 1.00x"
@@ -130,7 +131,7 @@ for model in "${MODELS[@]}"; do
       [ "$set" = off ] || tr=$(ratio "$tf" "$model.torch.off")
       tlabel=$([ "$set" = off ] && echo plain || echo "$tset segments")
     else
-      timg=0 trss=0 tx=- tlabel="(auto kept 1 segment: not run)"
+      timg=0 trss=0 tx=- tlabel="(auto took $mode: no PyTorch counterpart)"
     fi
     awk -v l="$label" -v ci="$cimg" -v cr="$cr" -v a="$arena" -v cs="$crss" -v cx="$cx" -v ti="$timg" -v tr="$tr" \
       -v ts="$trss" -v tx="$tx" -v tl="$tlabel" \

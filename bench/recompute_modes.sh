@@ -48,13 +48,13 @@ for model in "${MODELS[@]}"; do
       plan[$mode]=$(field "$line" plan_mb)
       gf=$(field "$line" gflop_step) rg=$(field "$line" rc_gflop)
       extra[$mode]=$(awk -v a="$rg" -v b="$gf" 'BEGIN {printf "+%.1f%%", 100 * a / b}')
-      segs[$mode]=$(field "$line" segments) layers[$mode]=$(field "$line" rc_layers)
+      segs[$mode]=$(field "$line" rc_mode) layers[$mode]=$(field "$line" rc_layers)
     done
   done
   echo
   echo "## $model, input $input, batch $batch (fp32, SGD, median of $steps steps after 1 warm-up per run)"
   echo
-  echo "| recompute | img/s | time vs off | arena MB | peak RSS MB | extra forward FLOP | segments, layers rerun |"
+  echo "| recompute | img/s | time vs off | arena MB | peak RSS MB | extra forward FLOP | mode or segments, layers rerun |"
   echo "|---|---:|---:|---:|---:|---:|---|"
   read -ra off_s <<<"${secs[off]}"
   for mode in "${MODES[@]}"; do
