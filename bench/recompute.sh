@@ -131,7 +131,7 @@ for model in "${MODELS[@]}"; do
       [ "$set" = off ] || tr=$(ratio "$tf" "$model.torch.off")
       tlabel=$([ "$set" = off ] && echo plain || echo "$tset segments")
     else
-      timg=0 trss=0 tx=- tlabel="(auto took $mode: no PyTorch counterpart)"
+      timg=0 trss=0 tx=- tlabel="auto took $mode: no PyTorch counterpart"
     fi
     awk -v l="$label" -v ci="$cimg" -v cr="$cr" -v a="$arena" -v cs="$crss" -v cx="$cx" -v ti="$timg" -v tr="$tr" \
       -v ts="$trss" -v tx="$tx" -v tl="$tlabel" \
