@@ -573,20 +573,22 @@ fi
 # steps), PyTorch and ctrain each on both devices (ctrain's GPU side:
 # bench_matmul --device cuda = cuBLASLt, bench_linreg --device cuda = the
 # fused reduction + Adam kernels; data resident on the GPU on both sides).
+# The CPU sides run under bench/run.sh's allocator settings (malloc_env.sh).
+cpu_env() { (. "$ROOT/bench/malloc_env.sh" && "$@"); }
 group_cpugpu() {
   budget_ok "matmul and linreg | fp32" 60 || return 0
   f=$TMP/mm.out
-  "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" matmul --device "$TORCH_DEVICE" --shape "$MATMUL_SHAPE" --steps 10 >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
+  cpu_env "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" matmul --device "$TORCH_DEVICE" --shape "$MATMUL_SHAPE" --steps 10 >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
   read -r mm_m mm_k mm_n <<<"${MATMUL_SHAPE//x/ }"
-  "$BENCH_BIN/bench_matmul" "$mm_m" "$mm_k" "$mm_n" >"$TMP/cmm.out" 2>>"$RAW" && cat "$TMP/cmm.out" >>"$RAW"
+  cpu_env "$BENCH_BIN/bench_matmul" "$mm_m" "$mm_k" "$mm_n" >"$TMP/cmm.out" 2>>"$RAW" && cat "$TMP/cmm.out" >>"$RAW"
   "$BENCH_BIN/bench_matmul" --device cuda "$mm_m" "$mm_k" "$mm_n" 10 >"$TMP/gmm.out" 2>>"$RAW" && cat "$TMP/gmm.out" >>"$RAW"
   grep 'dtype=f32' "$TMP/cmm.out" >"$TMP/cmm32.out" || true
   grep 'dtype=f32' "$TMP/gmm.out" >"$TMP/gmm32.out" || true
   row "matmul $MATMUL_SHAPE | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/cmm32.out") s, GPU $(kv median_s "$TMP/gmm32.out") s"
   f=$TMP/lr.out
-  "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" linreg --device "$TORCH_DEVICE" --points "$LINREG_N" --iters "$LINREG_STEPS" \
+  cpu_env "$PYTHON" "$ROOT/bench/gpu/torch_gpu.py" linreg --device "$TORCH_DEVICE" --points "$LINREG_N" --iters "$LINREG_STEPS" \
     >"$f" 2>>"$RAW" && cat "$f" >>"$RAW"
-  "$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 >"$TMP/clr.out" 2>>"$RAW" && cat "$TMP/clr.out" >>"$RAW"
+  cpu_env "$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 >"$TMP/clr.out" 2>>"$RAW" && cat "$TMP/clr.out" >>"$RAW"
   "$BENCH_BIN/bench_linreg" --n "$LINREG_N" --steps "$LINREG_STEPS" --runs 3 --device cuda >"$TMP/glr.out" 2>>"$RAW" &&
     cat "$TMP/glr.out" >>"$RAW"
   row "linreg $LINREG_N x $LINREG_STEPS Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s, GPU $(kv median_s "$TMP/glr.out") s (ctrain: 2 features, PyTorch script: 1)"
