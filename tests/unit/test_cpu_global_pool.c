@@ -1,5 +1,5 @@
-/* Global adaptive pooling (1x1 output) on the cpu device reading a C16, C8
- * or NHWC input (cpu_adaptive_pool.c) against the reference on the same
+/* Global adaptive pooling (1x1 output) on the cpu device reading a plain,
+ * C16, C8 or NHWC input (cpu_adaptive_pool.c) against the reference on the same
  * values in plain NCHW, bit for bit: average and max, forward (values
  * and the max's flat indices) and backward, f32 and bf16. The input holds
  * a plane with a tie (the first maximum wins), one with two NaNs (the
@@ -93,7 +93,8 @@ static void one_case(ct_device *cpu, ct_device *ref, ct_layout lay, ct_dtype t, 
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < C; c++)
       for (int64_t p = 0; p < HW; p++) bad_dx += bits(dxr, t, (n * C + c) * HW + p) != bits(dxl, t, at(lay, n, c, p));
-  const char *what = is_max ? "max" : "avg", *ln = lay == CT_LAYOUT_NHWC ? "NHWC" : lay == CT_LAYOUT_C8 ? "C8" : "C16";
+  const char *what = is_max ? "max" : "avg";
+  const char *ln = lay == CT_LAYOUT_NHWC ? "NHWC" : lay == CT_LAYOUT_C8 ? "C8" : lay == CT_LAYOUT_C16 ? "C16" : "plain";
   CHECK_MSG(!bad_y && !bad_i && !bad_dx, "%s %s %s: %d outputs, %d indices, %d input gradients differ", what, ln,
             ct_dtype_name(t), bad_y, bad_i, bad_dx);
   if (is_max) {
@@ -106,9 +107,9 @@ int main(void) {
   ct_device *cpu, *ref;
   CHECK_OK(ct_device_open("cpu", &cpu));
   CHECK_OK(ct_device_open("ref", &ref));
-  const ct_layout lays[] = {CT_LAYOUT_C16, CT_LAYOUT_C8, CT_LAYOUT_NHWC};
+  const ct_layout lays[] = {CT_LAYOUT_PLAIN, CT_LAYOUT_C16, CT_LAYOUT_C8, CT_LAYOUT_NHWC};
   const ct_dtype dts[] = {CT_F32, CT_BF16};
-  for (int l = 0; l < 3; l++)
+  for (int l = 0; l < 4; l++)
     for (int d = 0; d < 2; d++)
       for (int mx = 0; mx < 2; mx++) one_case(cpu, ref, lays[l], dts[d], mx);
   /* Pooled to 2x2, a laid-out input is refused, not misread. */

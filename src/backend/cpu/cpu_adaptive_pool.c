@@ -1,10 +1,12 @@
-/* Adaptive pooling on the cpu. Plain NCHW tensors go to the reference
- * (ref_pool.inc through ref_half.c), as before. A global pool (a 1x1
- * output, ResNet's avgpool and the fast CIFAR network's max pool) may read
- * an input laid out C16, C8 or NHWC (src/nn/layout.h lets its producer keep
- * the layout, so a residual stage ending in one needs no reorders); its
- * output and dy are plain, which for 1x1 are the same bytes in every
- * layout. The global loops give the reference's numbers bit for bit: the
+/* Adaptive pooling on the cpu. A global pool (a 1x1 output: ResNet's
+ * avgpool, the fast CIFAR network's and the torchkeras cnn's max pools)
+ * runs the threaded loops below, on a plain NCHW input or one laid out
+ * C16, C8 or NHWC (src/nn/layout.h lets its producer keep the layout, so a
+ * residual stage ending in one needs no reorders); its output and dy are
+ * plain, which for 1x1 are the same bytes in every layout. Every other
+ * plain case (larger outputs, fp16) goes to the reference (ref_pool.inc
+ * through ref_half.c), whose single-threaded loop took 2% of the cnn's
+ * step for its 4x4 global max pool. The global loops give the reference's numbers bit for bit: the
  * average sums in double in (h, w) order and rounds once to f32 (then to
  * bf16); the max keeps the reference's first maximum, later NaNs winning,
  * and its flat index h*W+w; the backward writes dy/HW (avg) or dy at the
@@ -41,7 +43,8 @@ static ct_status check_global(const char *op, const ct_tensor *big, const ct_ten
                     "cpu %s: a %s input is pooled only to a plain [N, C, 1, 1] output (global pooling); plain "
                     "inputs take any output size",
                     op, big->layout == CT_LAYOUT_NHWC ? "NHWC" : "channel-blocked");
-  if (big->layout != CT_LAYOUT_NHWC && !(big->layout == CT_LAYOUT_C16 && big->shape[1] % 16 == 0) &&
+  if (big->layout != CT_LAYOUT_PLAIN && big->layout != CT_LAYOUT_NHWC &&
+      !(big->layout == CT_LAYOUT_C16 && big->shape[1] % 16 == 0) &&
       !(big->layout == CT_LAYOUT_C8 && big->shape[1] % 8 == 0))
     return ct_error(CT_ERR_UNSUPPORTED, "cpu %s: input layout %d with %lld channels; expected NHWC, C16 (channels a "
                     "multiple of 16) or C8 (of 8)", op, (int)big->layout, (long long)big->shape[1]);
@@ -91,23 +94,31 @@ static ct_status global_bwd(const char *op, const ct_tensor *dy, const int32_t *
   return CT_OK;
 }
 
+/* A plain case the global loops do not take: the reference's. */
+static int plain_to_ref(const ct_tensor *big, const ct_tensor *small) {
+  return big->layout == CT_LAYOUT_PLAIN &&
+         !(big->ndim == 4 && small->ndim == 4 && small->shape[2] == 1 && small->shape[3] == 1 &&
+           small->layout == CT_LAYOUT_PLAIN && (big->dtype == CT_F32 || big->dtype == CT_BF16) &&
+           big->dtype == small->dtype);
+}
+
 ct_status cpu_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y) {
-  if (x->layout == CT_LAYOUT_PLAIN) return ct_ref_half_adaptive_avgpool2d_fwd(d, x, y);
+  if (plain_to_ref(x, y)) return ct_ref_half_adaptive_avgpool2d_fwd(d, x, y);
   return global_fwd("adaptive_avgpool2d_fwd", 0, x, y, NULL);
 }
 
 ct_status cpu_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tensor *dx) {
-  if (dx->layout == CT_LAYOUT_PLAIN) return ct_ref_half_adaptive_avgpool2d_bwd(d, dy, dx);
+  if (plain_to_ref(dx, dy)) return ct_ref_half_adaptive_avgpool2d_bwd(d, dy, dx);
   return global_bwd("adaptive_avgpool2d_bwd", dy, NULL, dx);
 }
 
 ct_status cpu_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y, int32_t *idx) {
-  if (x->layout == CT_LAYOUT_PLAIN) return ct_ref_half_adaptive_maxpool2d_fwd(d, x, y, idx);
+  if (plain_to_ref(x, y)) return ct_ref_half_adaptive_maxpool2d_fwd(d, x, y, idx);
   return global_fwd("adaptive_maxpool2d_fwd", 1, x, y, idx);
 }
 
 ct_status cpu_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx) {
-  if (dx->layout == CT_LAYOUT_PLAIN) return ct_ref_half_adaptive_maxpool2d_bwd(d, dy, idx, dx);
+  if (plain_to_ref(dx, dy)) return ct_ref_half_adaptive_maxpool2d_bwd(d, dy, idx, dx);
   if (!idx)
     return ct_error(CT_ERR_INVALID_ARG, "cpu adaptive_maxpool2d_bwd: no indices (the forward was run with idx = NULL)");
   return global_bwd("adaptive_maxpool2d_bwd", dy, idx, dx);
