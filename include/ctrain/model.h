@@ -98,7 +98,8 @@ const char *ct_memory_format_name(ct_memory_format f);
  * on the CPU). segments: 0 = off (default), CT_RECOMPUTE_AUTO = the mode
  * whose plan has the smallest peak among CT_RECOMPUTE_NORM,
  * CT_RECOMPUTE_CHEAP and every segment count (ties: norm, cheap, then
- * fewer segments), N >= 2 = N segments, or as many as there are clean
+ * fewer segments), or off when that saves less than 1/16 of the plain
+ * plan, N >= 2 = N segments, or as many as there are clean
  * cuts. CT_RECOMPUTE_CHEAP (memory-efficient batch norm) instead drops
  * only the outputs of batch norms, activations, residual adds and
  * dropout, recomputing each from the convolution/linear outputs the
