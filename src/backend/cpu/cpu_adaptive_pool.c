@@ -6,7 +6,8 @@
  * plain, which for 1x1 are the same bytes in every layout. Every other
  * plain case (larger outputs, fp16) goes to the reference (ref_pool.inc
  * through ref_half.c), whose single-threaded loop took 2% of the cnn's
- * step for its 4x4 global max pool. The global loops give the reference's numbers bit for bit: the
+ * step for its 4x4 global max pool. The global loops give the
+ * reference's numbers bit for bit: the
  * average sums in double in (h, w) order and rounds once to f32 (then to
  * bf16); the max keeps the reference's first maximum, later NaNs winning,
  * and its flat index h*W+w; the backward writes dy/HW (avg) or dy at the
