@@ -266,7 +266,7 @@ int cmd_train(int argc_in, char **argv_in) {
       printf(" (recompute: %s, %d layers run forward twice)",
              ct_recompute_mode_str(ct_model_recompute_mode(m), how, sizeof how), ct_model_recompute_layers(m));
     else if (o.recompute != CLI_RECOMPUTE_DEFAULT && o.recompute)
-      printf(" (recompute: off, no segmenting of this model makes the plan smaller)");
+      printf(" (recompute: off, it would save too little of this model's plan)");
     printf("\n");
     fflush(stdout);
     s = ct_fit(m, dev, ltr, lte, &cfg, &res);

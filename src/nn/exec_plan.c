@@ -443,8 +443,9 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
     b->root[i] = alias ? b->root[l->inputs[0]] : i;
   }
   int segments = training ? m->recompute : 0;
+  /* auto's choice is smaller than plain already; an asked-for mode is checked */
   if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, dev, max_batch, &segments));
-  if (segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM)
+  else if (segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM)
     CT_TRY(mode_if_smaller(m, dev, max_batch, &segments));
   CT_TRY(plan_with_segments(m, dev, max_batch, training, segments, b, &m->plan));
   if (ct_model_device_resident(dev)) return ct_model_device_bind(m, dev);
