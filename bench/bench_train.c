@@ -17,7 +17,7 @@
  *                    [--threads 2] [--precision fp32|bf16|fp16] [--profile]
  *                    [--no-fuse] [--no-conv-gemm] [--no-conv-thin]
  *                    [--memory-format auto|contiguous|channels-last]
- *                    [--recompute auto|cheap|norm|N|off] [--optim adam|sgd]
+ *                    [--recompute auto|cheap|norm|selective|N|off] [--optim adam|sgd]
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
  *                    [--profiler-range]
  * --profile adds per-layer forward/backward medians (layers re-run one by
@@ -34,7 +34,8 @@
  * activation NCHW; --plain-layouts is kept as its old spelling);
  * --recompute sets ct_model_set_recompute before prepare (auto = the
  * mode with the smallest plan, cheap = batch norm/activation/add/
- * dropout outputs only, norm = batch norm outputs only, N >= 2 segments,
+ * dropout outputs only, norm = batch norm outputs only, selective = norm
+ * and the cheapest convolutions run again, N >= 2 segments,
  * off/0/1 = none)
  * and the summary names the segments and the layers run forward twice;
  * --optim sgd swaps Adam for plain SGD (lr 0.01, no momentum: no state),
@@ -451,10 +452,10 @@ int main(int argc, char **argv) {
   /* what the step's plan holds at its peak (the planned side of the
    * device peak above) */
   if (prof) CK(ct_model_memory_report(m, 10, stdout));
-  /* rc_mode: norm or cheap, else the segment count (1: off) */
+  /* rc_mode: norm, cheap or selective, else the segment count (1: off) */
   const int rc_mode = ct_model_recompute_mode(m);
   char rcm[16];
-  if (rc_mode == CT_RECOMPUTE_NORM || rc_mode == CT_RECOMPUTE_CHEAP) ct_recompute_mode_str(rc_mode, rcm, sizeof rcm);
+  if (rc_mode < 0) ct_recompute_mode_str(rc_mode, rcm, sizeof rcm);
   else snprintf(rcm, sizeof rcm, "%d", segs);
   printf("RESULT workload=%s device=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
          "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f optim=%s plan_mb=%.1f state_mb=%.1f "

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # ctrain's recompute modes side by side on the cpu: off, norm (batch-norm
-# outputs only, rebuilt from the saved statistics), cheap (batch
-# norm/activation/add/dropout outputs only) and auto (segments), fp32,
-# plain SGD, 2 threads, each run a fresh bench_train process, the four
-# modes alternating within each of ROUNDS rounds. Prints a markdown table:
+# outputs only, rebuilt from the saved statistics), selective (norm, and
+# the convolutions of at most 128 multiply-adds per output element run
+# again), cheap (batch norm/activation/add/dropout outputs only) and auto
+# (the smallest plan), fp32, plain SGD, 2 threads, each run a fresh
+# bench_train process, the five modes alternating within each of ROUNDS
+# rounds. Prints a markdown table:
 # median img/s, the median of the per-round step-time ratios to `off`,
 # the step arena (ct_model_plan_bytes), peak RSS and the extra forward
-# FLOPs of the rerun layers. PyTorch has no counterpart of `cheap` or `norm` (its
+# FLOPs of the rerun layers. PyTorch has no counterpart of these modes (its
 # checkpoint reruns whole modules): bench/recompute.sh compares the
 # segment mode with PyTorch.
 # Usage: bench/recompute_modes.sh [resnet50] [resnet18]
@@ -21,7 +23,7 @@ export OMP_NUM_THREADS=2 GOMP_SPINCOUNT=30000
 cmake --build "$BUILD" -j2 --target bench_train >/dev/null
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(resnet50 resnet18)
-MODES=(off norm cheap auto)
+MODES=(off norm selective cheap auto)
 
 spec() { # input batch steps
   case $1 in

@@ -63,7 +63,7 @@ static int fuzz_cli_one(const uint8_t *data, size_t size) {
     if (o.accumulate < 0 || o.accumulate > 1024 || o.threads < 0 || o.threads > 1024) rc = -1;
     if (o.workers < 0 || o.workers > 64 || o.keep_last < 1 || o.top < 1 || o.top > 1000) rc = -1;
     if (o.recompute < 0 && o.recompute != CT_RECOMPUTE_AUTO && o.recompute != CT_RECOMPUTE_CHEAP &&
-        o.recompute != CT_RECOMPUTE_NORM && o.recompute != CLI_RECOMPUTE_DEFAULT)
+        o.recompute != CT_RECOMPUTE_NORM && o.recompute != CT_RECOMPUTE_SELECTIVE && o.recompute != CLI_RECOMPUTE_DEFAULT)
       rc = -1;
     if (o.recompute > CT_RECOMPUTE_MAX) rc = -1;
     if (o.max_steps < 0 || o.classes < 0 || o.classes > (1 << 20) || o.resize < 0 || o.resize > 8192) rc = -1;

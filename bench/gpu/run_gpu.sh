@@ -262,7 +262,9 @@ group_train() {
   bench_model alexnet $W_ALEXNET fp16 amp_fp16 ""
   bench_model alexnet $W_ALEXNET bf16 amp_bf16 ""
   bench_model resnet50 $W_RESNET50 bf16 amp_bf16 ""
-  # the default (norm on cuda) against the plain step: what it costs
+  # the default (selective on cuda) against norm (the default before) and
+  # the plain step: what each costs
+  bench_recompute_mode norm resnet50 $W_RESNET50 bf16 amp_bf16
   bench_recompute_mode off resnet50 $W_RESNET50 bf16 amp_bf16
   bench_model resnet50 $W_RESNET50 fp16 amp_fp16 ""
   bench_model resnet9 $W_RESNET9 bf16 amp_bf16 ""
@@ -446,9 +448,12 @@ bench_recompute() {
 # drops, batch-norm, activation, residual-add and dropout outputs rebuilt
 # from the convolution outputs the backward keeps anyway, no convolution
 # run twice), norm (batch-norm outputs alone, each rebuilt by one
-# elementwise pass from the saved statistics: the default on cuda since
-# 2026-11-28, not yet run on a GPU) or off (the plain step, what the
-# default was before). Set against the plain eager peak.
+# elementwise pass from the saved statistics: the default on cuda from
+# the H200 run to the selective mode, not yet run on a GPU), selective
+# (norm, and the convolutions of at most 128 multiply-adds per output
+# element run again: the default on cuda since, not yet run on a GPU) or
+# off (the plain step, the default before norm). Set against the plain
+# eager peak.
 bench_recompute_mode() {
   local mode=$1 m=$2 in=$3 cl=$4 b=$5 cmode=$6 tmode=$7 what
   [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
@@ -457,7 +462,8 @@ bench_recompute_mode() {
   read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
   case $mode in
     cheap) what="batch-norm/activation/add outputs rebuilt, no convolution rerun" ;;
-    norm) what="batch-norm outputs rebuilt from saved statistics (the default on cuda)" ;;
+    norm) what="batch-norm outputs rebuilt from saved statistics" ;;
+    selective) what="norm, and the convolutions of <= 128 multiply-adds per output run again (the default on cuda)" ;;
     off) what="nothing rebuilt (the plain step)" ;;
   esac
   row "$m $in b$b | $cmode + recompute $mode | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain --recompute $mode: $what; torch eager, channels_last, cudnn.benchmark, no checkpointing"
@@ -520,7 +526,7 @@ bench_max_batch() {
   local gain="-" tgain="-"
   isnum "$c0" && isnum "$c1" && [[ $c0 != 0 ]] && gain=$(awk "BEGIN{printf \"%.1fx\", $c1/$c0}")
   isnum "${t0:-}" && isnum "${t1:-}" && [[ $t0 != 0 ]] && tgain=$(awk "BEGIN{printf \"%.1fx\", $t1/$t0}")
-  row "$m $in largest batch | $cmode + recompute | - | - | - | - | $(mib "${t1p:-}") | ctrain (plan + state allocated): ${c0:--} plain, ${cn:--} by default (norm), ${c1:--} with --recompute auto ($gain against plain); PyTorch (one step run): ${t0:--} plain, ${t1:--} with checkpoint_sequential($nseg) ($tgain; its peak at that batch in the PyTorch column); batches to 1/$GRAN"
+  row "$m $in largest batch | $cmode + recompute | - | - | - | - | $(mib "${t1p:-}") | ctrain (plan + state allocated): ${c0:--} plain, ${cn:--} by default (selective), ${c1:--} with --recompute auto ($gain against plain); PyTorch (one step run): ${t0:--} plain, ${t1:--} with checkpoint_sequential($nseg) ($tgain; its peak at that batch in the PyTorch column); batches to 1/$GRAN"
 }
 group_maxbatch() {
   local r50_in r50_cl

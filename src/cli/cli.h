@@ -33,7 +33,7 @@ typedef struct cli_opts {
   int in_c, in_h, in_w;
   /* --memory-format (--channels-last sets "channels-last"); NULL = auto. */
   const char *memory_format;
-  /* --recompute[=auto|cheap|norm|off|N]: activation recompute for
+  /* --recompute[=auto|cheap|norm|selective|off|N]: activation recompute for
    * ct_model_set_recompute (0 = off; a bare flag = CT_RECOMPUTE_AUTO);
    * CLI_RECOMPUTE_DEFAULT when not given (cli_recompute). */
   int recompute;
@@ -76,10 +76,11 @@ int cli_fail(ct_status s);
   "memory-format channels-last"
 #define CLI_FLAGS_SUMMARY "model input classes batch-size device precision opt-level recompute memory"
 
-/* --recompute when not given: CT_RECOMPUTE_NORM on a cuda device (batch
- * norm outputs rebuilt from their saved statistics: device memory is
- * what runs out there, and the rebuild is one elementwise pass each),
- * off elsewhere. */
+/* --recompute when not given: CT_RECOMPUTE_SELECTIVE on a cuda device
+ * (batch norm outputs rebuilt from their saved statistics, one
+ * elementwise pass each, and the outputs of convolutions of at most 128
+ * multiply-adds per output element run again: device memory is what runs
+ * out there), off elsewhere. */
 #define CLI_RECOMPUTE_DEFAULT INT_MIN
 int cli_recompute(const cli_opts *o);
 

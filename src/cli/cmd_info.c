@@ -7,7 +7,7 @@
 
 static const char *SUMMARY_HELP =
     "usage: ctrain summary --model NAME|FILE [--input CxHxW|F] [--classes N] [--batch-size N]\n"
-    "                      [--precision fp32|bf16|fp16] [--opt-level O0|O1|O2|O3] [--recompute[=auto|N|cheap|norm]]\n"
+    "                      [--precision fp32|bf16|fp16] [--opt-level O0|O1|O2|O3] [--recompute[=auto|N|cheap|norm|selective]]\n"
     "                      [--device D] [--memory]\n"
     "\n"
     "Prints a torchsummary-style table: layers, output shapes, parameters, totals, and the\n"

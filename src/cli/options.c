@@ -161,7 +161,7 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
     else if (!strcmp(name, "recompute")) {
       _Static_assert(CT_RECOMPUTE_MAX == 4096, "the message below names the limit");
       if (ct_recompute_parse(val, &o->recompute) != CT_OK)
-        return usage_err(cmd, "--recompute expects auto, cheap, norm, off or a segment count 0..4096, got '%s'%s", val, "");
+        return usage_err(cmd, "--recompute expects auto, cheap, norm, selective, off or a segment count 0..4096, got '%s'%s", val, "");
     }
     else if (!strcmp(name, "max-steps")) r = parse_i64(cmd, name, val, 1, INT64_C(1) << 40, &o->max_steps);
     else if (!strcmp(name, "threads")) { r = parse_i64(cmd, name, val, 1, 1024, &iv); o->threads = (int)iv; }
@@ -203,5 +203,5 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
 
 int cli_recompute(const cli_opts *o) {
   if (o->recompute != CLI_RECOMPUTE_DEFAULT) return o->recompute;
-  return strncmp(o->device, "cuda", 4) == 0 ? CT_RECOMPUTE_NORM : 0;
+  return strncmp(o->device, "cuda", 4) == 0 ? CT_RECOMPUTE_SELECTIVE : 0;
 }

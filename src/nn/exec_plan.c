@@ -335,10 +335,11 @@ static ct_status trial_peak(ct_model *m, ct_device *dev, int64_t max_batch, int 
   return s;
 }
 
-/* CT_RECOMPUTE_AUTO: the norm and cheap modes and every segment count
- * the clean cuts allow, keeping the smallest peak; among equal peaks the
- * least rerun work: the norm mode (batch norms only), the cheap mode (no
- * convolution twice), then the fewest segments. 1 when that saves less
+/* CT_RECOMPUTE_AUTO: the norm, cheap and selective modes and every
+ * segment count the clean cuts allow, keeping the smallest peak; among
+ * equal peaks the least rerun work: the norm mode (batch norms only), the
+ * cheap mode (no convolution twice), the selective mode (cheap
+ * convolutions twice), then the fewest segments. 1 when that saves less
  * than 1/16 of the plain plan. */
 static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch, int *segments) {
   const int L = m->n_layers;
@@ -349,8 +350,8 @@ static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch,
   size_t plain, best, peak;
   CT_TRY(trial_peak(m, dev, max_batch, 0, &plain));
   best = plain, *segments = 1;
-  const int modes[2] = {CT_RECOMPUTE_NORM, CT_RECOMPUTE_CHEAP};
-  for (int k = 0; k < 2; k++) {
+  const int modes[3] = {CT_RECOMPUTE_NORM, CT_RECOMPUTE_CHEAP, CT_RECOMPUTE_SELECTIVE};
+  for (int k = 0; k < 3; k++) {
     CT_TRY(trial_peak(m, dev, max_batch, modes[k], &peak));
     if (peak < best) best = peak, *segments = modes[k];
   }
@@ -365,9 +366,9 @@ static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch,
   return CT_OK;
 }
 
-/* CT_RECOMPUTE_NORM or _CHEAP only where its plan is smaller than the
- * plain one (AlexNet's only cheap output is a dropout's, and it has no
- * batch norm: nothing to gain). */
+/* CT_RECOMPUTE_NORM, _CHEAP or _SELECTIVE only where its plan is smaller
+ * than the plain one (AlexNet's only cheap output is a dropout's, and it
+ * has no batch norm and no convolution cheap enough: nothing to gain). */
 static ct_status mode_if_smaller(ct_model *m, ct_device *dev, int64_t max_batch, int *segments) {
   size_t plain, with;
   CT_TRY(trial_peak(m, dev, max_batch, 0, &plain));
@@ -445,7 +446,7 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   int segments = training ? m->recompute : 0;
   /* auto's choice is smaller than plain already; an asked-for mode is checked */
   if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, dev, max_batch, &segments));
-  else if (segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM)
+  else if (segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM || segments == CT_RECOMPUTE_SELECTIVE)
     CT_TRY(mode_if_smaller(m, dev, max_batch, &segments));
   CT_TRY(plan_with_segments(m, dev, max_batch, training, segments, b, &m->plan));
   if (ct_model_device_resident(dev)) return ct_model_device_bind(m, dev);
@@ -466,8 +467,9 @@ ct_status ct_model_plan_peak_with_recompute(ct_model *m, int segments, size_t *p
 
 ct_status ct_model_set_recompute(ct_model *m, int segments) {
   if (segments != CT_RECOMPUTE_AUTO && segments != CT_RECOMPUTE_CHEAP && segments != CT_RECOMPUTE_NORM &&
-      (segments < 0 || segments > CT_RECOMPUTE_MAX))
-    return ct_error(CT_ERR_INVALID_ARG, "model '%s': recompute segments must be 0 (off), auto, cheap, norm or 2..%d, got %d",
+      segments != CT_RECOMPUTE_SELECTIVE && (segments < 0 || segments > CT_RECOMPUTE_MAX))
+    return ct_error(CT_ERR_INVALID_ARG,
+                    "model '%s': recompute segments must be 0 (off), auto, cheap, norm, selective or 2..%d, got %d",
                     m->name, CT_RECOMPUTE_MAX, segments);
   m->recompute = segments;
   return CT_OK;
@@ -481,22 +483,31 @@ ct_status ct_recompute_parse(const char *s, int *out) {
   static const struct {
     const char *name;
     int mode;
-  } named[] = {{"auto", CT_RECOMPUTE_AUTO}, {"cheap", CT_RECOMPUTE_CHEAP}, {"norm", CT_RECOMPUTE_NORM}, {"off", 0}};
+  } named[] = {{"auto", CT_RECOMPUTE_AUTO},
+               {"cheap", CT_RECOMPUTE_CHEAP},
+               {"norm", CT_RECOMPUTE_NORM},
+               {"selective", CT_RECOMPUTE_SELECTIVE},
+               {"off", 0}};
   for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
     if (!strcmp(s, named[i].name)) return *out = named[i].mode, CT_OK;
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
   if (!*s || *end || errno || v < 0 || v > CT_RECOMPUTE_MAX)
-    return ct_error(CT_ERR_INVALID_ARG, "recompute: expected auto, cheap, norm, off or a segment count 0..%d, got '%s'",
+    return ct_error(CT_ERR_INVALID_ARG,
+                    "recompute: expected auto, cheap, norm, selective, off or a segment count 0..%d, got '%s'",
                     CT_RECOMPUTE_MAX, s);
   *out = v <= 1 ? 0 : (int)v;
   return CT_OK;
 }
 
 const char *ct_recompute_mode_str(int mode, char *buf, size_t n) {
-  const char *name = mode == CT_RECOMPUTE_NORM ? "norm" : mode == CT_RECOMPUTE_CHEAP ? "cheap"
-                     : mode == CT_RECOMPUTE_AUTO ? "auto" : mode <= 1 ? "off" : NULL;
+  const char *name = mode == CT_RECOMPUTE_NORM        ? "norm"
+                     : mode == CT_RECOMPUTE_CHEAP     ? "cheap"
+                     : mode == CT_RECOMPUTE_SELECTIVE ? "selective"
+                     : mode == CT_RECOMPUTE_AUTO      ? "auto"
+                     : mode <= 1                      ? "off"
+                                                      : NULL;
   if (name) snprintf(buf, n, "%s", name);
   else snprintf(buf, n, "%d segments", mode);
   return buf;

@@ -119,25 +119,31 @@ static void drop_in_segments(const ct_model *m, const int *root, const size_t *b
 /* Cheap mode: the layers whose forward costs little next to the memory it
  * writes (batch norm, activations, residual adds, dropout). Norm mode:
  * batch norm alone, whose recompute is one elementwise pass from the
- * statistics its forward saved (nn/layers/batchnorm.c). */
-static int droppable(const ct_layer *l, int norm_only) {
+ * statistics its forward saved (nn/layers/batchnorm.c). Selective mode:
+ * batch norm and the convolutions of at most CT_RECOMPUTE_SELECTIVE_MACS
+ * multiply-adds per output element, a GEMM pass that writes as many bytes
+ * as it saves; a 3x3 convolution of 64 channels costs 576. */
+static int droppable(const ct_layer *l, int mode) {
   if (l->cls == &ct_layer_batchnorm) return 1;
-  return !norm_only && (l->cls == &ct_layer_activation || l->cls == &ct_layer_add || l->cls == &ct_layer_dropout ||
-                        l->cls == &ct_layer_dropout2d);
+  if (mode == CT_RECOMPUTE_SELECTIVE && l->cls == &ct_layer_conv2d)
+    return (int64_t)(l->ip[0] / l->ip[10]) * l->ip[2] * l->ip[3] <= CT_RECOMPUTE_SELECTIVE_MACS;
+  return mode == CT_RECOMPUTE_CHEAP && (l->cls == &ct_layer_activation || l->cls == &ct_layer_add ||
+                                        l->cls == &ct_layer_dropout || l->cls == &ct_layer_dropout2d);
 }
 
-/* Cheap and norm modes: drop a droppable layer's output that the plain
- * step keeps for a backward, when each of its inputs is the model input,
- * kept for a backward anyway, or itself a droppable output that can be
- * dropped (cheap mode: a batch norm before a residual add); recompute it
- * just before the first backward that reads it (or before the recompute
- * of a dropped reader). */
-static void drop_cheap(const ct_model *m, const int *root, const size_t *bytes, const size_t *cost, int norm_only,
+/* Cheap, norm and selective modes: drop a droppable layer's output that
+ * the plain step keeps for a backward, when each of its inputs is the
+ * model input, kept for a backward anyway, or itself a droppable output
+ * that can be dropped (cheap mode: a batch norm before a residual add;
+ * selective: the batch norm + ReLU before a 1x1 convolution); recompute
+ * it just before the first backward that reads it (or before the
+ * recompute of a dropped reader). */
+static void drop_cheap(const ct_model *m, const int *root, const size_t *bytes, const size_t *cost, int mode,
                        ct_timeline *tl) {
   int L = m->n_layers, out_root = root[m->output];
   int *drop = tl->rerun;
   for (int r = 0; r < L; r++)
-    drop[r] = root[r] == r && bytes[r] && cost[r] && r != out_root && droppable(&m->layers[r], norm_only);
+    drop[r] = root[r] == r && bytes[r] && cost[r] && r != out_root && droppable(&m->layers[r], mode);
   /* To a fixpoint: an input that is neither kept nor droppable undrops the
    * reader; a droppable one not kept joins the dropped. */
   for (int changed = 1; changed;) {
@@ -149,7 +155,7 @@ static void drop_cheap(const ct_model *m, const int *root, const size_t *bytes, 
         if (l->inputs[j] < 0) continue;
         int p = root[l->inputs[j]];
         if (drop[p] || cost[p]) continue;
-        if (bytes[p] && p != out_root && droppable(&m->layers[p], norm_only)) drop[p] = 1;
+        if (bytes[p] && p != out_root && droppable(&m->layers[p], mode)) drop[p] = 1;
         else drop[r] = 0;
         changed = 1;
       }
@@ -191,9 +197,10 @@ ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *by
   for (int i = 0; i < L; i++) tl->rc_at[i] = -1;
   saved_costs(m, root, bytes, cost);
   tl->nseg = 1;
-  tl->mode = segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM ? segments : 0;
-  if (segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM) {
-    drop_cheap(m, root, bytes, cost, segments == CT_RECOMPUTE_NORM, tl);
+  const int dropping = segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM || segments == CT_RECOMPUTE_SELECTIVE;
+  tl->mode = dropping ? segments : 0;
+  if (dropping) {
+    drop_cheap(m, root, bytes, cost, segments, tl);
   } else if (segments > 1 && ct_recompute_cuts(m, root, scratch) > 0) {
     tl->nseg = place_cuts(L, root, scratch, cost, segments, tl->seg);
     drop_in_segments(m, root, bytes, tl, scratch);

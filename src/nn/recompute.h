@@ -22,7 +22,11 @@
  * first backward that reads it. A third (CT_RECOMPUTE_NORM) drops the
  * outputs of batch norms alone (with their fused activation) whose input
  * the backward keeps: each is rebuilt by one elementwise pass from that
- * input and the statistics its forward saved.
+ * input and the statistics its forward saved. A fourth
+ * (CT_RECOMPUTE_SELECTIVE) drops what norm drops and the outputs of
+ * convolutions cheap to run again next to the bytes they keep (at most
+ * CT_RECOMPUTE_SELECTIVE_MACS multiply-adds per output element), with the
+ * rebuilt batch norm outputs they read.
  *
  * Timeline: forward of layer i at time i; then, for i from L-1 down, the
  * recompute forwards due before layer i's backward (in layer order), then
@@ -42,7 +46,7 @@ typedef struct ct_timeline {
   int T;       /* end of the step: one past the last backward */
   int nseg;    /* segments (1 = none) */
   int n_rerun; /* layers whose forward runs twice (0 = no recompute) */
-  int mode;    /* CT_RECOMPUTE_CHEAP or _NORM, else nseg */
+  int mode;    /* CT_RECOMPUTE_CHEAP, _NORM or _SELECTIVE, else nseg */
   int *seg;    /* [L] segment of layer i (0 = first) */
   int *rerun;  /* [L] 1 = layer i's output is dropped after the forward and recomputed */
   int *rc_at;  /* [L] the layer before whose backward layer i's recompute runs, -1 = none */
@@ -66,7 +70,9 @@ int ct_recompute_cuts(const ct_model *m, const int *root, int *cut);
  * batch norms, activations, residual adds and dropout that a backward
  * reads are dropped when their inputs stay (or are dropped the same way),
  * each recomputed just before the first backward that reads it.
- * CT_RECOMPUTE_NORM: the same for batch norms alone.
+ * CT_RECOMPUTE_NORM: the same for batch norms alone; CT_RECOMPUTE_SELECTIVE:
+ * for batch norms and convolutions of at most CT_RECOMPUTE_SELECTIVE_MACS
+ * multiply-adds per output element.
  * Recomputes run in layer order before the backward of their rc_at layer.
  * CT_ERR_OUT_OF_MEMORY on allocation failure. */
 ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *bytes, int segments, ct_timeline *tl);

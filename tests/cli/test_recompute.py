@@ -1,11 +1,12 @@
-"""`ctrain train --recompute[=auto|N|cheap|norm|off]` and `ctrain summary --recompute`
+"""`ctrain train --recompute[=auto|N|cheap|norm|selective|off]` and `ctrain summary --recompute`
 end to end (activation recompute, i.e. gradient checkpointing).
 
 - A chain model file (batch norm, both dropout kinds, no residuals) and the
   zoo resnet18 at 3x32x32 train a few steps on synthetic data with
   recompute off (no flag, `--recompute off`) and on (bare `--recompute` =
   auto, `--recompute=2`, `--recompute 3`; resnet18 also `--recompute
-  cheap` and `--recompute norm`): the saved tensors are equal
+  cheap`, `--recompute norm` and `--recompute selective`): the saved
+  tensors are equal
   byte for byte and the final metrics exactly, while the start line says
   "recompute: K segments" (K > 1, K = N when N is given) only when on and
   the step plan (`peak_memory_bytes`) shrinks, auto's the least;
@@ -54,9 +55,11 @@ dropout 0.3
 linear 256 10
 """
 # Deterministic metrics: everything but the timings and the plan size.
+# The named modes that drop single layers' outputs (no segments).
+MODES = ("cheap", "norm", "selective")
 SAME_KEYS = ("steps", "epochs", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "test_top5",
              "skipped_steps", "loss_scale", "resumed_from_epoch")
-START = re.compile(r"\(recompute: (\d+ segments|cheap|norm), (\d+) layers run forward twice\)")
+START = re.compile(r"\(recompute: (\d+ segments|cheap|norm|selective), (\d+) layers run forward twice\)")
 
 
 def raw_tensors(path):
@@ -97,11 +100,11 @@ def train_variants(work, tag, base, variants, want_on_segments):
         on = label not in ("plain", "off")
         if on:
             if u.check(m is not None, "%s %s: start line does not report recompute: %r" % (tag, label, line)):
-                k = 0 if m.group(1) in ("cheap", "norm") else int(m.group(1).split()[0])
+                k = 0 if m.group(1) in MODES else int(m.group(1).split()[0])
                 n = int(m.group(2))
                 want = want_on_segments.get(label)
-                # auto may pick the norm or cheap mode where its plan is as small
-                u.check((k > 1 or label in ("cheap", "norm", "auto")) and n > 0,
+                # auto may pick the norm, cheap or selective mode where its plan is as small
+                u.check((k > 1 or label in MODES + ("auto",)) and n > 0,
                         "%s %s: %d segments, %d layers recomputed" % (tag, label, k, n))
                 u.check(want is None or k == want, "%s %s: %d segments, asked for %s" % (tag, label, k, want))
         else:
@@ -125,7 +128,7 @@ def train_variants(work, tag, base, variants, want_on_segments):
             u.check(pk < pp, "%s %s: peak_memory_bytes %s not below plain %s" % (tag, label, pk, pp))
     auto = out.get("auto")
     for label, (_, mj) in out.items():
-        if auto and label not in ("plain", "off", "cheap", "norm"):
+        if auto and label not in ("plain", "off") + MODES:
             u.check(auto[1]["peak_memory_bytes"] <= mj["peak_memory_bytes"],
                     "%s: auto's plan %d bytes is larger than %s's %d" % (tag, auto[1]["peak_memory_bytes"], label,
                                                                          mj["peak_memory_bytes"]))
@@ -261,7 +264,8 @@ def main():
         rbase = ["--model", "resnet18", "--data", "synthetic", "--input", "3x32x32", "--batch-size", "8",
                  "--max-steps", "2", "--seed", "4", "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9"] + THREADS
         train_variants(work, "resnet18", rbase, [("plain", []), ("auto", ["--recompute"]), ("2", ["--recompute=2"]),
-                                                 ("cheap", ["--recompute", "cheap"]), ("norm", ["--recompute", "norm"])],
+                                                 ("cheap", ["--recompute", "cheap"]), ("norm", ["--recompute", "norm"]),
+                                                 ("selective", ["--recompute", "selective"])],
                        {"2": 2})
         resume(work, chain)
         summary()

@@ -1,6 +1,6 @@
 /* Activation recompute (src/nn/recompute.h) on CUDA: a resident model
  * trained with recompute off, CT_RECOMPUTE_AUTO, 2 segments and (resnet18)
- * the cheap and norm modes gives the
+ * the cheap, norm and selective modes gives the
  * same training output, parameter gradients (per tensor, of both steps),
  * running statistics, num_batches_tracked and (re-prepared for inference)
  * evaluation output, over two steps with a fixed change of the weights
@@ -17,7 +17,8 @@
  * over the ReLU gradients (nn/fuse.h): the same numbers, a larger plan.
  * The device step
  * (ct_device_train_step, and the CUDA graph of ct_device_trainer) with
- * recompute against the plain synchronous step. Out of memory: resnet50
+ * recompute (auto in fp32, selective in bf16) against the plain
+ * synchronous step. Out of memory: resnet50
  * 3x224x224 at batch 8192 is refused with CT_ERR_OUT_OF_MEMORY and the
  * message offers --recompute with a smaller arena (and does not when it
  * is already on).
@@ -142,7 +143,7 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
   r->reruns = ct_model_recompute_layers(m);
   if (segments == CT_RECOMPUTE_AUTO) {
     r->best_other = SIZE_MAX;
-    for (int k = CT_RECOMPUTE_NORM; k <= 64; k++) {
+    for (int k = CT_RECOMPUTE_SELECTIVE; k <= 64; k++) {
       size_t peak;
       if (k >= CT_RECOMPUTE_AUTO && k <= 1) continue;
       if (ct_model_plan_peak_with_recompute(m, k, &peak) != CT_OK) goto done;
@@ -268,6 +269,7 @@ static const char *seg_label(int s) {
   return s == CT_RECOMPUTE_AUTO    ? "auto"
          : s == CT_RECOMPUTE_CHEAP ? "cheap"
          : s == CT_RECOMPUTE_NORM  ? "norm"
+         : s == CT_RECOMPUTE_SELECTIVE ? "sel"
          : s == 2                  ? "2"
                                    : "?";
 }
@@ -310,23 +312,26 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
            "control)\n",
            name, pn, fn, tol);
   /* The cheap mode drops batch norm/add outputs, the norm mode batch
-   * norm outputs: resnet18 only (AlexNet's only cheap output is a
-   * dropout's, so the modes stay off there). The
+   * norm outputs, the selective mode those and the outputs of the 1x1
+   * downsampling convolutions (64 and 128 multiply-adds per output):
+   * resnet18 only (AlexNet's only cheap output is a dropout's and its
+   * convolutions cost 363 and more, so the modes stay off there). The
    * last run, NO_MOVE, is the plain step with every ReLU's gradient left
    * to its convolution or batch norm (ct_fuse_set_relu_to_pool(0)):
    * AlexNet's and convnet's max pools take theirs over by default
    * (nn/fuse.h), with the same numbers and a larger plan without. */
   enum { NO_MOVE = -100 };
-  const int segs[5] = {CT_RECOMPUTE_AUTO, 2, CT_RECOMPUTE_CHEAP, CT_RECOMPUTE_NORM, NO_MOVE};
+  const int segs[6] = {CT_RECOMPUTE_AUTO, 2, CT_RECOMPUTE_CHEAP, CT_RECOMPUTE_NORM, CT_RECOMPUTE_SELECTIVE, NO_MOVE};
   /* Outputs, losses and running statistics stay bitwise where the control
    * is (a recompute feeds backwards only); gradients only where bn_bits. */
   const int bn_exact = bn_bits(dev, name);
   /* The emulator's legacy-API rerun (tests/emu/CMakeLists.txt) leaves out
    * the norm and cheap modes: they run no convolution twice. */
   const int variant = getenv("CTRAIN_TEST_EMU_VARIANT") != NULL;
-  for (int k = 0; k < 5; k++) {
+  for (int k = 0; k < 6; k++) {
     int cheap = segs[k] == CT_RECOMPUTE_CHEAP || segs[k] == CT_RECOMPUTE_NORM, no_move = segs[k] == NO_MOVE;
     if (cheap && (strcmp(name, "resnet18") != 0 || variant)) continue;
+    if (segs[k] == CT_RECOMPUTE_SELECTIVE && strcmp(name, "resnet18") != 0) continue;
     if (no_move && strcmp(name, "alexnet") != 0 && strcmp(name, "convnet") != 0) continue;
     ct_fuse_set_relu_to_pool(!no_move);
     int rb = run(dev, name, c, h, w, N, prec, fmt, no_move ? 0 : segs[k], &b);
@@ -502,7 +507,7 @@ static float *device_train(ct_device *gpu, const char *name, int c, int h, int w
   return p;
 }
 
-static void compare_device_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec) {
+static void compare_device_step(ct_device *gpu, const char *name, int c, int h, int w, ct_precision prec, int mode) {
   /* The control run p1 as in compare(): skipped on the emulator. */
   const int emulated = getenv("CTRAIN_TEST_EMU") != NULL;
   /* Four steps when two plain runs are bitwise equal (and the recompute
@@ -521,24 +526,25 @@ static void compare_device_step(ct_device *gpu, const char *name, int c, int h, 
       free(p0), free(p1);
       continue;
     }
-    float *p2 = device_train(gpu, name, c, h, w, prec, CT_RECOMPUTE_AUTO, 0, steps, &n2, &r2);
-    float *p3 = device_train(gpu, name, c, h, w, prec, CT_RECOMPUTE_AUTO, 1, steps, &n3, &r3);
+    float *p2 = device_train(gpu, name, c, h, w, prec, mode, 0, steps, &n2, &r2);
+    float *p3 = device_train(gpu, name, c, h, w, prec, mode, 1, steps, &n3, &r3);
     if (emulated) n1 = n0;
     if (p0 && (p1 || emulated) && p2 && p3 && n0 == n1 && n0 == n2 && n0 == n3) {
       /* auto may pick segments or the cheap mode (it does for resnet18 at
        * this size on cuda, where the NHWC plan differs from the cpu's). */
-      CHECK_MSG(r0 == 0 && r2 > 0 && r3 > 0, "%s: layers recomputed %d (off), %d, %d (auto)", name, r0, r2, r3);
+      CHECK_MSG(r0 == 0 && r2 > 0 && r3 > 0, "%s: layers recomputed %d (off), %d, %d (%s)", name, r0, r2, r3,
+                seg_label(mode));
       /* bf16 after a rebuild right to rounding only: as in compare() */
       double tol = prec == CT_PRECISION_FP32 ? 1e-5 : bn_bits(gpu, name) ? 1e-2 : 0.25, worst = 0;
       char label[96], what[32];
       snprintf(what, sizeof what, "update of %d steps", steps);
-      snprintf(label, sizeof label, "%s %s device step, recompute auto", name, ct_precision_name(prec));
+      snprintf(label, sizeof label, "%s %s device step, recompute %s", name, ct_precision_name(prec), seg_label(mode));
       CHECK_MSG(maxabs(p0, n0) > 0, "%s: the plain device steps changed no weight; the comparison is blind", name);
       cmp(what, label, p0, p2, p1, n0, 0, exact, tol, &worst);
-      snprintf(label, sizeof label, "%s %s CUDA graph, recompute auto", name, ct_precision_name(prec));
+      snprintf(label, sizeof label, "%s %s CUDA graph, recompute %s", name, ct_precision_name(prec), seg_label(mode));
       cmp(what, label, p0, p3, p1, n0, 0, exact, tol, &worst);
-      printf("%-9s %-4s device step + graph with recompute (%d layers rerun), %d steps: %s (worst %.3g)\n", name,
-             ct_precision_name(prec), r2, steps, exact ? "bitwise equal" : "within tolerance", worst);
+      printf("%-9s %-4s device step + graph with recompute %s (%d layers rerun), %d steps: %s (worst %.3g)\n", name,
+             ct_precision_name(prec), seg_label(mode), r2, steps, exact ? "bitwise equal" : "within tolerance", worst);
     } else {
       CHECK_MSG(0, "%s: a device-step run failed", name);
     }
@@ -612,8 +618,10 @@ int main(void) {
       if (!emulated || (f == 0 && p == 1)) compare(dev, "convnet", 1, 28, 28, 8, precs[p], fmts[f], 0);
     }
   if (cuda) {
-    compare_device_step(dev, "resnet18", 3, 32, 32, CT_PRECISION_FP32);
-    compare_device_step(dev, "resnet18", 3, 32, 32, CT_PRECISION_BF16);
+    /* bf16 in the CLI's default mode on cuda (selective: convolutions
+     * run again inside the captured graph) */
+    compare_device_step(dev, "resnet18", 3, 32, 32, CT_PRECISION_FP32, CT_RECOMPUTE_AUTO);
+    compare_device_step(dev, "resnet18", 3, 32, 32, CT_PRECISION_BF16, CT_RECOMPUTE_SELECTIVE);
     test_oom(dev);
   }
   ct_device_close(dev);

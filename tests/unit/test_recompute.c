@@ -7,8 +7,9 @@
  * batch norm and dropout (dropout kept on: its masks must come out the
  * same when regenerated), in fp32, bf16 and fp16, with automatic, 2 and
  * as many segments as there are clean cuts, in the cheap mode (batch
- * norm, activation, add and dropout outputs only) and in the norm mode
- * (batch norm outputs only, rebuilt from the saved statistics); and the
+ * norm, activation, add and dropout outputs only), in the norm mode
+ * (batch norm outputs only, rebuilt from the saved statistics) and in the
+ * selective mode (those and the cheapest convolutions' outputs); and the
  * plan it runs
  * in is smaller. Also: the segments fall on clean cuts only, the timeline puts
  * every recompute before the backwards that need it, and the setter
@@ -129,12 +130,13 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
   for (size_t i = 0; i < a.s.n_par; i++) gsum += fabs(a.s.grads[i]);
   CHECK_MSG(gsum > 0, "%s: all-zero gradients, the comparison proves nothing", name);
   if (segments == CT_RECOMPUTE_AUTO) CHECK_MSG(b.peak <= a.peak, "%s: auto recompute grew the plan", name);
-  if ((segments == CT_RECOMPUTE_AUTO || segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM) && min_reruns)
+  if (segments < 0 && min_reruns)
     CHECK_MSG(b.peak < a.peak, "%s: recompute saved nothing (%zu bytes)", name, b.peak);
   printf("%-12s %-5s segments %-4s -> %2d, %3d layers recomputed, arena %8.1f KiB -> %8.1f KiB (%.2fx)\n", name, pn,
          segments == CT_RECOMPUTE_AUTO    ? "auto"
          : segments == CT_RECOMPUTE_CHEAP ? "cheap"
          : segments == CT_RECOMPUTE_NORM  ? "norm"
+         : segments == CT_RECOMPUTE_SELECTIVE ? "sel"
          : segments == CT_RECOMPUTE_MAX   ? "max"
                                           : "n",
          b.segments, b.reruns, a.peak / 1024.0, b.peak / 1024.0, (double)b.peak / (double)a.peak);
@@ -170,7 +172,7 @@ static void check_auto_is_best(ct_device *dev, const char *name, int c, int h, i
   ct_model_options opt = {c, h, w, 10, 5};
   ct_model *m = NULL;
   CHECK_OK(ct_model_create(name, &opt, &m));
-  for (int k = CT_RECOMPUTE_NORM; m && k <= 40; k++) {
+  for (int k = CT_RECOMPUTE_SELECTIVE; m && k <= 40; k++) {
     if (k >= CT_RECOMPUTE_AUTO && k <= 1) continue;
     CHECK_OK(ct_model_set_recompute(m, k));
     CHECK_OK(ct_model_prepare(m, dev, N, 1));
@@ -191,7 +193,7 @@ static void check_auto_declines(ct_device *dev) {
   if (!m) return;
   CHECK_OK(ct_model_prepare(m, dev, 1, 1));
   size_t plain = ct_model_plan_bytes(m), best = plain;
-  for (int k = CT_RECOMPUTE_NORM; k <= 40; k++) {
+  for (int k = CT_RECOMPUTE_SELECTIVE; k <= 40; k++) {
     if (k >= CT_RECOMPUTE_AUTO && k <= 1) continue;
     CHECK_OK(ct_model_set_recompute(m, k));
     CHECK_OK(ct_model_prepare(m, dev, 1, 1));
@@ -250,6 +252,16 @@ int main(void) {
   compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_FP32, CT_RECOMPUTE_NORM, 8);
   compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_BF16, CT_RECOMPUTE_NORM, 8);
   compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP16, CT_RECOMPUTE_NORM, 0);
+  /* Selective mode: norm, and the convolutions of at most 128
+   * multiply-adds per output element run again (resnet18's layer2
+   * downsample, resnet50's early 1x1 expansions, the file's first and
+   * last convolutions), with the rebuilt batch norms they read. */
+  compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_FP32, CT_RECOMPUTE_SELECTIVE, 9);
+  compare(dev, "resnet18", 3, 32, 32, 4, CT_PRECISION_BF16, CT_RECOMPUTE_SELECTIVE, 9);
+  compare(dev, "resnet50", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_SELECTIVE, 37);
+  compare(dev, "vgg11_bn", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_SELECTIVE, 2);
+  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, CT_RECOMPUTE_SELECTIVE, 2);
+  compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP16, CT_RECOMPUTE_SELECTIVE, 2);
   check_auto_is_best(dev, "resnet18", 3, 32, 32, 4);
   check_auto_is_best(dev, "alexnet", 3, 64, 64, 2);
   check_auto_declines(dev);
@@ -264,7 +276,8 @@ int main(void) {
   ct_model_options opt = {1, 28, 28, 10, 5};
   ct_model *m = NULL;
   CHECK_OK(ct_model_create("cnn", &opt, &m));
-  CHECK(ct_model_set_recompute(m, -4) == CT_ERR_INVALID_ARG);
+  CHECK(ct_model_set_recompute(m, -5) == CT_ERR_INVALID_ARG);
+  CHECK_OK(ct_model_set_recompute(m, CT_RECOMPUTE_SELECTIVE));
   CHECK(ct_model_set_recompute(m, CT_RECOMPUTE_MAX + 1) == CT_ERR_INVALID_ARG);
   CHECK_OK(ct_model_set_recompute(m, 1)); /* one segment: nothing dropped */
   ct_model_destroy(m);
