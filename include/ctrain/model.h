@@ -112,8 +112,8 @@ const char *ct_memory_format_name(ct_memory_format f);
  * keep. CT_RECOMPUTE_SELECTIVE drops what norm drops and the outputs of
  * convolutions that cost at most CT_RECOMPUTE_SELECTIVE_MACS
  * multiply-adds per output element (in_channels / groups x kernel area:
- * ResNet-50's 1x1 expansions in its first two stages, whose outputs only
- * a batch norm's backward reads), each run again just before that
+ * ResNet-50's 1x1 convolutions over 64 or 128 channels, whose outputs
+ * only a batch norm's backward reads), each run again just before that
  * backward: ResNet-50's plan about 29% smaller than norm's for 3.5% more
  * FLOPs.
  * Applied by the next ct_model_prepare() of a training plan; inference

@@ -50,7 +50,7 @@ static const char *HELP =
     "                          cheap = drop only batch norm/activation/add/dropout outputs (little extra time);\n"
     "                          norm = drop only batch norm outputs, rebuilt from saved statistics (less);\n"
     "                          selective = norm, and run again the convolutions of <= 128 multiply-adds per\n"
-    "                          output element (ResNet-50's early 1x1 expansions: +3.5% FLOPs, plan -29% from norm)\n"
+    "                          output element (ResNet-50's 1x1 convolutions over <= 128 channels: +3.5% FLOPs, plan -29% from norm)\n"
     "  --seed N (0)            --no-shuffle (file order, contiguous batches)\n"
     "  --init FILE.safetensors initial weights   --save FILE.safetensors final weights\n"
     "  --checkpoint-dir DIR    per-epoch checkpoints, last, best     --keep-last N (3)   --resume\n"
