@@ -16,11 +16,14 @@ end to end (activation recompute, i.e. gradient checkpointing).
 - `ctrain summary --recompute` reports a smaller "Forward/backward pass
   size (MB)" than without, and its "(X MB without recompute)" is the plain
   summary's figure; the layer table is unchanged;
+- on cuda (the CUDA emulator's CLI, where built) the default is the
+  selective mode, whose ResNet-50 plan is below norm's, below plain;
 - bad values (x, -1, 5000) are usage errors (exit 2, one line naming
   --recompute) that write nothing; eval and predict do not take the flag.
 """
 import os
 import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -222,6 +225,38 @@ def summary():
         r.group(1), t.group(1)))
 
 
+def cuda_default():
+    """The default on cuda is the selective mode (cli_recompute): checked
+    with the CUDA emulator's CLI (tests/emu) where the build has one, by
+    `ctrain summary` of ResNet-50 bf16, whose plan it makes smaller than
+    norm's (its 1x1 convolutions over 64 or 128 channels run again)."""
+    emu = os.path.join(u.BUILD, "tests", "emu", "cli", "ctrain")
+    if not os.path.exists(emu):
+        print("cuda default: no CUDA emulator in %s (built with the CUDA backend only), not checked" % u.BUILD)
+        return
+    base = [emu, "summary", "--model", "resnet50", "--input", "3x64x64", "--batch-size", "4", "--precision", "bf16",
+            "--device", "cuda"]
+    size = re.compile(r"^Forward/backward pass size \(MB\): (\d+\.\d\d) ", re.M)
+    mode = re.compile(r"^Activation recompute: (\w+), (\d+) layers run forward twice", re.M)
+    got = {}
+    for label, flags in (("default", []), ("selective", ["--recompute", "selective"]), ("norm", ["--recompute", "norm"]),
+                         ("off", ["--recompute", "off"])):
+        r = subprocess.run(base + flags, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if not u.check(r.returncode == 0 and size.search(r.stdout), "emulator summary %s: exit %d: %s" % (
+                label, r.returncode, r.stderr.strip()[-500:])):
+            return
+        m = mode.search(r.stdout)
+        got[label] = (float(size.search(r.stdout).group(1)), m.group(1) if m else "off", int(m.group(2)) if m else 0)
+    print("cuda (emulator) resnet50 bf16 3x64x64 batch 4: %s" % ", ".join(
+        "%s %.2f MB (%s, %d layers twice)" % (k, v[0], v[1], v[2]) for k, v in got.items()))
+    u.check(got["default"] == got["selective"] and got["default"][1] == "selective",
+            "cuda default: %s, --recompute selective: %s" % (got["default"], got["selective"]))
+    u.check(got["selective"][0] < got["norm"][0] < got["off"][0] and got["selective"][2] > got["norm"][2] > 0,
+            "cuda: selective %s, norm %s, off %s: not each smaller than the next" % (got["selective"], got["norm"],
+                                                                                  got["off"]))
+
+
 def bad_values(work, chain, weights):
     base = ["train", "--model", chain, "--data", "synthetic", "--input", "3x16x16", "--max-steps", "1"] + THREADS
     save = os.path.join(work, "bad.safetensors")
@@ -269,6 +304,7 @@ def main():
                        {"2": 2})
         resume(work, chain)
         summary()
+        cuda_default()
         bad_values(work, chain, runs["plain"][0] if "plain" in runs else init)
     finally:
         u.cleanup(work)
