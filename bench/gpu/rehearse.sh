@@ -83,7 +83,7 @@ for r in rows:
         need(budget and all(c == "-" for c in r[2:7]), r, "skipped without a budget, or with figures: " + note)
     elif "largest batch" in w:
         kinds["largest"] += 1
-        m = re.search(rf"ctrain .*: ({num}) plain, ({num}) by default \(norm\), ({num}) with --recompute auto .*PyTorch .*: ({num}) plain, ({num}) with", note)
+        m = re.search(rf"ctrain .*: ({num}) plain, ({num}) by default \(selective\), ({num}) with --recompute auto .*PyTorch .*: ({num}) plain, ({num}) with", note)
         need(m and all(float(v) > 0 for v in m.groups()), r, "a batch that is missing or 0: " + note)
     elif w.startswith("cnn fashion-mnist"):
         kinds["tta"] += 1
@@ -100,14 +100,14 @@ for r in rows:
         need(mp and float(mp.group(1)) >= float(mp.group(2)), r, f"ctrain peak (device/planned) is {cp!r}")
         if "CTRAIN_CUDA_S2D=" in mode:
             need(re.search(r"CTRAIN_CUDA_S2D=(auto|1|0): ", note), r, "not a space-to-depth row: " + note)
-        named = re.search(r"recompute (cheap|norm|off)$", mode)
+        named = re.search(r"recompute (cheap|norm|selective|off)$", mode)
         if named:
             need(f"--recompute {named.group(1)}:" in note, r, f"not the {named.group(1)} mode: " + note)
         elif "recompute" in mode:
             need(re.search(r"recompute auto: [0-9]+ segments", note), r, "no segment count: " + note)
 groups = sys.argv[2].split()
 want = {"throughput": 6 * ("train" in groups) + 6 * ("s2d" in groups) + 4 * ("convapi" in groups),
-        "recompute": 2 * ("recompute" in groups) + ("train" in groups), "largest": "maxbatch" in groups,
+        "recompute": 2 * ("recompute" in groups) + 2 * ("train" in groups), "largest": "maxbatch" in groups,
         "tta": "tta" in groups, "matmul": "cpugpu" in groups, "linreg": "cpugpu" in groups}
 # Under BUDGET_S the rows past it are skipped (one line may stand for a
 # group's several): then each kind may fall short of its count, and at
