@@ -209,6 +209,32 @@ static void check_auto_declines(ct_device *dev) {
   ct_model_destroy(m);
 }
 
+/* The selective mode reruns exactly the convolutions of at most
+ * CT_RECOMPUTE_SELECTIVE_MACS multiply-adds per output element whose
+ * output a backward keeps: in resnet50 the nine 1x1 convolutions over 64
+ * or 128 channels (layer1's three expansions, its first block's
+ * reduction and downsampling, layer2's four expansions), none of the
+ * 3x3s (576 and more) and not the stem (147). */
+static void check_selective_convs(ct_device *dev) {
+  ct_model_options opt = {3, 32, 32, 10, 5};
+  ct_model *m = NULL;
+  CHECK_OK(ct_model_create("resnet50", &opt, &m));
+  if (!m) return;
+  CHECK_OK(ct_model_set_recompute(m, CT_RECOMPUTE_SELECTIVE));
+  CHECK_OK(ct_model_prepare(m, dev, 2, 1));
+  int convs = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    const ct_layer *l = &m->layers[i];
+    if (l->cls != &ct_layer_conv2d || !m->eb.tl.rerun[i]) continue;
+    int64_t macs = (int64_t)(l->ip[0] / l->ip[10]) * l->ip[2] * l->ip[3];
+    CHECK_MSG(macs <= CT_RECOMPUTE_SELECTIVE_MACS && l->ip[2] == 1 && l->ip[3] == 1,
+              "resnet50 selective: %s reruns at %lld multiply-adds per output", l->name, (long long)macs);
+    convs++;
+  }
+  CHECK_MSG(convs == 9, "resnet50 selective: %d convolutions rerun, expected 9", convs);
+  ct_model_destroy(m);
+}
+
 int main(void) {
   ct_device *dev;
   CHECK_OK(ct_device_open("cpu", &dev));
@@ -265,6 +291,7 @@ int main(void) {
   check_auto_is_best(dev, "resnet18", 3, 32, 32, 4);
   check_auto_is_best(dev, "alexnet", 3, 64, 64, 2);
   check_auto_declines(dev);
+  check_selective_convs(dev);
   remove(path);
   ct_device_close(dev);
 
