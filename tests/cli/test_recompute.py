@@ -195,7 +195,7 @@ def summary():
     if plain.returncode or rc.returncode or two.returncode:
         return
     size = re.compile(r"^Forward/backward pass size \(MB\): (\d+\.\d\d) ", re.M)
-    saving = re.compile(r"^Activation recompute: (\d+ segments|cheap), (\d+) layers run forward twice "
+    saving = re.compile(r"^Activation recompute: (\d+ segments|cheap|norm|selective), (\d+) layers run forward twice "
                         r"\((\d+\.\d\d) MB without recompute\)$", re.M)
     p, r, t = size.search(plain.stdout), size.search(rc.stdout), size.search(two.stdout)
     if not u.check(p and r and t, "summary: no 'Forward/backward pass size (MB)' line"):
@@ -212,8 +212,8 @@ def summary():
                 "summary %s: pass size %s MB not below plain %s MB" % (label, s.group(1), p.group(1)))
         u.check(m.group(3) == p.group(1), "summary %s: '%s MB without recompute', plain summary says %s MB" % (
             label, m.group(3), p.group(1)))
-        segs = 0 if m.group(1) == "cheap" else int(m.group(1).split()[0])
-        # auto may pick the cheap mode where its plan is as small
+        segs = 0 if m.group(1) in MODES else int(m.group(1).split()[0])
+        # auto may pick a named mode where its plan is as small
         u.check((segs > 1 or label == "--recompute") and int(m.group(2)) > 0, "summary %s: %s, %s layers" % (
             label, m.group(1), m.group(2)))
         if label == "--recompute=2":
