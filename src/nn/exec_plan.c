@@ -350,8 +350,8 @@ static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch,
   size_t plain, best, peak;
   CT_TRY(trial_peak(m, dev, max_batch, 0, &plain));
   best = plain, *segments = 1;
-  const int modes[3] = {CT_RECOMPUTE_NORM, CT_RECOMPUTE_CHEAP, CT_RECOMPUTE_SELECTIVE};
-  for (int k = 0; k < 3; k++) {
+  const int modes[] = {CT_RECOMPUTE_NORM, CT_RECOMPUTE_CHEAP, CT_RECOMPUTE_SELECTIVE};
+  for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
     CT_TRY(trial_peak(m, dev, max_batch, modes[k], &peak));
     if (peak < best) best = peak, *segments = modes[k];
   }
@@ -446,7 +446,7 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   int segments = training ? m->recompute : 0;
   /* auto's choice is smaller than plain already; an asked-for mode is checked */
   if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, dev, max_batch, &segments));
-  else if (segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM || segments == CT_RECOMPUTE_SELECTIVE)
+  else if (ct_recompute_layer_mode(segments))
     CT_TRY(mode_if_smaller(m, dev, max_batch, &segments));
   CT_TRY(plan_with_segments(m, dev, max_batch, training, segments, b, &m->plan));
   if (ct_model_device_resident(dev)) return ct_model_device_bind(m, dev);
@@ -466,8 +466,8 @@ ct_status ct_model_plan_peak_with_recompute(ct_model *m, int segments, size_t *p
 }
 
 ct_status ct_model_set_recompute(ct_model *m, int segments) {
-  if (segments != CT_RECOMPUTE_AUTO && segments != CT_RECOMPUTE_CHEAP && segments != CT_RECOMPUTE_NORM &&
-      segments != CT_RECOMPUTE_SELECTIVE && (segments < 0 || segments > CT_RECOMPUTE_MAX))
+  if (segments != CT_RECOMPUTE_AUTO && !ct_recompute_layer_mode(segments) &&
+      (segments < 0 || segments > CT_RECOMPUTE_MAX))
     return ct_error(CT_ERR_INVALID_ARG,
                     "model '%s': recompute segments must be 0 (off), auto, cheap, norm, selective or 2..%d, got %d",
                     m->name, CT_RECOMPUTE_MAX, segments);

@@ -197,9 +197,8 @@ ct_status ct_timeline_build(const ct_model *m, const int *root, const size_t *by
   for (int i = 0; i < L; i++) tl->rc_at[i] = -1;
   saved_costs(m, root, bytes, cost);
   tl->nseg = 1;
-  const int dropping = segments == CT_RECOMPUTE_CHEAP || segments == CT_RECOMPUTE_NORM || segments == CT_RECOMPUTE_SELECTIVE;
-  tl->mode = dropping ? segments : 0;
-  if (dropping) {
+  tl->mode = ct_recompute_layer_mode(segments) ? segments : 0;
+  if (tl->mode) {
     drop_cheap(m, root, bytes, cost, segments, tl);
   } else if (segments > 1 && ct_recompute_cuts(m, root, scratch) > 0) {
     tl->nseg = place_cuts(L, root, scratch, cost, segments, tl->seg);

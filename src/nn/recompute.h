@@ -37,6 +37,7 @@
 
 #include <stddef.h>
 
+#include "ctrain/model.h"
 #include "ctrain/status.h"
 
 typedef struct ct_model ct_model;
@@ -54,6 +55,12 @@ typedef struct ct_timeline {
   int *order;  /* [n_rerun] the rerun layers in the order they run */
   int *bwd;    /* [L] time of layer i's backward */
 } ct_timeline;
+
+/* The named modes that drop single layers' outputs (no segments): cheap,
+ * norm and selective. */
+static inline int ct_recompute_layer_mode(int mode) {
+  return mode == CT_RECOMPUTE_CHEAP || mode == CT_RECOMPUTE_NORM || mode == CT_RECOMPUTE_SELECTIVE;
+}
 
 /* Clean cuts: cut[i] = 1 when, after layer i (i < L-1), no activation but
  * root[i]'s is read by a later layer (root: the layer whose buffer layer
