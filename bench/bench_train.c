@@ -15,7 +15,7 @@
  * Usage: bench_train --model NAME [--batch 128] [--input CxHxW]
  *                    [--classes 10] [--steps 20] [--warmup 3]
  *                    [--threads 2] [--precision fp32|bf16|fp16] [--profile]
- *                    [--no-fuse] [--no-conv-gemm] [--no-conv-thin]
+ *                    [--no-fuse] [--no-conv-gemm] [--[no-]conv-thin]
  *                    [--memory-format auto|contiguous|channels-last]
  *                    [--recompute auto|cheap|norm|selective|N|off] [--optim adam|sgd]
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
@@ -27,8 +27,10 @@
  * and the accumulating convolution backward-data (src/nn/exec_plan.c);
  * --no-conv-gemm sends the cpu's small-map convolutions to oneDNN's
  * primitives instead of batched GEMMs (src/backend/cpu/dnnl_conv_gemm.c),
- * --no-conv-thin the first layers' paths (one-channel weight gradients,
- * large-kernel forwards: src/backend/cpu/dnnl_conv_thin.c);
+ * --no-conv-thin and --conv-thin turn off or force the first layers'
+ * paths (one-channel weight gradients, large-kernel forwards:
+ * src/backend/cpu/dnnl_conv_thin.c; by default on only where oneDNN has
+ * no AVX-512 kernels);
  * --memory-format
  * picks the activation layouts (src/nn/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);
@@ -254,9 +256,9 @@ int main(int argc, char **argv) {
 #endif
       continue;
     }
-    if (!strcmp(a, "--no-conv-thin")) {
+    if (!strcmp(a, "--no-conv-thin") || !strcmp(a, "--conv-thin")) {
 #if CTRAIN_HAVE_DNNL
-      cpu_conv_set_thin(0);
+      cpu_conv_set_thin(a[2] == 'c');
 #endif
       continue;
     }

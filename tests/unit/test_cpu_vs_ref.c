@@ -294,7 +294,7 @@ int main(void) {
       for (size_t i = 0; i < nconv; i++) conv_one(&conv_cases[i], 0, CT_LAYOUT_PLAIN, "oneDNN");
   }
   cpu_conv_set_gemm(1);
-  cpu_conv_set_thin(1);
+  cpu_conv_set_thin(-1);
 #else
   /* Built without oneDNN the cpu device's conv is the reference's (through
    * the table's defaults), so there is one path; this still checks that

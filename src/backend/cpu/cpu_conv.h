@@ -18,8 +18,9 @@ int cpu_conv_blocked(void);
 /* 1 (default): convolutions that cpu_conv_gemm_ok accepts run as batched
  * GEMMs; 0: every convolution goes to oneDNN's primitives. */
 void cpu_conv_set_gemm(int on);
-/* 1 (default): what cpu_conv_thin_ok and cpu_conv_thin_fwd_ok accept
- * runs in dnnl_conv_thin.c; 0: in oneDNN. */
+/* 1: what cpu_conv_thin_ok and cpu_conv_thin_fwd_ok accept runs in
+ * dnnl_conv_thin.c; 0: in oneDNN; -1 (default): 1 where oneDNN has no
+ * AVX-512 kernels (cpu_dnnl_avx512), 0 where it has. */
 void cpu_conv_set_thin(int on);
 
 #if CTRAIN_HAVE_DNNL
