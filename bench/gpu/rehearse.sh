@@ -106,7 +106,7 @@ for r in rows:
         elif "recompute" in mode:
             need(re.search(r"recompute auto: [0-9]+ segments", note), r, "no segment count: " + note)
 groups = sys.argv[2].split()
-want = {"throughput": 6 * ("train" in groups) + 6 * ("s2d" in groups) + 4 * ("convapi" in groups),
+want = {"throughput": 7 * ("train" in groups) + 6 * ("s2d" in groups) + 4 * ("convapi" in groups),
         "recompute": 2 * ("recompute" in groups) + 2 * ("train" in groups), "largest": "maxbatch" in groups,
         "tta": "tta" in groups, "matmul": "cpugpu" in groups, "linreg": "cpugpu" in groups}
 # Under BUDGET_S the rows past it are skipped (one line may stand for a

@@ -266,6 +266,8 @@ group_train() {
   # the plain step: what each costs
   bench_recompute_mode norm resnet50 $W_RESNET50 bf16 amp_bf16
   bench_recompute_mode off resnet50 $W_RESNET50 bf16 amp_bf16
+  # peak memory without the data set on the device
+  bench_host_loader alexnet $W_ALEXNET fp16 amp_fp16
   bench_model resnet50 $W_RESNET50 fp16 amp_fp16 ""
   bench_model resnet9 $W_RESNET9 bf16 amp_bf16 ""
 }
@@ -467,6 +469,21 @@ bench_recompute_mode() {
     off) what="nothing rebuilt (the plain step)" ;;
   esac
   row "$m $in b$b | $cmode + recompute $mode | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain --recompute $mode: $what; torch eager, channels_last, cudnn.benchmark, no checkpointing"
+}
+# The same step fed by the host loader with --gpu-transforms instead of
+# --data-on-gpu: uint8 batches through pinned staging and the copy stream
+# into two raw slots, transformed on the GPU. The device then holds no
+# data set (1024 images at 227x227: 151 MiB), only the batches being
+# copied in, which is closer to what PyTorch's peak counts (one resident
+# fp32 batch). A memory row: the CPU loader, not the GPU, may bound its
+# img/s.
+bench_host_loader() {
+  local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6
+  [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
+  budget_ok "$m $in b$b | $cmode, host loader" 45 || return 0
+  read -r ci cp < <(CTRAIN_TRAIN_FLAGS="--gpu-transforms --cuda-graph" ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-host")
+  read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "")
+  row "$m $in b$b | $cmode, host loader | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain --gpu-transforms --cuda-graph, no --data-on-gpu (no data set on the device; img/s may be the CPU loader's); torch eager, channels_last, cudnn.benchmark"
 }
 # shellcheck disable=SC2086
 group_recompute() {
