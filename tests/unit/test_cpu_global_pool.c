@@ -4,8 +4,11 @@
  * and the max's flat indices) and backward, f32 and bf16. The input holds
  * a plane with a tie (the first maximum wins), one with two NaNs (the
  * later wins), one of -inf and one all -0.0; dy holds -0.0 (the
- * reference's sum turns it into +0). A laid-out input pooled to more than
- * one pixel is refused with a message. */
+ * reference's sum turns it into +0). Average pooling to the input's own
+ * size (one-pixel bins, AlexNet's 6x6 to 6x6: a copy on the cpu) in plain
+ * and NHWC against the reference too, with -0, NaN and infinities on both
+ * sides. A laid-out input pooled to more than one pixel is refused with a
+ * message. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -103,6 +106,41 @@ static void one_case(ct_device *cpu, ct_device *ref, ct_layout lay, ct_dtype t, 
   }
 }
 
+/* Each bin one pixel: y has x's shape and layout (plain or NHWC). */
+static void one_pixel_case(ct_device *cpu, ct_device *ref, ct_layout lay, ct_dtype t) {
+  const ct_backend *B = ct_device_backend(cpu), *R = ct_device_backend(ref);
+  enum { NV = N * C * HW };
+  static float xv[NV], gv[NV];
+  for (int i = 0; i < NV; i++) {
+    xv[i] = test_frand(&rs), gv[i] = test_frand(&rs);
+    const float odd[] = {-0.0f, NAN, INFINITY, -INFINITY};
+    if (i % 11 == 0) xv[i] = odd[(i / 11) % 4], gv[i] = odd[(i / 11 + 1) % 4];
+  }
+  static char xr[sizeof xv], xl[sizeof xv], gr[sizeof xv], gl[sizeof xv];
+  static char yr[sizeof xv], yl[sizeof xv], dxr[sizeof xv], dxl[sizeof xv];
+  put(xv, xr, t, CT_LAYOUT_PLAIN, HW), put(xv, xl, t, lay, HW);
+  put(gv, gr, t, CT_LAYOUT_PLAIN, HW), put(gv, gl, t, lay, HW);
+  memset(yl, 0x5a, sizeof yl), memset(dxl, 0x5a, sizeof dxl);
+  ct_tensor x_r = t4(xr, t, H, W, CT_LAYOUT_PLAIN), x_l = t4(xl, t, H, W, lay);
+  ct_tensor y_r = t4(yr, t, H, W, CT_LAYOUT_PLAIN), y_l = t4(yl, t, H, W, lay);
+  ct_tensor g_r = t4(gr, t, H, W, CT_LAYOUT_PLAIN), g_l = t4(gl, t, H, W, lay);
+  ct_tensor dx_r = t4(dxr, t, H, W, CT_LAYOUT_PLAIN), dx_l = t4(dxl, t, H, W, lay);
+  CHECK_OK(R->adaptive_avgpool2d_fwd(ref, &x_r, &y_r));
+  CHECK_OK(B->adaptive_avgpool2d_fwd(cpu, &x_l, &y_l));
+  CHECK_OK(R->adaptive_avgpool2d_bwd(ref, &g_r, &dx_r));
+  CHECK_OK(B->adaptive_avgpool2d_bwd(cpu, &g_l, &dx_l));
+  int bad_y = 0, bad_dx = 0;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t p = 0; p < HW; p++) {
+        int64_t i = (n * C + c) * HW + p, j = at(lay, n, c, p);
+        bad_y += bits(yr, t, i) != bits(yl, t, j);
+        bad_dx += bits(dxr, t, i) != bits(dxl, t, j);
+      }
+  CHECK_MSG(!bad_y && !bad_dx, "one-pixel bins %s %s: %d outputs, %d input gradients differ",
+            lay == CT_LAYOUT_NHWC ? "NHWC" : "plain", ct_dtype_name(t), bad_y, bad_dx);
+}
+
 int main(void) {
   ct_device *cpu, *ref;
   CHECK_OK(ct_device_open("cpu", &cpu));
@@ -112,6 +150,10 @@ int main(void) {
   for (int l = 0; l < 4; l++)
     for (int d = 0; d < 2; d++)
       for (int mx = 0; mx < 2; mx++) one_case(cpu, ref, lays[l], dts[d], mx);
+  for (int d = 0; d < 2; d++) {
+    one_pixel_case(cpu, ref, CT_LAYOUT_PLAIN, dts[d]);
+    one_pixel_case(cpu, ref, CT_LAYOUT_NHWC, dts[d]);
+  }
   /* Pooled to 2x2, a laid-out input is refused, not misread. */
   float x[N * C * HW] = {0}, y[N * C * 4];
   ct_tensor xt = t4(x, CT_F32, H, W, CT_LAYOUT_NHWC), yt = t4(y, CT_F32, 2, 2, CT_LAYOUT_PLAIN);

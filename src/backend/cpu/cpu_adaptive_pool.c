@@ -1,4 +1,5 @@
-/* Adaptive pooling on the cpu. A global pool (a 1x1 output: ResNet's
+/* Adaptive pooling on the cpu. Average pooling to the input's own size
+ * (one-pixel bins) is a copy. A global pool (a 1x1 output: ResNet's
  * avgpool, the fast CIFAR network's and the torchkeras cnn's max pools)
  * runs the threaded loops below, on a plain NCHW input or one laid out
  * C16, C8 or NHWC (src/nn/layout.h lets its producer keep the layout, so a
@@ -103,12 +104,50 @@ static int plain_to_ref(const ct_tensor *big, const ct_tensor *small) {
            big->dtype == small->dtype);
 }
 
+/* Average pooling whose every bin is one pixel (AlexNet's 6x6 to 6x6)
+ * moves each element unchanged, in either direction: a threaded copy
+ * instead of the reference's single-threaded loop (3.7 ms forward and 3.9
+ * backward of AlexNet bf16's step at batch 64). It adds +0 as the
+ * reference's sum does (which starts from a zeroed double), so -0 comes
+ * out +0 and the bits are the reference's. Same shape, dtype (f32 or bf16)
+ * and a layout without padding (plain or NHWC) on both sides. */
+static int one_pixel_bins(const ct_tensor *a, const ct_tensor *b) {
+  if (a->ndim != 4 || b->ndim != 4 || a->dtype != b->dtype || (a->dtype != CT_F32 && a->dtype != CT_BF16)) return 0;
+  if (a->layout != b->layout || (a->layout != CT_LAYOUT_PLAIN && a->layout != CT_LAYOUT_NHWC)) return 0;
+  for (int i = 0; i < 4; i++)
+    if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
+
+static void copy_plus_zero(const ct_tensor *from, ct_tensor *to) {
+  const int64_t n = ct_tensor_numel(from);
+  if (from->dtype == CT_F32) {
+    const float *a = from->data;
+    float *b = to->data;
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; i++) b[i] = a[i] + 0.0f;
+  } else {
+    const uint16_t *a = from->data;
+    uint16_t *b = to->data;
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; i++) b[i] = cpu_bf16_st(cpu_bf16_ld(a[i]) + 0.0f);
+  }
+}
+
 ct_status cpu_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y) {
+  if (one_pixel_bins(x, y)) {
+    copy_plus_zero(x, y);
+    return CT_OK;
+  }
   if (plain_to_ref(x, y)) return ct_ref_half_adaptive_avgpool2d_fwd(d, x, y);
   return global_fwd("adaptive_avgpool2d_fwd", 0, x, y, NULL);
 }
 
 ct_status cpu_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tensor *dx) {
+  if (one_pixel_bins(dy, dx)) {
+    copy_plus_zero(dy, dx);
+    return CT_OK;
+  }
   if (plain_to_ref(dx, dy)) return ct_ref_half_adaptive_avgpool2d_bwd(d, dy, dx);
   return global_bwd("adaptive_avgpool2d_bwd", dy, NULL, dx);
 }
