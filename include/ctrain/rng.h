@@ -19,6 +19,13 @@ extern "C" {
 /* One Philox4x32-10 block: 4 random 32-bit words for (key, counter). */
 void ct_philox4x32(const uint32_t key[2], const uint32_t ctr[4], uint32_t out[4]);
 
+/* nb consecutive blocks: block j (counter {c0 + j, c1, c2, c3}, c0 + j
+ * wrapping in 32 bits) into out[4j .. 4j+3], the words ct_philox4x32
+ * gives; with AVX2 eight blocks at a time. For bulk draws (fills,
+ * dropout masks). */
+void ct_philox4x32_blocks(const uint32_t key[2], uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, int nb,
+                          uint32_t *out);
+
 /* Stream identifiers: what a random draw is for. */
 enum {
   CT_RNG_INIT = 1,     /* parameter initialisation: a = parameter index */

@@ -103,40 +103,40 @@ double ct_rng_normal(ct_rng *r) {
  * produces exactly the generator's values there, on any thread. */
 enum { FILL_BLOCKS = 1024 };
 
-/* Blocks k0 .. k0+nb-1 of one stream into w[4 nb]. One block's ten rounds
- * are a serial chain of multiplies; with AVX2, eight blocks run side by
- * side, each 32-bit word in a 64-bit lane (vpmuludq gives the full
- * product), which is the same arithmetic as ct_philox4x32. */
-static void fill_blocks(uint64_t seed, uint32_t kind, uint32_t a, uint32_t b, uint32_t k0, int nb, uint32_t *w) {
-  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+/* One block's ten rounds are a serial chain of multiplies; with AVX2,
+ * eight blocks run side by side, each 32-bit word in a 64-bit lane
+ * (vpmuludq gives the full product), which is the same arithmetic as
+ * ct_philox4x32. */
+void ct_philox4x32_blocks(const uint32_t key[2], uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, int nb,
+                          uint32_t *w) {
   int j = 0;
 #if defined(__AVX2__)
   const __m256i lo32 = _mm256_set1_epi64x(0xffffffffll), m0 = _mm256_set1_epi64x(PHILOX_M0),
                 m1 = _mm256_set1_epi64x(PHILOX_M1);
   for (; j + 8 <= nb; j += 8) {
-    __m256i c0[2], c1[2], c2[2], c3[2];
+    __m256i v0[2], v1[2], v2[2], v3[2];
     for (int h = 0; h < 2; h++) {
-      const uint32_t f = k0 + (uint32_t)(j + 4 * h);
-      c0[h] = _mm256_setr_epi64x(f, (uint32_t)(f + 1), (uint32_t)(f + 2), (uint32_t)(f + 3));
-      c1[h] = _mm256_set1_epi64x(kind), c2[h] = _mm256_set1_epi64x(a), c3[h] = _mm256_set1_epi64x(b);
+      const uint32_t f = c0 + (uint32_t)(j + 4 * h);
+      v0[h] = _mm256_setr_epi64x(f, (uint32_t)(f + 1), (uint32_t)(f + 2), (uint32_t)(f + 3));
+      v1[h] = _mm256_set1_epi64x(c1), v2[h] = _mm256_set1_epi64x(c2), v3[h] = _mm256_set1_epi64x(c3);
     }
     uint32_t r0 = key[0], r1 = key[1];
     for (int round = 0; round < 10; round++) {
       const __m256i kk0 = _mm256_set1_epi64x(r0), kk1 = _mm256_set1_epi64x(r1);
       for (int h = 0; h < 2; h++) {
-        const __m256i p0 = _mm256_mul_epu32(c0[h], m0), p1 = _mm256_mul_epu32(c2[h], m1);
-        c0[h] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[h]), kk0);
-        c2[h] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), c3[h]), kk1);
-        c1[h] = _mm256_and_si256(p1, lo32);
-        c3[h] = _mm256_and_si256(p0, lo32);
+        const __m256i p0 = _mm256_mul_epu32(v0[h], m0), p1 = _mm256_mul_epu32(v2[h], m1);
+        v0[h] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), v1[h]), kk0);
+        v2[h] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), v3[h]), kk1);
+        v1[h] = _mm256_and_si256(p1, lo32);
+        v3[h] = _mm256_and_si256(p0, lo32);
       }
       r0 += PHILOX_W0;
       r1 += PHILOX_W1;
     }
     for (int h = 0; h < 2; h++) {
       uint64_t q0[4], q1[4], q2[4], q3[4];
-      _mm256_storeu_si256((__m256i *)q0, c0[h]), _mm256_storeu_si256((__m256i *)q1, c1[h]);
-      _mm256_storeu_si256((__m256i *)q2, c2[h]), _mm256_storeu_si256((__m256i *)q3, c3[h]);
+      _mm256_storeu_si256((__m256i *)q0, v0[h]), _mm256_storeu_si256((__m256i *)q1, v1[h]);
+      _mm256_storeu_si256((__m256i *)q2, v2[h]), _mm256_storeu_si256((__m256i *)q3, v3[h]);
       for (int l = 0; l < 4; l++) {
         uint32_t *o = w + 4 * (j + 4 * h + l);
         o[0] = (uint32_t)q0[l], o[1] = (uint32_t)q1[l], o[2] = (uint32_t)q2[l], o[3] = (uint32_t)q3[l];
@@ -145,7 +145,7 @@ static void fill_blocks(uint64_t seed, uint32_t kind, uint32_t a, uint32_t b, ui
   }
 #endif
   for (; j < nb; j++) {
-    const uint32_t ctr[4] = {k0 + (uint32_t)j, kind, a, b};
+    const uint32_t ctr[4] = {c0 + (uint32_t)j, c1, c2, c3};
     ct_philox4x32(key, ctr, w + 4 * j);
   }
 }
@@ -160,7 +160,8 @@ static void fill(float *out, int64_t n, int normal, double scale, uint64_t seed,
   for (int64_t t = 0; t < tasks; t++) {
     uint32_t w[4 * FILL_BLOCKS];
     const int64_t i0 = t * per, m = n - i0 < per ? n - i0 : per;
-    fill_blocks(seed, kind, a, b, (uint32_t)(i0 / vpb), (int)((m + vpb - 1) / vpb), w);
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    ct_philox4x32_blocks(key, (uint32_t)(i0 / vpb), kind, a, b, (int)((m + vpb - 1) / vpb), w);
     if (!normal) {
       for (int64_t i = 0; i < m; i++) out[i0 + i] = word_uniform(w[i]);
       continue;
