@@ -1,5 +1,5 @@
 /* Training throughput of a zoo model, the way `ctrain train` runs a step
- * (forward, cross-entropy, zero_grad, backward, Adam step) but on
+ * (forward, cross-entropy, backward overwriting the gradients, Adam step) but on
  * in-memory random data, so the loader is out of the measurement. On
  * --device cuda the model is resident and each step is the trainer's
  * synchronous device step (ct_device_train_step: batch copied to the GPU,
@@ -162,7 +162,8 @@ static double step(step_ctx *c, uint32_t k) {
   CK(ct_model_output_grad(c->m, &dout));
   CK(ct_loss_backward(c->dev, CT_LOSS_CROSS_ENTROPY, out, &c->y, 0.0f, 1.0f, &dout));
   mark(c, 1, &t);
-  CK(ct_model_zero_grad(c->m));
+  /* as the trainer: the backward overwrites the gradients, no zero fill */
+  ct_model_overwrite_grads(c->m);
   mark(c, 2, &t);
   CK(ct_model_backward(c->m, &dout));
   mark(c, 3, &t);

@@ -9,7 +9,9 @@
 Same models as ctrain's zoo (torchvision alexnet/resnet18,
 tests/parity/ctrain_models.py for cnn/mlp/convnet), same shapes, random
 in-memory data, the step a PyTorch user writes (forward, CrossEntropyLoss,
-zero_grad, backward, Adam.step); bf16 runs the forward under
+zero_grad(set_to_none=True), backward, Adam.step: no zero fill of the
+gradients, PyTorch 2's default and its performance guide's advice, as
+ctrain's backward overwrites them); bf16 runs the forward under
 torch.autocast("cpu", torch.bfloat16). --memory-format channels_last
 converts the model and the batch as PyTorch's CPU performance guide
 advises: PyTorch 1.13's oneDNN convolutions then run without reorders,
@@ -105,7 +107,7 @@ def main():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             out = model(x)
             loss = loss_fn(out, y)
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return float(loss)

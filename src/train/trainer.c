@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "data/gpu_data.h"
 #include "nn/device_state.h"
+#include "nn/model_impl.h"
 #include "train/accumulate.h"
 #include "train/device_step.h"
 #include "train/metrics.h"
@@ -767,7 +768,10 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
         ct_batch_correct(out->data, b->y.data, b->n, k, &hit1, &hit5);
         s = ct_model_output_grad(m, &dout);
       }
-      if (s == CT_OK && ap.first) s = ct_model_zero_grad(m);
+      /* A group's first backward writes every gradient with beta 0, as the
+       * device step's does: no zero fill (AlexNet: 244 MB, 10-14 ms of a
+       * CPU step). */
+      if (s == CT_OK && ap.first) ct_model_overwrite_grads(m);
       /* The group's share rides on the loss gradient (with the scale, the
        * same for the whole group): the backward adds into the gradients
        * after the group's first micro-batch. factor is exactly 1 without

@@ -279,8 +279,9 @@ ct_status cpu_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *d
       sdyx += b;
     }
     sdyx *= inv;
-    if (DG) DG[c] = (float)(beta_acc * DG[c] + sdyx);
-    if (DB) DB[c] = (float)(beta_acc * DB[c] + sdy);
+    /* beta 0 overwrites: a stale NaN in the gradient does not leak in */
+    if (DG) DG[c] = (float)(beta_acc != 0.f ? beta_acc * DG[c] + sdyx : sdyx);
+    if (DB) DB[c] = (float)(beta_acc != 0.f ? beta_acc * DB[c] + sdy : sdy);
     /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)) */
     const float k = (float)((G ? G[c] : 1.0) * inv);
     const float mdy = (float)(sdy / cnt), mdyx = (float)(sdyx / cnt);
