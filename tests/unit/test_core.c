@@ -1,4 +1,4 @@
-/* Core: Philox known answers, the RNG helpers and bulk fills, f16/bf16 conversion (f16
+/* Core: Philox known answers, its block runs, the RNG helpers and bulk fills, f16/bf16 conversion (f16
  * against its definition over every half and a million floats, F16C and
  * the portable code alike),
  * device specs, per-device memory accounting, the worker thread of
@@ -46,6 +46,29 @@ static void test_philox(void) {
     m += z, v += z * z;
   }
   CHECK(fabs(m / 20000) < 0.03 && fabs(v / 20000 - 1) < 0.05);
+}
+
+/* ct_philox4x32_blocks gives ct_philox4x32's words block by block:
+ * counts around the eight-block vector groups, and a first counter word
+ * that wraps past 2^32 inside the run (in the vector lanes and the
+ * scalar tail alike). */
+static void test_philox_blocks(void) {
+  static const int nbs[] = {0, 1, 7, 8, 9, 16, 23, 256};
+  static const uint32_t c0s[] = {0, 12345, 0xfffffffcu, 0xfffffff0u};
+  const uint32_t key[2] = {0x9abcdef0u, 0x12345678u};
+  uint32_t got[4 * 256], want[4];
+  for (size_t a = 0; a < sizeof c0s / sizeof *c0s; a++)
+    for (size_t b = 0; b < sizeof nbs / sizeof *nbs; b++) {
+      const int nb = nbs[b];
+      ct_philox4x32_blocks(key, c0s[a], CT_RNG_DROPOUT, 3, 7, nb, got);
+      int bad = 0;
+      for (int j = 0; j < nb; j++) {
+        const uint32_t ctr[4] = {c0s[a] + (uint32_t)j, CT_RNG_DROPOUT, 3, 7};
+        ct_philox4x32(key, ctr, want);
+        bad += memcmp(want, got + 4 * j, sizeof want) != 0;
+      }
+      CHECK_MSG(bad == 0, "blocks from %08x, %d of them: %d differ from ct_philox4x32", c0s[a], nb, bad);
+    }
 }
 
 /* The bulk fills give a fresh generator's values bit for bit: sizes
@@ -291,6 +314,7 @@ static void test_device_tmp(void) {
 
 int main(void) {
   test_philox();
+  test_philox_blocks();
   test_rng_fill();
   test_half();
   test_half_exhaustive();
