@@ -473,7 +473,8 @@ bench_recompute_mode() {
 # The same step fed by the host loader with --gpu-transforms instead of
 # --data-on-gpu: uint8 batches through pinned staging and the copy stream
 # into two raw slots, transformed on the GPU. The device then holds no
-# data set (1024 images at 227x227: 151 MiB), only the batches being
+# data set (synthetic:1024 has 1024 training and 256 test images, at
+# 227x227 189 MiB), only the batches being
 # copied in, which is closer to what PyTorch's peak counts (one resident
 # fp32 batch). A memory row: the CPU loader, not the GPU, may bound its
 # img/s.
