@@ -164,17 +164,32 @@ ct_status cpu_act_bwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x,
 /* Applies the dropout mask of (key) to in -> out. Philox block b gives
  * the uniforms of mask elements 4b..4b+3, exactly as ct_rng_uniform_at()
  * computes them one by one; a task draws DROP_BLOCKS blocks at once
- * (ct_philox4x32_blocks: eight side by side with AVX2, where one at a
- * time took 4.3 ms for AlexNet's 64 x 9216 mask on 2 cores). Tasks start
+ * (ct_philox4x32_blocks: eight side by side with AVX2), and a mask of
+ * one element per value is applied in a vectorised loop (keep_f32 below):
+ * AlexNet's 64 x 9216 f32 mask on 2 cores takes 0.34 ms, against 4.1 ms
+ * one block at a time with a branch per element. Tasks start
  * at multiples of DROP_BLOCKS, so a task's blocks share the counter's
  * high word (b >> 32, packed into ctr[1]). Kept values are scaled in
  * double and rounded once, as the reference does, so the results are
  * bit-identical and not just within tolerance (bf16: then rounded to bf16
  * once more, as the widening path would). LD/ST read and write one
- * element of the tensor's dtype; group > 1 shares one mask element among
+ * element of the tensor's dtype, KEEP masks a stored one; group > 1 shares one mask element among
  * that many consecutive values. */
 enum { DROP_BLOCKS = 256 };
-#define DROPOUT_APPLY(NAME, T, LD, ST)                                                                           \
+/* A value's bits and'ed with an all-ones or all-zeros mask: +0 where the
+ * mask drops it. A select of 0 or the value would not vectorise: under
+ * gcc's default trapping math it does not compute the scaled value for
+ * an element it drops, so the loop keeps a branch (a 64 x 9216 f32 mask
+ * on one thread: 4.8 ms branching, 0.68 ms vectorised). */
+static inline float keep_f32(float v, uint32_t mask) {
+  uint32_t b;
+  memcpy(&b, &v, sizeof b);
+  b &= mask;
+  memcpy(&v, &b, sizeof v);
+  return v;
+}
+static inline uint16_t keep_bf16(uint16_t v, uint32_t mask) { return (uint16_t)(v & mask); }
+#define DROPOUT_APPLY(NAME, T, LD, ST, KEEP)                                                                     \
   static void NAME(int nt, float p, int64_t group, ct_dropout_key key, const T *in, T *out, int64_t n) {         \
     if (group < 1) group = 1;                                                                                    \
     const int64_t nm = (n + group - 1) / group, nb = (nm + 3) / 4;                                               \
@@ -189,9 +204,11 @@ enum { DROP_BLOCKS = 256 };
                            (int)nbt, r);                                                                         \
       const int64_t j0 = 4 * b0, j1 = j0 + 4 * nbt < nm ? j0 + 4 * nbt : nm;                                     \
       if (group == 1) {                                                                                          \
-        for (int64_t j = j0; j < j1; j++) {                                                                      \
-          const float u = (float)(r[j - j0] >> 8) * (1.0f / 16777216.0f);                                       \
-          out[j] = u < p ? ST(0.f) : ST((float)((double)LD(in[j]) * scale));                                     \
+        const T *restrict ip = in + j0;                                                                          \
+        T *restrict op = out + j0;                                                                               \
+        for (int64_t j = 0; j < j1 - j0; j++) {                                                                  \
+          const float u = (float)(r[j] >> 8) * (1.0f / 16777216.0f);                                            \
+          op[j] = KEEP(ST((float)((double)LD(ip[j]) * scale)), -(uint32_t)!(u < p));                             \
         }                                                                                                        \
         continue;                                                                                                \
       }                                                                                                          \
@@ -208,8 +225,8 @@ enum { DROP_BLOCKS = 256 };
   }
 
 #define F32_ID(v) (v)
-DROPOUT_APPLY(dropout_f32, float, F32_ID, F32_ID)
-DROPOUT_APPLY(dropout_bf16, uint16_t, cpu_bf16_ld, cpu_bf16_st)
+DROPOUT_APPLY(dropout_f32, float, F32_ID, F32_ID, keep_f32)
+DROPOUT_APPLY(dropout_bf16, uint16_t, cpu_bf16_ld, cpu_bf16_st, keep_bf16)
 
 static ct_status dropout_run(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *x,
                              ct_tensor *y) {
