@@ -58,6 +58,27 @@ ct_status ct_device_submit(ct_device *d, void (*fn)(void *), void *arg);
 void ct_device_set_threads(ct_device *d, int n);
 int ct_device_threads(const ct_device *d);
 
+/* cuDNN's two switches, as PyTorch's torch.backends.cudnn.benchmark and
+ * .deterministic; they apply to convolution plans built afterwards (set
+ * them before the first step).
+ *
+ * Benchmark: each convolution shape's algorithms are timed once and the
+ * fastest that runs is kept, instead of cuDNN's heuristic order. Turning
+ * it on fails with CT_ERR_INVALID_ARG on a device without cuDNN (only
+ * cuda has it); turning it off always succeeds.
+ *
+ * Deterministic: on cuda, convolutions take only the algorithms and
+ * engines cuDNN marks deterministic (no atomics), and every other kernel
+ * is deterministic already (own kernels without atomics, cuBLASLt, cuDNN
+ * batch norm), so a run repeats bit for bit on the same GPU, driver and
+ * libraries, and a resumed run ends where an uninterrupted one does. The
+ * cpu and ref devices always are deterministic for a given thread count:
+ * CT_OK, nothing changes. Benchmark mode still picks among the
+ * deterministic algorithms by measured time, which can differ from one
+ * process to the next: leave it off for runs that must repeat. */
+ct_status ct_device_set_cudnn_benchmark(ct_device *d, int on);
+ct_status ct_device_set_deterministic(ct_device *d, int on);
+
 #ifdef __cplusplus
 }
 #endif

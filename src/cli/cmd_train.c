@@ -36,6 +36,7 @@ static const char *HELP =
     "  --resize N              resize images to NxN                 --augment none|flip|crop-flip\n"
     "  --device cpu|cpu:N|ref|cuda|cuda:N (cpu)   --threads N   --workers N (loader threads, 1)\n"
     "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape, use the fastest that runs (CUDA)\n"
+    "  --deterministic         repeatable runs, bit for bit: deterministic cuDNN algorithms only (the cpu always is)\n"
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/crop/flip/normalize run on the GPU\n"
     "  --data-on-gpu           (CUDA) both splits uploaded once as uint8; batches gathered and transformed on the GPU\n"
     "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
@@ -129,14 +130,15 @@ int cmd_train(int argc_in, char **argv_in) {
       fputs(HELP, stdout);
       return 0;
     }
-  /* --cudnn-benchmark is a backend switch, taken out before the shared
-   * option parser sees the arguments. */
+  /* --cudnn-benchmark and --deterministic are device switches, taken out
+   * before the shared option parser sees the arguments. */
   char *argv_buf[256];
   int gpu_data_mode;
   argc_in = cli_take_gpu_data_flags(argc_in, argv_in, &gpu_data_mode);
-  int argc = 0, cudnn_benchmark = 0, cuda_graph = 0;
+  int argc = 0, cudnn_benchmark = 0, deterministic = 0, cuda_graph = 0;
   for (int i = 0; i < argc_in && argc < 255; i++) {
     if (!strcmp(argv_in[i], "--cudnn-benchmark")) cudnn_benchmark = 1;
+    else if (!strcmp(argv_in[i], "--deterministic")) deterministic = 1;
     else if (!strcmp(argv_in[i], "--cuda-graph")) cuda_graph = 1;
     else argv_buf[argc++] = argv_in[i];
   }
@@ -147,6 +149,11 @@ int cmd_train(int argc_in, char **argv_in) {
   if (r) return r;
   if (!o.model || !o.data) {
     fprintf(stderr, "ctrain train: --model and --data are required (see 'ctrain train --help')\n");
+    return CLI_EXIT_USAGE;
+  }
+  if (cudnn_benchmark && deterministic) {
+    fprintf(stderr, "ctrain train: --deterministic and --cudnn-benchmark exclude each other: the benchmark picks "
+                    "algorithms by measured time, which can differ from run to run\n");
     return CLI_EXIT_USAGE;
   }
   if (o.resume && !o.checkpoint_dir) {
@@ -166,11 +173,10 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_status s = cli_check_output("--save", o.save);
   if (s == CT_OK) s = cli_check_output("--metrics-json", o.metrics_json);
   if (s == CT_OK) s = ct_device_open(o.device, &dev);
-  if (s == CT_OK && cudnn_benchmark) {
-    const ct_backend *be = ct_device_backend(dev);
-    s = be->set_option ? be->set_option(dev, "cudnn_benchmark", 1)
-                       : ct_error(CT_ERR_INVALID_ARG, "--cudnn-benchmark: device '%s' has no cuDNN (use --device cuda)", o.device);
-  }
+  if (s == CT_OK && cudnn_benchmark && ct_device_get_type(dev) != CT_DEVICE_CUDA)
+    s = ct_error(CT_ERR_INVALID_ARG, "--cudnn-benchmark: device '%s' has no cuDNN (use --device cuda)", o.device);
+  if (s == CT_OK) s = ct_device_set_cudnn_benchmark(dev, cudnn_benchmark);
+  if (s == CT_OK) s = ct_device_set_deterministic(dev, deterministic);
   if (s == CT_OK && cuda_graph && !ct_device_backend(dev)->graph_begin)
     s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);
   if (s == CT_OK && ct_device_backend(dev)->host_alloc) {

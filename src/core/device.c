@@ -124,6 +124,17 @@ size_t ct_device_mem_peak(const ct_device *d) { return atomic_load(&((ct_device 
 void ct_device_reset_peak(ct_device *d) { atomic_store(&d->peak, atomic_load(&d->in_use)); }
 void ct_device_set_threads(ct_device *d, int n) { d->threads = n; }
 int ct_device_threads(const ct_device *d) { return d->threads; }
+
+ct_status ct_device_set_cudnn_benchmark(ct_device *d, int on) {
+  if (d->backend->set_option) return d->backend->set_option(d, "cudnn_benchmark", on);
+  return on ? ct_error(CT_ERR_INVALID_ARG, "device '%s' has no cuDNN to benchmark (only cuda devices have)", d->name)
+            : CT_OK;
+}
+
+ct_status ct_device_set_deterministic(ct_device *d, int on) {
+  /* cpu and ref have no set_option: their kernels are deterministic. */
+  return d->backend->set_option ? d->backend->set_option(d, "deterministic", on) : CT_OK;
+}
 const ct_backend *ct_device_backend(const ct_device *d) { return d->backend; }
 
 void ct_device_account(ct_device *d, long long delta) {

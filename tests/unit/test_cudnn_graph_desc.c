@@ -38,7 +38,7 @@ static cudnnStatus_t check(const shape *sh, int kind, ct_dtype rt, int nhwc, flo
   int64_t xs[4] = {sh->n, sh->c, sh->h, sh->w}, wsh[4] = {sh->k, sh->c + (bad_c ? 1 : 0), sh->r, sh->s};
   int64_t ys[4] = {sh->n, sh->k, out_dim(sh->h, sh->r, sh->p.pad_h, sh->p.stride_h, sh->p.dil_h) + (bad_y ? 1 : 0),
                    out_dim(sh->w, sh->s, sh->p.pad_w, sh->p.stride_w, sh->p.dil_w)};
-  cuda_conv_desc c = {kind, &sh->p, xs, wsh, ys, rt, nhwc, beta};
+  cuda_conv_desc c = {kind, &sh->p, xs, wsh, ys, rt, nhwc, beta, 0};
   return cuda_conv_graph_check(&c, what);
 }
 

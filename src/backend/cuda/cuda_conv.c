@@ -6,6 +6,10 @@
  * math for f32 unless the device allows TF32 or the f32 operands were
  * widened from 16 bits (below); the workspace is the pass's planned one
  * (set_workspace) when large enough, else the device's scratch buffer.
+ * In the deterministic mode (backend option "deterministic", as
+ * torch.backends.cudnn.deterministic) only algorithms and engines cuDNN
+ * marks deterministic are candidates; without --cudnn-benchmark the
+ * heuristics' order then fixes the choice, so runs repeat bit for bit.
  * By default (CTRAIN_CUDA_CONV_API=graph) the graph API's execution plans
  * (cuda_conv_graph.h) are candidates too, ahead of the legacy algorithms
  * or, under cudnn_benchmark, ordered with them by measured time;
@@ -167,10 +171,10 @@ void cuda_conv_cache_free(ct_device *d) {
  * a 7x7 or 8x8 kernel) share them, while the benchmark's verdict kept in
  * the plan belongs to one. */
 static void make_key(int *k, conv_kind kind, const ct_conv2d_params *p, const int64_t *xs, const int64_t *wsh,
-                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int nhwc, float beta,
+                     const int64_t *ys, ct_dtype rt, cudnnMathType_t math, int bench, int det, int nhwc, float beta,
                      const cuda_s2d *s2d) {
   memset(k, 0, sizeof(int) * KEY_LEN);
-  k[0] = (int)kind, k[1] = (int)rt, k[2] = (int)math, k[3] = bench;
+  k[0] = (int)kind, k[1] = (int)rt, k[2] = (int)math, k[3] = bench | det << 1;
   for (int i = 0; i < 4; i++) k[4 + i] = (int)xs[i], k[8 + i] = (int)wsh[i], k[12 + i] = (int)ys[i];
   k[16] = p->stride_h, k[17] = p->stride_w, k[18] = p->pad_h, k[19] = p->pad_w, k[20] = p->dil_h, k[21] = p->dil_w;
   k[22] = p->groups;
@@ -196,7 +200,7 @@ static int tensor_op_math(cudnnMathType_t m) {
 
 /* One entry of cuDNN's ranked list, whichever pass it came from. */
 typedef struct conv_ranked {
-  int ok, algo;
+  int ok, algo, nondet;
   cudnnMathType_t math;
   size_t mem;
   float ms;
@@ -207,6 +211,7 @@ typedef struct conv_ranked {
 #define RANKED(perf, n, bench)                                                                   \
   for (int i_ = 0; i_ < (n); i_++) {                                                             \
     r[i_].ok = (perf)[i_].status == CUDNN_STATUS_SUCCESS, r[i_].algo = (int)(perf)[i_].algo;     \
+    r[i_].nondet = (perf)[i_].determinism == CUDNN_NON_DETERMINISTIC;                            \
     r[i_].math = (perf)[i_].mathType, r[i_].mem = (perf)[i_].memory;                             \
     r[i_].ms = (bench) ? (perf)[i_].time : -1.f;                                                 \
   }
@@ -234,12 +239,14 @@ static int lossy_algo(conv_kind kind, int a) {
  * entries ranked without tensor cores come first (whether cuDNN labels
  * those FMA or DEFAULT is not documented, so both count), and the lossy
  * algorithms last, so that f32 means f32 accuracy (they stay as a last
- * resort when nothing else runs). */
-static int order_cands(const conv_ranked *r, int n, conv_kind kind, cudnnMathType_t math, conv_cand *out) {
+ * resort when nothing else runs). With det, the entries cuDNN lists as
+ * CUDNN_NON_DETERMINISTIC (the atomics of backward-data algorithm 0 and
+ * backward-filter 0 and 3) are left out. */
+static int order_cands(const conv_ranked *r, int n, conv_kind kind, cudnnMathType_t math, int det, conv_cand *out) {
   int k = 0;
   for (int pass = 0; pass < 3; pass++)
     for (int i = 0; i < n && k < LEGACY_CANDS; i++) {
-      if (!r[i].ok) continue;
+      if (!r[i].ok || (det && r[i].nondet)) continue;
       int rank = 0;
       if (math == CUDNN_FMA_MATH) rank = lossy_algo(kind, r[i].algo) ? 2 : tensor_op_math(r[i].math) ? 1 : 0;
       if (rank != pass) continue;
@@ -282,7 +289,7 @@ static ct_status add_graph_cands(ct_device *d, cudnnHandle_t h, conv_kind kind, 
   if (!cuda_dev_of(d)->conv_graph || p->groups != 1 || math == CUDNN_FMA_MATH) return CT_OK;
   cuda_graph_plan gp[GRAPH_CANDS];
   int ng = 0;
-  const cuda_conv_desc cd = {(int)kind, p, xs, wsh, ys, rt, nhwc, beta};
+  const cuda_conv_desc cd = {(int)kind, p, xs, wsh, ys, rt, nhwc, beta, cuda_dev_of(d)->deterministic};
   ct_status s = cuda_conv_graph_build(d, h, &cd, bench, gp, bench ? GRAPH_CANDS : GRAPH_FALLBACKS, &ng, &c->graph);
   if (s == CT_ERR_OUT_OF_MEMORY) return s;
   if (s != CT_OK) {
@@ -319,7 +326,8 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
   ct_status s = CT_OK;
   conv_plan c;
   memset(&c, 0, sizeof c);
-  make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench, nhwc, beta, s2d);
+  const int det = cuda_dev_of(d)->deterministic;
+  make_key(c.key, kind, p, xs, wsh, ys, rt, math, bench, det, nhwc, beta, s2d);
   DNN(cudnnCreateTensorDescriptor(&c.xd));
   DNN(cudnnCreateTensorDescriptor(&c.yd));
   DNN(cudnnCreateFilterDescriptor(&c.wd));
@@ -375,7 +383,7 @@ static ct_status plan_build(ct_device *d, cudnnHandle_t h, conv_kind kind, const
       RANKED(perf, n, bench);
     }
     conv_cand all[LEGACY_CANDS];
-    int na = order_cands(r, n, kind, math, all);
+    int na = order_cands(r, n, kind, math, det, all);
     /* A candidate whose workspace query is NOT_SUPPORTED is dropped. */
     for (int i = 0; i < na; i++) {
       cudnnStatus_t e = cand_workspace(h, kind, &c, &all[i]);
@@ -402,7 +410,7 @@ static ct_status plan_get(ct_device *d, cudnnHandle_t h, conv_kind kind, const c
                           cudnnMathType_t math, int nhwc, float beta, const cuda_s2d *s2d, conv_plan **out) {
   cuda_dev *cd = cuda_dev_of(d);
   int key[KEY_LEN];
-  make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, nhwc, beta, s2d);
+  make_key(key, kind, p, xs, wsh, ys, rt, math, cd->cudnn_benchmark, cd->deterministic, nhwc, beta, s2d);
   struct cuda_conv_cache *c = cd->conv_cache;
   for (int i = 0; c && i < c->n; i++)
     if (!memcmp(c->p[i].key, key, sizeof key)) {
@@ -917,8 +925,9 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
     if (w_ > 0) len += (size_t)w_;                                                        \
   } while (0)
   PUT("scratch buffer %.1f MB (cuBLASLt's and batch norm's workspaces, partial sums, and convolution calls that "
-      "needed more than was planned); convolutions through cuDNN's %s API\n",
-      cuda_dev_of(d)->scratch_bytes / 1048576.0, cuda_dev_of(d)->conv_graph ? "graph and legacy" : "legacy");
+      "needed more than was planned); convolutions through cuDNN's %s API%s\n",
+      cuda_dev_of(d)->scratch_bytes / 1048576.0, cuda_dev_of(d)->conv_graph ? "graph and legacy" : "legacy",
+      cuda_dev_of(d)->deterministic ? ", deterministic algorithms only" : "");
   if (cuda_dev_of(d)->conv_graph_err[0])
     PUT("graph API plans failed (those passes ran on the legacy API): %s\n", cuda_dev_of(d)->conv_graph_err);
   for (int i = 0; cc && i < cc->n; i++) {

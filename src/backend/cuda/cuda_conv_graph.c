@@ -112,10 +112,12 @@ static const cudnnBackendAttributeName_t op_attr[3][6] = {
  * kernel at run time (seconds a plan), or it converts its inputs down
  * (numerical note DOWN_CONVERT_INPUTS): PyTorch leaves those out for
  * every dtype (Conv_v8.cpp, filterEngineConfigs), and cuDNN does not say
- * what precision they compute in. cudnnBackendGetAttribute's count is how
- * many the attribute has; it writes at most the number asked for, hence
- * the clamps. */
-static int left_out(cudnnBackendDescriptor_t cfg) {
+ * what precision they compute in; with det, also an engine whose results
+ * may differ run to run (numerical note NONDETERMINISTIC), as PyTorch's
+ * torch.backends.cudnn.deterministic leaves them out.
+ * cudnnBackendGetAttribute's count is how many the attribute has; it
+ * writes at most the number asked for, hence the clamps. */
+static int left_out(cudnnBackendDescriptor_t cfg, int det) {
   cudnnBackendDescriptor_t eng = NULL;
   int64_t n = 0;
   cudnnBackendBehaviorNote_t bn[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
@@ -134,7 +136,8 @@ static int left_out(cudnnBackendDescriptor_t cfg) {
   if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, nn) == CUDNN_STATUS_SUCCESS)
     for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
-      out |= nn[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
+      out |= nn[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+             (det && nn[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
   cudnnBackendDestroyDescriptor(eng);
   return out;
 }
@@ -354,7 +357,7 @@ ct_status cuda_conv_graph_build(ct_device *d, cudnnHandle_t h, const cuda_conv_d
     if (got > want) got = want; /* the count is what there is, not what was written */
     cudnnStatus_t first_bad = CUDNN_STATUS_SUCCESS;
     for (int i = 0; i < (int)got && *n < max; i++) {
-      if (left_out(g->cfg[i])) continue;
+      if (left_out(g->cfg[i], c->deterministic)) continue;
       cudnnBackendDescriptor_t plan = NULL;
       GDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
       g->plan[g->nplan++] = plan;

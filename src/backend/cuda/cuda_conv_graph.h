@@ -10,8 +10,9 @@
  * candidates ahead of the legacy algorithms (under cudnn_benchmark all are
  * timed and ordered by time), so anything the graph API refuses still runs
  * through the legacy API. Engines that compile at run time (behaviour note
- * RUNTIME_COMPILATION, seconds per plan) are skipped. Alpha and beta are
- * part of an operation, so a plan serves one beta. Pointers passed to
+ * RUNTIME_COMPILATION, seconds per plan) are skipped, and so, in the
+ * deterministic mode, are those cuDNN notes NONDETERMINISTIC (atomics).
+ * Alpha and beta are part of an operation, so a plan serves one beta. Pointers passed to
  * cuda_conv_graph_run must be CUDA_CONV_GRAPH_ALIGN-byte aligned (the
  * tensors are declared so). */
 #ifndef CTRAIN_CUDA_CONV_GRAPH_H
@@ -32,6 +33,7 @@ typedef struct cuda_conv_desc {
   ct_dtype rt;
   int nhwc;
   float beta;
+  int deterministic; /* leave out engines with the numerical note NONDETERMINISTIC */
 } cuda_conv_desc;
 
 /* One finalized execution plan. */

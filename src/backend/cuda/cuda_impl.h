@@ -62,6 +62,9 @@ typedef struct cuda_dev {
   cudaEvent_t copy_done;
   /* --cudnn-benchmark: cudnnFind* once per shape instead of the heuristic. */
   int cudnn_benchmark;
+  /* --deterministic (ct_device_set_deterministic): convolutions take only
+   * the algorithms and engines cuDNN marks deterministic (cuda_conv.c). */
+  int deterministic;
   /* CTRAIN_CUDA_CONV_API=graph (the default): convolutions also try
    * cuDNN's graph API (cuda_conv_graph.h); legacy uses the legacy API alone.
    * conv_graph_err: the first failure to build graph plans (those passes
