@@ -55,6 +55,23 @@ static inline ct_tensor step_input(const ct_model *m, const float *x, void *buf,
   return t;
 }
 
+/* Batch s of a fixed sequence for the device-step tests (host memory, as
+ * the trainer's loader delivers it): x [B, c, h, w] uniform in [-1, 1) from
+ * the counter-based RNG under `seed` (and stream 5, s), labels
+ * (3i + s) mod 10; b views x and y. */
+static inline void step_fixed_batch(ct_batch *b, float *x, int64_t *y, int64_t B, int c, int h, int w, int s,
+                                    uint64_t seed) {
+  const int64_t per = (int64_t)c * h * w;
+  for (int64_t i = 0; i < B * per; i++) x[i] = 2.0f * ct_rng_uniform_at(seed, 5, (uint32_t)s, 0, (uint64_t)i) - 1.0f;
+  for (int64_t i = 0; i < B; i++) y[i] = (i * 3 + s) % 10;
+  memset(b, 0, sizeof *b);
+  int64_t xs[4] = {B, c, h, w};
+  b->x = ct_tensor_view(x, CT_F32, 4, xs);
+  b->y = ct_tensor_1d(y, CT_I64, B);
+  b->n = B;
+  b->index = s;
+}
+
 static inline int step_run(ct_device *dev, ct_model *m, int c, int h, int w, int64_t N, int steps,
                            step_result *r) {
   memset(r, 0, sizeof *r);

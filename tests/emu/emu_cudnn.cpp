@@ -58,6 +58,14 @@
  *   entry its heuristics listed as supported); the second still runs.
  * - CT_EMU_DNN_THIN_C_SLOW=<factor>: cudnnFind's times for NHWC
  *   convolutions whose C is not a multiple of 8 multiplied by factor.
+ * - CT_EMU_DNN_NONDET=1 stands in for cuDNN's nondeterministic backward
+ *   algorithms (backward data 0, backward filter 0 and 3 use atomics): the
+ *   backward queries rank the one offered nondeterministic algorithm first
+ *   (listed CUDNN_NON_DETERMINISTIC, as always), and each call of it moves
+ *   every result element by -1, 0 or +1 relative last place of the output
+ *   type, drawn anew per call, so two runs differ unless the caller keeps
+ *   to deterministic algorithms. Without it every algorithm is
+ *   deterministic here.
  * - CT_EMU_DNN_BIG_WS=1: the first-ranked algorithm asks for a workspace
  *   as large as its largest tensor (f32 sizes) instead of a few KB, as
  *   cuDNN's fast algorithms can, and every call scribbles all of it; a
@@ -72,6 +80,7 @@
  * refused call was refused. */
 #include <cudnn.h>
 
+#include <atomic>
 #include <cstdarg>
 #include <climits>
 #include <cmath>
@@ -80,6 +89,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -309,6 +319,31 @@ bool first_fails() {
   return on;
 }
 
+/* CT_EMU_DNN_NONDET=1: the backward passes rank the algorithm cuDNN lists
+ * as nondeterministic first (and the graph API's engine 0 carries the note
+ * NONDETERMINISTIC for them), and every call of it varies its result
+ * (nudge), as atomics adding partial sums in a varying order do. */
+bool nondet() {
+  static const bool on = ct_emu::env_flag("CT_EMU_DNN_NONDET");
+  return on;
+}
+
+/* What a nondeterministic algorithm's varying summation order does to its
+ * result, made visible in every output type: each element moves by -1, 0
+ * or +1 times the type's relative last place, a choice drawn anew for every
+ * call (from a call counter that starts at a random value in each process,
+ * and the element's index). */
+void nudge(std::vector<double> &v, cudnnDataType_t dt) {
+  static std::atomic<uint64_t> calls{(uint64_t)std::random_device{}() << 32 ^ std::random_device{}()};
+  const uint64_t call = ++calls;
+  const double ulp = std::ldexp(1.0, dt == CUDNN_DATA_FLOAT ? -23 : dt == CUDNN_DATA_HALF ? -10 : -7);
+  for (size_t i = 0; i < v.size(); i++) {
+    uint64_t h = call * 0x9E3779B97F4A7C15ull ^ (uint64_t)i * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
+    v[i] *= 1.0 + (double)((int)(h % 3) - 1) * ulp;
+  }
+}
+
 bool tf32_allowed(cudnnMathType_t m) {
   if (m == CUDNN_FMA_MATH) return false;
   const char *e = getenv("NVIDIA_TF32_OVERRIDE");
@@ -492,11 +527,12 @@ cudnnStatus_t list_algos(pass p, const geo &g, cudnnMathType_t math, bool measur
   for (int i = 0; i < n; i++) {
     Perf q;
     memset(&q, 0, sizeof q);
-    q.algo = (Algo)offered[p][i];
+    const int algo = offered[p][nondet() && p != FWD ? 1 - i : i];
+    q.algo = (Algo)algo;
     q.status = refused ? CUDNN_STATUS_NOT_SUPPORTED_LAYOUT : CUDNN_STATUS_SUCCESS;
     q.time = measured ? 0.01f * (float)(i + 1) * thin_c_factor(g) : -1.0f;
-    q.memory = (size_t)algo_workspace(p, offered[p][i], g);
-    q.determinism = deterministic(p, offered[p][i]) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
+    q.memory = (size_t)algo_workspace(p, algo, g);
+    q.determinism = deterministic(p, algo) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
     q.mathType = listed_math(math);
     perf[i] = q;
   }
@@ -769,6 +805,7 @@ cudnnStatus_t dnn_refuse(cudnnStatus_t s, const char *fmt, ...) {
 bool dnn_no_nhwc() { return no_nhwc(); }
 bool dnn_big_ws() { return big_ws(); }
 bool dnn_first_fails() { return first_fails(); }
+bool dnn_nondet() { return nondet(); }
 
 cudnnStatus_t conv_check(const dnn_conv &c, const char *who) {
   tdesc x, y;
@@ -798,16 +835,19 @@ cudnnStatus_t conv_queue(cudnnHandle_t h, const dnn_conv &c, void *x, void *w, v
                 g.C, g.H, g.W, g.K, g.Cg, g.R, g.S, g.OH, g.OW, g.G, g.nhwc ? "nhwc" : "nchw", (int)g.dt,
                 2.0 * g.N * g.K * g.OH * g.OW * g.Cg * g.R * g.S);
   const int pass = c.pass;
+  const bool vary = c.nondet;
   ct_emu::enqueue(h->stream, [=] {
     if (ws_need) memset(ws, 0xff, ws_need);
     if (pass == 0) {
       scatter_nhwc(y, yd, conv_fwd(g, gather_nhwc(x, xd, g.tf32), gather_filter(w, wd, g.flip, g.tf32)), alpha, beta);
     } else if (pass == 1) {
-      scatter_nhwc(x, xd, conv_bwd_data(g, gather_nhwc(y, yd, g.tf32), gather_filter(w, wd, g.flip, g.tf32)), alpha,
-                   beta);
+      std::vector<double> r = conv_bwd_data(g, gather_nhwc(y, yd, g.tf32), gather_filter(w, wd, g.flip, g.tf32));
+      if (vary) nudge(r, xd.dt);
+      scatter_nhwc(x, xd, r, alpha, beta);
     } else {
-      scatter_filter(w, wd, g.flip, conv_bwd_filter(g, gather_nhwc(x, xd, g.tf32), gather_nhwc(y, yd, g.tf32)), alpha,
-                     beta);
+      std::vector<double> r = conv_bwd_filter(g, gather_nhwc(x, xd, g.tf32), gather_nhwc(y, yd, g.tf32));
+      if (vary) nudge(r, wd.dt);
+      scatter_filter(w, wd, g.flip, r, alpha, beta);
     }
   });
   return CUDNN_STATUS_SUCCESS;
@@ -1181,7 +1221,9 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t handle, con
                     [=](double a, double b) {
                       const std::vector<double> dyv = gather_nhwc(dy, dyd, g.tf32),
                                                 wv = gather_filter(w, wd, g.flip, g.tf32);
-                      scatter_nhwc(dx, dxd, conv_bwd_data(g, dyv, wv), a, b);
+                      std::vector<double> r = conv_bwd_data(g, dyv, wv);
+                      if (nondet() && !deterministic(BWD_DATA, (int)algo)) nudge(r, dxd.dt);
+                      scatter_nhwc(dx, dxd, r, a, b);
                     });
 }
 
@@ -1200,7 +1242,9 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t handle, c
                     {{x, tensor_bytes(xd), "x"}, {dy, tensor_bytes(dyd), "dy"}, {dw, filter_bytes(wd), "dw"}}, who,
                     [=](double a, double b) {
                       const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), dyv = gather_nhwc(dy, dyd, g.tf32);
-                      scatter_filter(dw, wd, g.flip, conv_bwd_filter(g, xv, dyv), a, b);
+                      std::vector<double> r = conv_bwd_filter(g, xv, dyv);
+                      if (nondet() && !deterministic(BWD_FILTER, (int)algo)) nudge(r, wd.dt);
+                      scatter_filter(dw, wd, g.flip, r, a, b);
                     });
 }
 

@@ -33,6 +33,9 @@
  *     engine 5: listed, but its plan does not finalize (NOT_SUPPORTED), as
  *       cuDNN's heuristics list configs that turn out unsupported;
  *     engine 1: no tensor cores, no workspace.
+ *   Under CT_EMU_DNN_NONDET engine 0 of a backward pass also carries the
+ *   numerical note NONDETERMINISTIC and varies its results per call
+ *   (emu_cudnn.cpp).
  *   Mode FALLBACK lists engine 1 alone. cudnnBackendGetAttribute's count
  *   is how many elements the attribute has; it writes at most the number
  *   asked for. Under CT_EMU_DNN_NO_NHWC a graph
@@ -116,6 +119,12 @@ const engine_info *engine_of(int64_t index) {
 }
 
 bdesc *as(cudnnBackendDescriptor_t d) { return static_cast<bdesc *>(d); }
+
+/* Under CT_EMU_DNN_NONDET, engine 0 of a backward pass is nondeterministic
+ * (note NONDETERMINISTIC; its results vary per call). */
+bool nondet_engine(const engine_info &e, const bdesc *graph) {
+  return ct_emu::dnn_nondet() && e.index == engines[0].index && graph && graph->op && graph->op->pass != 0;
+}
 
 bool nhwc_tensor(const bdesc &t) { return t.strides.size() == 4 && t.strides[1] == 1 && t.dims[1] > 1; }
 
@@ -384,6 +393,7 @@ cudnnStatus_t get_attr(const bdesc &d, cudnnBackendAttributeName_t name, cudnnBa
       std::vector<cudnnBackendNumericalNote_t> v;
       if (e->tensor_core) v.push_back(CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
       if (e->down_convert) v.push_back(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+      if (nondet_engine(*e, d.graph.get())) v.push_back(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
       return put(v, req, count, arr);
     }
     case CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE: {
@@ -549,7 +559,9 @@ cudnnStatus_t CUDNNWINAPI cudnnBackendExecute(cudnnHandle_t handle, cudnnBackend
   const int64_t need = engine_workspace(*e, op);
   if (need && !vp->ws) return dnn_refuse(CUDNN_STATUS_BAD_PARAM, "%s: engine %lld needs %lld bytes of workspace, got "
                                          "NULL", who, (long long)e->index, (long long)need);
-  s = ct_emu::conv_queue(handle, conv_of(op, e->tensor_core), x, w, y, op.alpha, op.beta, vp->ws, (size_t)need, who);
+  ct_emu::dnn_conv cv = conv_of(op, e->tensor_core);
+  cv.nondet = nondet_engine(*e, plan->cfg->graph.get());
+  s = ct_emu::conv_queue(handle, cv, x, w, y, op.alpha, op.beta, vp->ws, (size_t)need, who);
   if (s != CUDNN_STATUS_SUCCESS || !e->has_ws) return s;
   /* engine 0's second kernel, so timing by events ranks it slower */
   cudaStream_t st = nullptr;

@@ -26,6 +26,7 @@ struct dnn_conv {
   int64_t pad[2], stride[2], dil[2];
   bool cross; /* CROSS_CORRELATION; false: CONVOLUTION (filter flipped) */
   bool tf32;  /* FLOAT inputs rounded to TF32, as a tensor-core engine reads them */
+  bool nondet; /* a backward result varied per call (CT_EMU_DNN_NONDET's nudge) */
 };
 
 /* The geometry check alone (CUDNN_STATUS_SUCCESS when conv_queue could run
@@ -43,6 +44,7 @@ cudnnStatus_t dnn_refuse(cudnnStatus_t s, const char *fmt, ...) __attribute__((f
 bool dnn_no_nhwc();
 bool dnn_big_ws();
 bool dnn_first_fails();
+bool dnn_nondet();
 
 }  // namespace ct_emu
 

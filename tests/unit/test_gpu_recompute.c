@@ -23,11 +23,11 @@
  * message offers --recompute with a smaller arena (and does not when it
  * is already on).
  *
- * Exactness: the cuda backend has no deterministic mode (cuda_conv.c
- * takes cuDNN's heuristic first choice, or cudnnFind* under
- * cudnn_benchmark, which stays off here; nothing excludes the
- * backward-filter/data algorithms that add with atomics). So the plain
- * run is done twice as a control, as in test_gpu_step: if the two plain
+ * Exactness: the device runs in the deterministic mode
+ * (ct_device_set_deterministic: no cuDNN algorithm that adds with
+ * atomics; cudnn_benchmark stays off), which the H200 run of 2026-11-28
+ * did not have (its f32 plain runs differed). The plain run is still done
+ * twice as a control, as in test_gpu_step: if the two plain
  * runs are bitwise equal, every kernel was deterministic on these shapes
  * and the recompute runs (the same kernels, same conv plans from the
  * device's cache, on the same values) must be bitwise equal too; if not,
@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "test_util.h"
+#include "step_harness.h"
 
 #include "backend/backend.h"
 #include "nn/device_state.h"
@@ -450,16 +451,7 @@ static float *device_train(ct_device *gpu, const char *name, int c, int h, int w
     ct_model_destroy(m);
     return NULL;
   }
-  for (int s = 0; s < DSTEPS; s++) {
-    for (int64_t i = 0; i < B * per; i++) x[s][i] = 2.0f * ct_rng_uniform_at(13, 5, (uint32_t)s, 0, (uint64_t)i) - 1.0f;
-    for (int i = 0; i < B; i++) y[s][i] = (i * 3 + s) % 10;
-    memset(&b[s], 0, sizeof b[s]);
-    int64_t xs[4] = {B, c, h, w};
-    b[s].x = ct_tensor_view(x[s], CT_F32, 4, xs);
-    b[s].y = ct_tensor_1d(y[s], CT_I64, B);
-    b[s].n = B;
-    b[s].index = s;
-  }
+  for (int s = 0; s < DSTEPS; s++) step_fixed_batch(&b[s], x[s], y[s], B, c, h, w, s, 13);
   ct_optim_config oc = ct_optim_config_default(CT_OPTIM_SGD);
   oc.lr = 0.05, oc.momentum = 0.9;
   ct_optimizer *o = NULL;
@@ -595,6 +587,9 @@ int main(void) {
     return 77;
   }
   int cuda = ct_device_get_type(dev) == CT_DEVICE_CUDA;
+  /* Deterministic cuDNN algorithms, so the plain control runs below are
+   * bitwise equal on a GPU too and the recompute runs are held to the bit. */
+  CHECK_OK(ct_device_set_deterministic(dev, 1));
   const ct_memory_format fmts[2] = {CT_MEMORY_FORMAT_AUTO, CT_MEMORY_FORMAT_CONTIGUOUS};
   const ct_precision precs[2] = {CT_PRECISION_FP32, CT_PRECISION_BF16};
   /* On the CPU emulator (tests/emu) two of the four format x precision
