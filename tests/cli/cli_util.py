@@ -29,9 +29,19 @@ failures = []
 
 
 def need_binary():
+    """Exits 77 (skipped) when the binary is not built, or when the test
+    wants a CUDA device (CTRAIN_TEST_DEVICE=cuda..., or
+    CTRAIN_TEST_NEED_CUDA=1 for a test that picks its devices itself) and
+    ctrain cannot open one (exit 6)."""
     if not os.path.exists(CTRAIN):
         print("skip: %s not built" % CTRAIN)
         sys.exit(77)
+    if TEST_DEVICE.startswith("cuda") or os.environ.get("CTRAIN_TEST_NEED_CUDA") == "1":
+        r = subprocess.run([CTRAIN, "summary", "--model", "mlp", "--device", TEST_DEVICE or "cuda"],
+                           capture_output=True, text=True, errors="replace", timeout=120 * TIME_SCALE, env=ENV)
+        if r.returncode == 6:
+            print("skip: no CUDA device:", r.stderr.strip())
+            sys.exit(77)
 
 
 def need_module(name):
@@ -66,9 +76,12 @@ def finish():
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-# CTRAIN_TEST_DEVICE (e.g. cuda, as tests/emu sets it for the CUDA emulator)
-# runs train/eval/predict/summary on that device wherever a test names none;
-# TIME_SCALE multiplies every timeout for a slower device.
+# CTRAIN_TEST_DEVICE (e.g. cuda, as tests/emu sets it for the CUDA emulator
+# and tests/CMakeLists.txt for a GPU) runs train/eval/predict/summary on
+# that device wherever a test names none; on cuda `train` also gets
+# --deterministic (unless it asks for --cudnn-benchmark), since the tests
+# compare runs bit for bit and cuDNN's default algorithms may add with
+# atomics. TIME_SCALE multiplies every timeout for a slower device.
 TEST_DEVICE = os.environ.get("CTRAIN_TEST_DEVICE", "")
 TIME_SCALE = float(os.environ.get("CTRAIN_TEST_TIME_SCALE", "1"))
 
@@ -77,6 +90,8 @@ def with_device(args):
     args = [str(a) for a in args]
     if TEST_DEVICE and args and args[0] in ("train", "eval", "predict", "summary") and "--device" not in args:
         args += ["--device", TEST_DEVICE]
+        if TEST_DEVICE.startswith("cuda") and args[0] == "train" and "--cudnn-benchmark" not in args:
+            args.append("--deterministic")
     return args
 
 
