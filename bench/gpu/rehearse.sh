@@ -65,7 +65,7 @@ export CT_EMU_MEM_MB=1024 OMP_NUM_THREADS=1
 }
 
 TABLE=$(ls "$OUT"/*-gpu.md)
-"$PYTHON" - "$TABLE" "${ROWS:-train s2d profile recompute maxbatch tta cpugpu}" "${BUDGET_S:-}" <<'PYEOF'
+"$PYTHON" - "$TABLE" "${ROWS:-train s2d profile recompute maxbatch tta cpugpu determinism}" "${BUDGET_S:-}" <<'PYEOF'
 import os, re, sys
 num = r"[0-9]+(?:\.[0-9]+)?"
 rows = [l.strip().strip("|").split("|") for l in open(sys.argv[1]) if l.startswith("| ") and "---" not in l]
@@ -100,13 +100,17 @@ for r in rows:
         need(mp and float(mp.group(1)) >= float(mp.group(2)), r, f"ctrain peak (device/planned) is {cp!r}")
         if "CTRAIN_CUDA_S2D=" in mode:
             need(re.search(r"CTRAIN_CUDA_S2D=(auto|1|0): ", note), r, "not a space-to-depth row: " + note)
+        if mode.endswith("deterministic"):
+            need(re.search(rf"--deterministic, no --cudnn-benchmark \(without the mode, cuDNN's heuristic choice: {num} img/s",
+                           note), r, "not a deterministic row, or its heuristic baseline is missing: " + note)
         named = re.search(r"recompute (cheap|norm|selective|off)$", mode)
         if named:
             need(f"--recompute {named.group(1)}:" in note, r, f"not the {named.group(1)} mode: " + note)
         elif "recompute" in mode:
             need(re.search(r"recompute auto: [0-9]+ segments", note), r, "no segment count: " + note)
 groups = sys.argv[2].split()
-want = {"throughput": 7 * ("train" in groups) + 6 * ("s2d" in groups) + 4 * ("convapi" in groups),
+want = {"throughput": 7 * ("train" in groups) + 6 * ("s2d" in groups) + 4 * ("convapi" in groups)
+                      + 2 * ("determinism" in groups),
         "recompute": 2 * ("recompute" in groups) + 2 * ("train" in groups), "largest": "maxbatch" in groups,
         "tta": "tta" in groups, "matmul": "cpugpu" in groups, "linreg": "cpugpu" in groups}
 # Under BUDGET_S the rows past it are skipped (one line may stand for a

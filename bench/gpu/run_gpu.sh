@@ -43,6 +43,7 @@ BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 PYTHON=${PYTHON:-python3}
 RESDIR=${OUT:-$ROOT/bench/results}
 STEPS=${STEPS:-30}
+CUDNN_BENCH=--cudnn-benchmark # ctrain's rows; the determinism group's set it empty
 COMPILE=${COMPILE:-1}
 if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
 # One device command may run 10 minutes, and the full run with its
@@ -52,7 +53,7 @@ if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
 # all) limits "train", "s2d" and "convapi" to some of alexnet resnet50
 # resnet9, GPU_TESTS=0 leaves out ctest -L gpu. Later calls can then do
 # ROWS=train COMPILE=only MODELS=alexnet GPU_TESTS=0.
-ROWS=${ROWS:-train s2d profile recompute maxbatch tta cpugpu}
+ROWS=${ROWS:-train s2d profile recompute maxbatch tta cpugpu determinism}
 # (kernels, the Nsight Compute tables, and convapi, the cuDNN API A/B, run
 # only when named in ROWS.)
 # BUDGET_S: seconds the whole script may take (a device session has 15
@@ -206,6 +207,8 @@ PYEOF
 # $1 model $2 input $3 classes $4 batch $5 mode(fp32|tf32|fp16|bf16)
 # $6 extra ctrain flags (optional, e.g. "--recompute auto") $7 file tag.
 # The recompute segments ctrain chose (its start line) go to $TMP/segments.
+# CUDNN_BENCH: ctrain's cuDNN choice flag, --cudnn-benchmark unless a row
+# (the determinism group) sets it empty.
 ctrain_train() {
   local m=$1 in=$2 cl=$3 b=$4 mode=$5 extra=${6:-} j=$TMP/$1-$5${7:-}.json prec=fp32 env=() lg=$TMP/ctrain${7:-}.log
   case $mode in tf32) env=(CTRAIN_CUDA_TF32=1) ;; fp16) prec=fp16 ;; bf16) prec=bf16 ;; esac
@@ -218,7 +221,7 @@ ctrain_train() {
   # $extra unquoted on purpose: it is a list of flags.
   # shellcheck disable=SC2086
   env ${env[@]+"${env[@]}"} timeout "$(tmo)" "$CTRAIN" train --model "$m" --data "synthetic:$SYNTH_N" --input "$in" --classes "$cl" \
-    --batch-size "$b" --max-steps "$steps" --epochs 1000 --device cuda --cudnn-benchmark --precision "$prec" \
+    --batch-size "$b" --max-steps "$steps" --epochs 1000 --device cuda $CUDNN_BENCH --precision "$prec" \
     --optimizer sgd --momentum 0.9 $CTRAIN_TRAIN_FLAGS $extra --metrics-json "$j" >"$lg" 2>&1
   local rc=$?
   cat "$lg" >>"$RAW"
@@ -620,12 +623,33 @@ group_cpugpu() {
   row "linreg $LINREG_N x $LINREG_STEPS Adam | fp32 | - | - | - | - | - | PyTorch CPU $(kv cpu_s "$f") s, GPU $(kv gpu_s "$f") s; ctrain CPU $(kv median_s "$TMP/clr.out") s, GPU $(kv median_s "$TMP/glr.out") s (ctrain: 2 features, PyTorch script: 1)"
 }
 
+# The deterministic mode's cost: ctrain --deterministic (cuDNN's
+# deterministic algorithms in its heuristics' order; it excludes
+# --cudnn-benchmark) against PyTorch eager with cudnn.deterministic and
+# without cudnn.benchmark, and ctrain's heuristic choice without the mode
+# in the note (the row's own baseline). Last in the default ROWS: it runs
+# when the budget leaves time.
+bench_determinism() {
+  local m=$1 in=$2 cl=$3 b=$4 cmode=$5 tmode=$6 hi hp ci cp ti tp
+  [[ -z ${MODELS:-} || " $MODELS " == *" $m "* ]] || return 0
+  budget_ok "$m $in b$b | $cmode, deterministic" 60 || return 0
+  read -r hi hp < <(CUDNN_BENCH='' ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "" "-heur")
+  read -r ci cp < <(CUDNN_BENCH='' ctrain_train "$m" "$in" "$cl" "$b" "$cmode" "--deterministic" "-det")
+  read -r ti tp < <(torch_train "$m" "$in" "$cl" "$b" "$tmode" "--deterministic")
+  row "$m $in b$b | $cmode, deterministic | $ci | $ti | $(ratio "$ci" "$ti") | $cp | $(mib "$tp") | ctrain --deterministic, no --cudnn-benchmark (without the mode, cuDNN's heuristic choice: $hi img/s, $hp MiB); torch eager, channels_last, cudnn.deterministic, no cudnn.benchmark"
+}
+# shellcheck disable=SC2086
+group_determinism() {
+  bench_determinism alexnet $W_ALEXNET fp16 amp_fp16
+  bench_determinism resnet50 $W_RESNET50 bf16 amp_bf16
+}
+
 # The groups in the order ROWS names them, so that under BUDGET_S the
 # first named are the ones sure to run.
 for g in $ROWS; do
   [[ $g == none ]] && continue
   if declare -F "group_$g" >/dev/null; then "group_$g"
-  else log "ROWS: no group '$g' (known: train s2d profile kernels convapi recompute maxbatch tta cpugpu)"; fi
+  else log "ROWS: no group '$g' (known: train s2d profile kernels convapi recompute maxbatch tta cpugpu determinism)"; fi
 done
 
 {

@@ -177,7 +177,10 @@ def train_speed(a):
     need_torchvision(a.model)
     d = Device(a.device)
     dev = d.dev
-    torch.backends.cudnn.benchmark = True
+    # --deterministic: what PyTorch's reproducibility notes ask for,
+    # against ctrain --deterministic (run_gpu.sh's determinism group)
+    torch.backends.cudnn.benchmark = not a.deterministic
+    torch.backends.cudnn.deterministic = a.deterministic
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.backends.cudnn.allow_tf32 = a.tf32
     c, h, w = (int(v) for v in a.input.split("x"))
@@ -506,6 +509,8 @@ def main():
     p.add_argument("--mode", default="fp32", choices=["fp32", "amp_fp16", "amp_bf16"])
     p.add_argument("--tf32", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--deterministic", action="store_true",
+                   help="train: cudnn.deterministic = True and cudnn.benchmark = False")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="train: after the timing, torch.profiler over N more steps (op table on stdout)")
     p.add_argument("--profiler-range", action="store_true",
