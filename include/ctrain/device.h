@@ -59,8 +59,9 @@ void ct_device_set_threads(ct_device *d, int n);
 int ct_device_threads(const ct_device *d);
 
 /* cuDNN's two switches, as PyTorch's torch.backends.cudnn.benchmark and
- * .deterministic; they apply to convolution plans built afterwards (set
- * them before the first step).
+ * .deterministic. The convolution plan cache keys on both, so a change
+ * applies from the next call; a CUDA graph already captured keeps the
+ * algorithms it captured.
  *
  * Benchmark: each convolution shape's algorithms are timed once and the
  * fastest that runs is kept, instead of cuDNN's heuristic order. Turning
@@ -72,6 +73,9 @@ int ct_device_threads(const ct_device *d);
  * is deterministic already (own kernels without atomics, cuBLASLt, cuDNN
  * batch norm), so a run repeats bit for bit on the same GPU, driver and
  * libraries, and a resumed run ends where an uninterrupted one does. The
+ * choice also leaves out candidates whose workspace does not fit in the
+ * free memory, so this assumes the GPU is not crowded by other processes
+ * in a way that changes what fits. The
  * cpu and ref devices always are deterministic for a given thread count:
  * CT_OK, nothing changes. Benchmark mode still picks among the
  * deterministic algorithms by measured time, which can differ from one

@@ -32,15 +32,19 @@ def need_binary():
     """Exits 77 (skipped) when the binary is not built, or when the test
     wants a CUDA device (CTRAIN_TEST_DEVICE=cuda..., or
     CTRAIN_TEST_NEED_CUDA=1 for a test that picks its devices itself) and
-    ctrain cannot open one (exit 6)."""
+    `ctrain devices` says there is none."""
     if not os.path.exists(CTRAIN):
         print("skip: %s not built" % CTRAIN)
         sys.exit(77)
     if TEST_DEVICE.startswith("cuda") or os.environ.get("CTRAIN_TEST_NEED_CUDA") == "1":
-        r = subprocess.run([CTRAIN, "summary", "--model", "mlp", "--device", TEST_DEVICE or "cuda"],
-                           capture_output=True, text=True, errors="replace", timeout=120 * TIME_SCALE, env=ENV)
-        if r.returncode == 6:
-            print("skip: no CUDA device:", r.stderr.strip())
+        # `ctrain devices` says "cuda     not available: <why>" exactly when
+        # there is no CUDA device to open; anything else failing later is a
+        # failure, not a skip.
+        r = subprocess.run([CTRAIN, "devices"], capture_output=True, text=True, errors="replace",
+                           timeout=120 * TIME_SCALE, env=ENV)
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("cuda ")]
+        if r.returncode == 0 and line and "not available" in line[0]:
+            print("skip: no CUDA device:", line[0])
             sys.exit(77)
 
 

@@ -720,11 +720,12 @@ static ct_status conv_resolve(ct_device *d, conv_kind kind, const ct_conv2d_para
     CT_TRY(plan_for(d, *h, kind, p, xs, wsh, ys, *rt, conv_math(cd, *rt, t1), oa, beta, s2d, nhwc, c));
   }
   if (!(*c)->ncand)
-    return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no algorithm for x [%lld, %lld, %lld, %lld] w [%lld, "
-                    "%lld, %lld, %lld] groups %d in %s (tried %s)",
-                    op, (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], (long long)wsh[0],
-                    (long long)wsh[1], (long long)wsh[2], (long long)wsh[3], p->groups, ct_dtype_name(*rt),
-                    any_nhwc ? "NHWC, then NCHW" : "NCHW");
+    return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN offers no %salgorithm for x [%lld, %lld, %lld, %lld] w [%lld, "
+                    "%lld, %lld, %lld] groups %d in %s (tried %s)%s",
+                    op, cd->deterministic ? "deterministic " : "", (long long)xs[0], (long long)xs[1],
+                    (long long)xs[2], (long long)xs[3], (long long)wsh[0], (long long)wsh[1], (long long)wsh[2],
+                    (long long)wsh[3], p->groups, ct_dtype_name(*rt), any_nhwc ? "NHWC, then NCHW" : "NCHW",
+                    cd->deterministic ? "; without --deterministic the nondeterministic ones are candidates too" : "");
   return CT_OK;
 }
 

@@ -134,10 +134,13 @@ static int left_out(cudnnBackendDescriptor_t cfg, int det) {
     for (int64_t i = 0; i < n && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
       out |= bn[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
   if (cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, nn) == CUDNN_STATUS_SUCCESS)
+                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, nn) == CUDNN_STATUS_SUCCESS) {
     for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
       out |= nn[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
              (det && nn[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+  } else {
+    out |= det; /* notes unknown: not known to be deterministic */
+  }
   cudnnBackendDestroyDescriptor(eng);
   return out;
 }
