@@ -60,8 +60,10 @@ int ct_device_threads(const ct_device *d);
 
 /* cuDNN's two switches, as PyTorch's torch.backends.cudnn.benchmark and
  * .deterministic. The convolution plan cache keys on both, so a change
- * applies from the next call; a CUDA graph already captured keeps the
- * algorithms it captured.
+ * applies from the next call (a CUDA graph already captured keeps the
+ * algorithms it captured); set them before ct_model_prepare, which sizes
+ * each convolution's planned workspace for the algorithm chosen then (a
+ * later call that needs more takes the device's scratch buffer).
  *
  * Benchmark: each convolution shape's algorithms are timed once and the
  * fastest that runs is kept, instead of cuDNN's heuristic order. Turning
@@ -82,6 +84,19 @@ int ct_device_threads(const ct_device *d);
  * process to the next: leave it off for runs that must repeat. */
 ct_status ct_device_set_cudnn_benchmark(ct_device *d, int on);
 ct_status ct_device_set_deterministic(ct_device *d, int on);
+
+/* TF32, as PyTorch's torch.backends.cuda.matmul.allow_tf32 and
+ * torch.backends.cudnn.allow_tf32 together: f32 matmuls (cuBLASLt's
+ * CUBLAS_COMPUTE_32F_FAST_TF32) and convolutions (cuDNN's default math)
+ * may round their inputs to TF32 (10 mantissa bits) for the tensor cores.
+ * Off by default (f32 is computed in f32), unless the environment has
+ * CTRAIN_CUDA_TF32=1 when the device opens. 16-bit inputs are unaffected.
+ * The plan caches key on it, so a change applies from the next call; set
+ * it before ct_model_prepare, which sizes each convolution's planned
+ * workspace for the algorithm chosen then. Turning it on fails with
+ * CT_ERR_INVALID_ARG on a device without TF32 (cpu, ref); off always
+ * succeeds. */
+ct_status ct_device_set_tf32(ct_device *d, int on);
 
 #ifdef __cplusplus
 }

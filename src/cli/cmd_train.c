@@ -37,6 +37,7 @@ static const char *HELP =
     "  --device cpu|cpu:N|ref|cuda|cuda:N (cpu)   --threads N   --workers N (loader threads, 1)\n"
     "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape, use the fastest that runs (CUDA)\n"
     "  --deterministic         repeatable runs, bit for bit: deterministic cuDNN algorithms only (the cpu always is)\n"
+    "  --tf32                  f32 convolutions and matmuls may use TF32 tensor cores (CUDA; PyTorch's allow_tf32)\n"
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/crop/flip/normalize run on the GPU\n"
     "  --data-on-gpu           (CUDA) both splits uploaded once as uint8; batches gathered and transformed on the GPU\n"
     "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
@@ -130,15 +131,16 @@ int cmd_train(int argc_in, char **argv_in) {
       fputs(HELP, stdout);
       return 0;
     }
-  /* --cudnn-benchmark and --deterministic are device switches, taken out
-   * before the shared option parser sees the arguments. */
+  /* --cudnn-benchmark, --deterministic and --tf32 are device switches,
+   * taken out before the shared option parser sees the arguments. */
   char *argv_buf[256];
   int gpu_data_mode;
   argc_in = cli_take_gpu_data_flags(argc_in, argv_in, &gpu_data_mode);
-  int argc = 0, cudnn_benchmark = 0, deterministic = 0, cuda_graph = 0;
+  int argc = 0, cudnn_benchmark = 0, deterministic = 0, tf32 = 0, cuda_graph = 0;
   for (int i = 0; i < argc_in && argc < 255; i++) {
     if (!strcmp(argv_in[i], "--cudnn-benchmark")) cudnn_benchmark = 1;
     else if (!strcmp(argv_in[i], "--deterministic")) deterministic = 1;
+    else if (!strcmp(argv_in[i], "--tf32")) tf32 = 1;
     else if (!strcmp(argv_in[i], "--cuda-graph")) cuda_graph = 1;
     else argv_buf[argc++] = argv_in[i];
   }
@@ -175,7 +177,10 @@ int cmd_train(int argc_in, char **argv_in) {
   if (s == CT_OK) s = ct_device_open(o.device, &dev);
   if (s == CT_OK && cudnn_benchmark && ct_device_get_type(dev) != CT_DEVICE_CUDA)
     s = ct_error(CT_ERR_INVALID_ARG, "--cudnn-benchmark: device '%s' has no cuDNN (use --device cuda)", o.device);
+  if (s == CT_OK && tf32 && ct_device_get_type(dev) != CT_DEVICE_CUDA)
+    s = ct_error(CT_ERR_INVALID_ARG, "--tf32: device '%s' has no TF32 tensor cores (use --device cuda)", o.device);
   if (s == CT_OK) s = ct_device_set_cudnn_benchmark(dev, cudnn_benchmark);
+  if (s == CT_OK && tf32) s = ct_device_set_tf32(dev, 1);
   if (s == CT_OK) s = ct_device_set_deterministic(dev, deterministic);
   if (s == CT_OK && cuda_graph && !ct_device_backend(dev)->graph_begin)
     s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);

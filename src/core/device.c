@@ -131,6 +131,12 @@ ct_status ct_device_set_cudnn_benchmark(ct_device *d, int on) {
             : CT_OK;
 }
 
+ct_status ct_device_set_tf32(ct_device *d, int on) {
+  if (d->backend->set_option) return d->backend->set_option(d, "tf32", on);
+  return on ? ct_error(CT_ERR_INVALID_ARG, "device '%s' has no TF32 tensor cores (only cuda devices have)", d->name)
+            : CT_OK;
+}
+
 ct_status ct_device_set_deterministic(ct_device *d, int on) {
   /* cpu and ref have no set_option: their kernels are deterministic. */
   return d->backend->set_option ? d->backend->set_option(d, "deterministic", on) : CT_OK;

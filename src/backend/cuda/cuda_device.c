@@ -429,6 +429,10 @@ ct_status cuda_set_option(ct_device *d, const char *name, int value) {
     cuda_dev_of(d)->deterministic = value != 0;
     return CT_OK;
   }
+  if (!strcmp(name, "tf32")) {
+    cuda_dev_of(d)->tf32 = value != 0;
+    return CT_OK;
+  }
   if (!strcmp(name, "profiler_range")) {
     /* Starts (1) or stops (0) the profiler's collection: Nsight Compute
      * run with --profile-from-start off records only what is queued in
@@ -438,7 +442,7 @@ ct_status cuda_set_option(ct_device *d, const char *name, int value) {
     return CT_OK;
   }
   return ct_error(CT_ERR_NOT_FOUND,
-                  "%s: no backend option '%s' (known: cudnn_benchmark, deterministic, profiler_range)", d->name, name);
+                  "%s: no backend option '%s' (known: cudnn_benchmark, deterministic, tf32, profiler_range)", d->name, name);
 }
 
 ct_status cuda_mem_info(ct_device *d, size_t *free_bytes, size_t *total_bytes) {

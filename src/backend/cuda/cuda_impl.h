@@ -39,7 +39,7 @@ typedef struct cuda_dev {
   cudaStream_t stream;    /* every op of this device runs on it, in order */
   cublasLtHandle_t lt;
   cudnnHandle_t dnn;      /* created on the first convolution */
-  int tf32;               /* 1: f32 matmul/conv may use TF32 tensor cores */
+  int tf32;               /* 1: f32 matmul/conv may use TF32 tensor cores (CTRAIN_CUDA_TF32, ct_device_set_tf32) */
   /* Scratch: cuDNN/cuBLASLt workspaces and dtype-conversion temporaries.
    * Grows on demand (after a stream sync), never shrinks until close. */
   void *scratch;
