@@ -211,7 +211,7 @@ PYEOF
 # (the determinism group) sets it empty.
 ctrain_train() {
   local m=$1 in=$2 cl=$3 b=$4 mode=$5 extra=${6:-} j=$TMP/$1-$5${7:-}.json prec=fp32 env=() lg=$TMP/ctrain${7:-}.log
-  case $mode in tf32) env=(CTRAIN_CUDA_TF32=1) ;; fp16) prec=fp16 ;; bf16) prec=bf16 ;; esac
+  case $mode in tf32) extra="--tf32 $extra" ;; fp16) prec=fp16 ;; bf16) prec=bf16 ;; esac
   # CTRAIN_ENV: more VAR=value words for this run (the convapi rows)
   # shellcheck disable=SC2206
   env+=(${CTRAIN_ENV:-})

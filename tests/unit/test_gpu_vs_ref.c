@@ -16,7 +16,12 @@
  * 1e-2, f16 inputs with f32 or f16 outputs 2e-3 (unit roundoff 2^-11 =
  * 4.9e-4; a 16-bit pair with an f32 weight gradient rounds that gradient
  * once to 16 bits, src/backend/cuda/cuda_conv.c), f32 on a device opened
- * with CTRAIN_CUDA_TF32=1 (TF32 tensor cores) 5e-3. Each mode prints its worst error, so the first GPU run
+ * with CTRAIN_CUDA_TF32=1 (TF32 tensor cores) 5e-3, and the same with TF32
+ * switched on by ct_device_set_tf32 on the default device (the plans built
+ * without it must not be reused: on the emulator, which rounds to TF32
+ * wherever it is allowed, that mode's worst error must exceed 4x the f32
+ * mode's; on a GPU TF32 is a permission cuDNN may not take). Each mode
+ * prints its worst error, so the first GPU run
  * shows the real margins. Skipped (77) without a GPU. */
 #include "test_gpu_common.h"
 
@@ -27,7 +32,7 @@ typedef struct mode {
   double tol, conv_tol;
 } mode;
 
-static double worst[6];
+static double worst[7];
 
 #define CHECK_E(m, gbuf, tol, ...)                                        \
   do {                                                                    \
@@ -191,13 +196,14 @@ static void run_mode(const mode *m, int idx) {
 int main(void) {
   unsetenv("CTRAIN_CUDA_TF32"); /* the f32 tolerances assume FMA math (TF32 off) */
   gpu_test_setup(42);
-  mode modes[6] = {
+  mode modes[7] = {
       {"f32", g_gpu, CT_F32, CT_F32, 1e-5, 1e-4},
       {"bf16->f32", g_gpu, CT_BF16, CT_F32, 1e-2, 1e-2},
       {"bf16->bf16", g_gpu, CT_BF16, CT_BF16, 1e-2, 1e-2},
       {"f16->f32", g_gpu, CT_F16, CT_F32, 2e-3, 2e-3},
       {"f16->f16", g_gpu, CT_F16, CT_F16, 2e-3, 2e-3},
       {"tf32", NULL, CT_F32, CT_F32, 5e-3, 5e-3},
+      {"tf32 (API)", NULL, CT_F32, CT_F32, 5e-3, 5e-3},
   };
   for (int i = 0; i < 5; i++) run_mode(&modes[i], i);
   /* TF32 is chosen when the device is opened. Buffers come from g_gpu;
@@ -212,6 +218,15 @@ int main(void) {
     g_work = g_gpu;
     ct_device_close(tf);
   }
+  /* The switch on the device the strict modes ran on, whose plan caches
+   * hold FMA-math plans for the same shapes. */
+  CHECK(ct_device_set_tf32(g_gpu, 1) == CT_OK);
+  modes[6].dev = g_gpu;
+  run_mode(&modes[6], 6);
+  CHECK(ct_device_set_tf32(g_gpu, 0) == CT_OK);
+  if (getenv("CTRAIN_TEST_EMU"))
+    CHECK_MSG(worst[6] > 4 * worst[0], "ct_device_set_tf32: worst error %.3g, strict f32 %.3g: TF32 not in effect",
+              worst[6], worst[0]);
   gpu_test_teardown();
   return test_summary("test_gpu_vs_ref");
 }
