@@ -14,7 +14,8 @@
 #                                              # kernels and convapi run only when named)
 #   BUDGET_S=60 ROWS="s2d convapi" bench/gpu/rehearse.sh   # the time budget: rows past it
 #                                              # skipped (at least one must be), the table still written
-# About 8 minutes on the 2-core development machine.
+# About 8 minutes on the 2-core development machine, plus about 4.5 for the
+# determinism group (2026-11-28).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
