@@ -125,6 +125,18 @@ static void pinned_free(void *ctx, void *p) {
   ct_device_backend(d)->host_free(d, p);
 }
 
+/* Turns on a device switch the command line names by its flag; the
+ * library's refusal (a device without it) with the flag in front. */
+static ct_status device_switch(ct_status (*set)(ct_device *, int), ct_device *dev, const char *flag) {
+  ct_status s = set(dev, 1);
+  if (s != CT_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", ct_last_error());
+    s = ct_error(s, "%s: %s (use --device cuda)", flag, why);
+  }
+  return s;
+}
+
 int cmd_train(int argc_in, char **argv_in) {
   for (int i = 0; i < argc_in; i++)
     if (!strcmp(argv_in[i], "--help") || !strcmp(argv_in[i], "-h")) {
@@ -175,13 +187,9 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_status s = cli_check_output("--save", o.save);
   if (s == CT_OK) s = cli_check_output("--metrics-json", o.metrics_json);
   if (s == CT_OK) s = ct_device_open(o.device, &dev);
-  if (s == CT_OK && cudnn_benchmark && ct_device_get_type(dev) != CT_DEVICE_CUDA)
-    s = ct_error(CT_ERR_INVALID_ARG, "--cudnn-benchmark: device '%s' has no cuDNN (use --device cuda)", o.device);
-  if (s == CT_OK && tf32 && ct_device_get_type(dev) != CT_DEVICE_CUDA)
-    s = ct_error(CT_ERR_INVALID_ARG, "--tf32: device '%s' has no TF32 tensor cores (use --device cuda)", o.device);
-  if (s == CT_OK) s = ct_device_set_cudnn_benchmark(dev, cudnn_benchmark);
-  if (s == CT_OK && tf32) s = ct_device_set_tf32(dev, 1);
-  if (s == CT_OK) s = ct_device_set_deterministic(dev, deterministic);
+  if (s == CT_OK && cudnn_benchmark) s = device_switch(ct_device_set_cudnn_benchmark, dev, "--cudnn-benchmark");
+  if (s == CT_OK && tf32) s = device_switch(ct_device_set_tf32, dev, "--tf32");
+  if (s == CT_OK && deterministic) s = ct_device_set_deterministic(dev, 1);
   if (s == CT_OK && cuda_graph && !ct_device_backend(dev)->graph_begin)
     s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);
   if (s == CT_OK && ct_device_backend(dev)->host_alloc) {

@@ -125,17 +125,18 @@ void ct_device_reset_peak(ct_device *d) { atomic_store(&d->peak, atomic_load(&d-
 void ct_device_set_threads(ct_device *d, int n) { d->threads = n; }
 int ct_device_threads(const ct_device *d) { return d->threads; }
 
-ct_status ct_device_set_cudnn_benchmark(ct_device *d, int on) {
-  if (d->backend->set_option) return d->backend->set_option(d, "cudnn_benchmark", on);
-  return on ? ct_error(CT_ERR_INVALID_ARG, "device '%s' has no cuDNN to benchmark (only cuda devices have)", d->name)
-            : CT_OK;
+/* A cuda-only switch: set through the backend, refused on a device without
+ * one when turned on (missing: what the device lacks). */
+static ct_status cuda_switch(ct_device *d, const char *option, int on, const char *missing) {
+  if (d->backend->set_option) return d->backend->set_option(d, option, on);
+  return on ? ct_error(CT_ERR_INVALID_ARG, "device '%s' has no %s", d->name, missing) : CT_OK;
 }
 
-ct_status ct_device_set_tf32(ct_device *d, int on) {
-  if (d->backend->set_option) return d->backend->set_option(d, "tf32", on);
-  return on ? ct_error(CT_ERR_INVALID_ARG, "device '%s' has no TF32 tensor cores (only cuda devices have)", d->name)
-            : CT_OK;
+ct_status ct_device_set_cudnn_benchmark(ct_device *d, int on) {
+  return cuda_switch(d, "cudnn_benchmark", on, "cuDNN");
 }
+
+ct_status ct_device_set_tf32(ct_device *d, int on) { return cuda_switch(d, "tf32", on, "TF32 tensor cores"); }
 
 ct_status ct_device_set_deterministic(ct_device *d, int on) {
   /* cpu and ref have no set_option: their kernels are deterministic. */
