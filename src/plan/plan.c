@@ -20,7 +20,7 @@ int ct_plan_add(ct_plan *p, size_t bytes, int first, int last) {
   }
   ct_plan_buf *b = &p->bufs[p->n];
   /* Beyond CT_PLAN_MAX_BYTES (an overflowed size) ct_plan_solve refuses. */
-  b->bytes = bytes > CT_PLAN_MAX_BYTES ? CT_PLAN_MAX_BYTES + 1 : (bytes + 63) / 64 * 64;
+  b->bytes = bytes > CT_PLAN_MAX_BYTES ? CT_PLAN_MAX_BYTES + 1 : (bytes + CT_PLAN_ALIGN - 1) / CT_PLAN_ALIGN * CT_PLAN_ALIGN;
   b->first = first;
   b->last = last < first ? first : last;
   b->offset = 0;

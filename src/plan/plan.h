@@ -27,6 +27,14 @@ typedef struct ct_plan {
   size_t naive;      /* sum of all buffers: what no reuse would cost */
 } ct_plan;
 
+/* Every buffer's size, and so every offset, is a multiple of this. 256
+ * bytes is what cudaMalloc returns and cuBLASLt's default minimum
+ * alignment: a planned operand never shuts out a kernel that wants it, and
+ * which kernel the heuristic picks for a matmul does not depend on where
+ * the plan happens to place its operands (so `ctrain eval` runs the same
+ * kernels as the evaluation inside `ctrain train`, whose plan differs). */
+#define CT_PLAN_ALIGN 256
+
 /* Larger buffers, sums and peaks are refused (CT_ERR_OUT_OF_MEMORY) rather
  * than let a size computed from absurd shapes wrap around. */
 #define CT_PLAN_MAX_BYTES ((size_t)1 << 62)
@@ -34,7 +42,7 @@ typedef struct ct_plan {
 void ct_plan_init(ct_plan *p);
 void ct_plan_free(ct_plan *p);
 /* Adds a buffer; returns its id or -1 on allocation failure. Sizes are
- * rounded up to 64 bytes. A zero-byte buffer gets an id and no space. */
+ * rounded up to CT_PLAN_ALIGN bytes. A zero-byte buffer gets an id and no space. */
 int ct_plan_add(ct_plan *p, size_t bytes, int first, int last);
 /* Assigns offsets (largest first, lowest free offset that fits among the
  * already placed buffers whose lifetimes intersect). Fails with
