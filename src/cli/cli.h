@@ -108,6 +108,26 @@ int cli_take_gpu_data_flags(int argc, char **argv, int *mode);
  * cli_open_data makes loaders of that mode, and returns 0. */
 int cli_use_gpu_data(const char *cmd, int mode, cli_opts *o);
 
+/* The device switches of train, eval and predict (--cudnn-benchmark,
+ * --deterministic, --tf32), which cli_parse does not know: removed from
+ * argv in place (order of the rest kept), the new argc returned. */
+#define CLI_DEVICE_SWITCHES_HELP                                                                                      \
+  "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape, use the fastest that runs (CUDA)\n"  \
+  "  --deterministic         repeatable runs, bit for bit: deterministic cuDNN algorithms only (the cpu always is)\n" \
+  "  --tf32                  f32 convolutions and matmuls may use TF32 tensor cores (CUDA; PyTorch's allow_tf32)\n"
+typedef struct cli_device_switches {
+  int cudnn_benchmark, deterministic, tf32;
+} cli_device_switches;
+int cli_take_device_switches(int argc, char **argv, cli_device_switches *sw);
+/* --deterministic with --cudnn-benchmark: one line on stderr naming both,
+ * CLI_EXIT_USAGE; else 0. */
+int cli_check_device_switches(const char *cmd, const cli_device_switches *sw);
+/* Opens the device and turns the switches on, before anything is planned
+ * (the plan caches key on them). A switch the device lacks (benchmark or
+ * TF32 off cuda) fails with CT_ERR_INVALID_ARG, the flag named in front of
+ * the library's message; --deterministic is accepted on every device. */
+ct_status cli_open_device(const char *name, const cli_device_switches *sw, ct_device **dev);
+
 /* Before ct_model_prepare, for o's GPU data modes (every batch of the
  * command comes through the transform on the compute stream): one x
  * staging buffer (ct_model_share_stage_x) and the input in the dtype and

@@ -21,7 +21,8 @@ static const char *EVAL_HELP =
     "  passes under mixed precision, as in training (docs/MIXED_PRECISION.md)\n"
     "  --memory-format auto|contiguous|channels-last (auto)  activation layout; --channels-last for short\n"
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/normalize run on the GPU\n"
-    "  --data-on-gpu           (CUDA) the test split uploaded once as uint8; batches gathered and transformed on the GPU\n";
+    "  --data-on-gpu           (CUDA) the test split uploaded once as uint8; batches gathered and transformed on the GPU\n"
+    CLI_DEVICE_SWITCHES_HELP;
 
 static const char *PREDICT_HELP =
     "usage: ctrain predict --model NAME|FILE --weights FILE.safetensors (--data NAME[:PATH] | --images FILE|DIR)\n"
@@ -33,7 +34,8 @@ static const char *PREDICT_HELP =
     "  --memory-format auto|contiguous|channels-last (auto)  activation layout; --channels-last for short\n"
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/normalize run on the GPU\n"
     "  --data-on-gpu           (CUDA) the data (or images) uploaded once as uint8; batches gathered and transformed\n"
-    "                          on the GPU\n";
+    "                          on the GPU\n"
+    CLI_DEVICE_SWITCHES_HELP;
 
 static int wants_help(int argc, char **argv, const char *help) {
   for (int i = 0; i < argc; i++)
@@ -44,8 +46,9 @@ static int wants_help(int argc, char **argv, const char *help) {
   return 0;
 }
 
-static ct_status load_model(const cli_opts *o, const ct_dataset *ds, ct_device **dev, ct_model **m) {
-  CT_TRY(ct_device_open(o->device, dev));
+static ct_status load_model(const cli_opts *o, const cli_device_switches *sw, const ct_dataset *ds, ct_device **dev,
+                            ct_model **m) {
+  CT_TRY(cli_open_device(o->device, sw, dev));
   CT_TRY(cli_open_model(o, ds, m));
   /* Before prepare: the precision decides every activation's dtype. */
   CT_TRY(cli_apply_precision(o, *m, NULL));
@@ -57,10 +60,13 @@ static ct_status load_model(const cli_opts *o, const ct_dataset *ds, ct_device *
 int cmd_eval(int argc, char **argv) {
   if (wants_help(argc, argv, EVAL_HELP)) return 0;
   int gpu_data_mode;
+  cli_device_switches sw;
   argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
+  argc = cli_take_device_switches(argc, argv, &sw);
   cli_opts o;
   int r = cli_parse(argc, argv, "eval", CLI_FLAGS_EVAL, &o);
   if (r) return r;
+  if ((r = cli_check_device_switches("eval", &sw))) return r;
   if (!o.model || !o.weights || !o.data) {
     fprintf(stderr, "ctrain eval: --model, --weights and --data are required (see 'ctrain eval --help')\n");
     return CLI_EXIT_USAGE;
@@ -75,7 +81,7 @@ int cmd_eval(int argc, char **argv) {
   ct_eval_result er;
   ct_status s = cli_check_output("--metrics-json", o.metrics_json);
   if (s == CT_OK) s = cli_open_data(&o, 0, &ds, &l, 0, 0);
-  if (s == CT_OK) s = load_model(&o, ds, &dev, &m);
+  if (s == CT_OK) s = load_model(&o, &sw, ds, &dev, &m);
   if (s == CT_OK) s = ct_evaluate(m, dev, l, CT_LOSS_CROSS_ENTROPY, 0.0f, &er);
   if (s == CT_OK)
     printf("test_loss: %.4f - test_accuracy: %.4f - test_top5: %.4f - samples: %lld\n", er.loss, er.accuracy, er.top5,
@@ -193,10 +199,13 @@ static ct_status images_dataset(const char *path, int want_c, ct_dataset **out, 
 int cmd_predict(int argc, char **argv) {
   if (wants_help(argc, argv, PREDICT_HELP)) return 0;
   int gpu_data_mode;
+  cli_device_switches sw;
   argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
+  argc = cli_take_device_switches(argc, argv, &sw);
   cli_opts o;
   int r = cli_parse(argc, argv, "predict", CLI_FLAGS_PREDICT, &o);
   if (r) return r;
+  if ((r = cli_check_device_switches("predict", &sw))) return r;
   if (!o.model || !o.weights || (!o.data == !o.images)) {
     fprintf(stderr, "ctrain predict: --model, --weights and exactly one of --data or --images are required\n");
     return CLI_EXIT_USAGE;
@@ -212,10 +221,10 @@ int cmd_predict(int argc, char **argv) {
   ct_status s = CT_OK;
   if (o.data) {
     s = cli_open_data(&o, 0, &ds, &l, 0, 0);
-    if (s == CT_OK) s = load_model(&o, ds, &dev, &m);
+    if (s == CT_OK) s = load_model(&o, &sw, ds, &dev, &m);
   } else {
     /* The model fixes the channels; images come in at their own size. */
-    s = ct_device_open(o.device, &dev);
+    s = cli_open_device(o.device, &sw, &dev);
     if (s == CT_OK) s = cli_open_model(&o, NULL, &m);
     if (s == CT_OK) s = cli_apply_precision(&o, m, NULL);
     int c = 1, h, w;

@@ -35,9 +35,7 @@ static const char *HELP =
     "  --input CxHxW|F         model input / synthetic data shape   --classes N (synthetic classes)\n"
     "  --resize N              resize images to NxN                 --augment none|flip|crop-flip\n"
     "  --device cpu|cpu:N|ref|cuda|cuda:N (cpu)   --threads N   --workers N (loader threads, 1)\n"
-    "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape, use the fastest that runs (CUDA)\n"
-    "  --deterministic         repeatable runs, bit for bit: deterministic cuDNN algorithms only (the cpu always is)\n"
-    "  --tf32                  f32 convolutions and matmuls may use TF32 tensor cores (CUDA; PyTorch's allow_tf32)\n"
+    CLI_DEVICE_SWITCHES_HELP
     "  --gpu-transforms        (CUDA) the loader hands over uint8 batches; resize/crop/flip/normalize run on the GPU\n"
     "  --data-on-gpu           (CUDA) both splits uploaded once as uint8; batches gathered and transformed on the GPU\n"
     "  --cuda-graph            capture the training step as a CUDA graph after 2 warm-up steps and replay it (CUDA)\n"
@@ -125,35 +123,22 @@ static void pinned_free(void *ctx, void *p) {
   ct_device_backend(d)->host_free(d, p);
 }
 
-/* Turns on a device switch the command line names by its flag; the
- * library's refusal (a device without it) with the flag in front. */
-static ct_status device_switch(ct_status (*set)(ct_device *, int), ct_device *dev, const char *flag) {
-  ct_status s = set(dev, 1);
-  if (s != CT_OK) {
-    char why[256];
-    snprintf(why, sizeof why, "%s", ct_last_error());
-    s = ct_error(s, "%s: %s (use --device cuda)", flag, why);
-  }
-  return s;
-}
-
 int cmd_train(int argc_in, char **argv_in) {
   for (int i = 0; i < argc_in; i++)
     if (!strcmp(argv_in[i], "--help") || !strcmp(argv_in[i], "-h")) {
       fputs(HELP, stdout);
       return 0;
     }
-  /* --cudnn-benchmark, --deterministic and --tf32 are device switches,
-   * taken out before the shared option parser sees the arguments. */
+  /* The GPU data flags, the device switches and --cuda-graph are taken
+   * out before the shared option parser sees the arguments. */
   char *argv_buf[256];
   int gpu_data_mode;
+  cli_device_switches sw;
   argc_in = cli_take_gpu_data_flags(argc_in, argv_in, &gpu_data_mode);
-  int argc = 0, cudnn_benchmark = 0, deterministic = 0, tf32 = 0, cuda_graph = 0;
+  argc_in = cli_take_device_switches(argc_in, argv_in, &sw);
+  int argc = 0, cuda_graph = 0;
   for (int i = 0; i < argc_in && argc < 255; i++) {
-    if (!strcmp(argv_in[i], "--cudnn-benchmark")) cudnn_benchmark = 1;
-    else if (!strcmp(argv_in[i], "--deterministic")) deterministic = 1;
-    else if (!strcmp(argv_in[i], "--tf32")) tf32 = 1;
-    else if (!strcmp(argv_in[i], "--cuda-graph")) cuda_graph = 1;
+    if (!strcmp(argv_in[i], "--cuda-graph")) cuda_graph = 1;
     else argv_buf[argc++] = argv_in[i];
   }
   argv_buf[argc] = NULL;
@@ -165,11 +150,7 @@ int cmd_train(int argc_in, char **argv_in) {
     fprintf(stderr, "ctrain train: --model and --data are required (see 'ctrain train --help')\n");
     return CLI_EXIT_USAGE;
   }
-  if (cudnn_benchmark && deterministic) {
-    fprintf(stderr, "ctrain train: --deterministic and --cudnn-benchmark exclude each other: the benchmark picks "
-                    "algorithms by measured time, which can differ from run to run\n");
-    return CLI_EXIT_USAGE;
-  }
+  if ((r = cli_check_device_switches("train", &sw))) return r;
   if (o.resume && !o.checkpoint_dir) {
     fprintf(stderr, "ctrain train: --resume needs --checkpoint-dir DIR (where the checkpoints are)\n");
     return CLI_EXIT_USAGE;
@@ -186,10 +167,7 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_fit_result res = {0};
   ct_status s = cli_check_output("--save", o.save);
   if (s == CT_OK) s = cli_check_output("--metrics-json", o.metrics_json);
-  if (s == CT_OK) s = ct_device_open(o.device, &dev);
-  if (s == CT_OK && cudnn_benchmark) s = device_switch(ct_device_set_cudnn_benchmark, dev, "--cudnn-benchmark");
-  if (s == CT_OK && tf32) s = device_switch(ct_device_set_tf32, dev, "--tf32");
-  if (s == CT_OK && deterministic) s = ct_device_set_deterministic(dev, 1);
+  if (s == CT_OK) s = cli_open_device(o.device, &sw, &dev);
   if (s == CT_OK && cuda_graph && !ct_device_backend(dev)->graph_begin)
     s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);
   if (s == CT_OK && ct_device_backend(dev)->host_alloc) {

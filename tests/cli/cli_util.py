@@ -82,10 +82,11 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 # CTRAIN_TEST_DEVICE (e.g. cuda, as tests/emu sets it for the CUDA emulator
 # and tests/CMakeLists.txt for a GPU) runs train/eval/predict/summary on
-# that device wherever a test names none; on cuda `train` also gets
-# --deterministic (unless it asks for --cudnn-benchmark), since the tests
-# compare runs bit for bit and cuDNN's default algorithms may add with
-# atomics. TIME_SCALE multiplies every timeout for a slower device.
+# that device wherever a test names none; on cuda `train`, `eval` and
+# `predict` also get --deterministic (unless they ask for --cudnn-benchmark),
+# since the tests compare runs bit for bit and cuDNN's default algorithms
+# may add with atomics (and an evaluation inside `train` is compared with
+# `eval`'s: the same switches, the same kernels). TIME_SCALE multiplies every timeout for a slower device.
 TEST_DEVICE = os.environ.get("CTRAIN_TEST_DEVICE", "")
 TIME_SCALE = float(os.environ.get("CTRAIN_TEST_TIME_SCALE", "1"))
 
@@ -94,7 +95,7 @@ def with_device(args):
     args = [str(a) for a in args]
     if TEST_DEVICE and args and args[0] in ("train", "eval", "predict", "summary") and "--device" not in args:
         args += ["--device", TEST_DEVICE]
-        if TEST_DEVICE.startswith("cuda") and args[0] == "train" and "--cudnn-benchmark" not in args:
+        if TEST_DEVICE.startswith("cuda") and args[0] != "summary" and "--cudnn-benchmark" not in args:
             args.append("--deterministic")
     return args
 

@@ -2,11 +2,13 @@
 torch.backends.cudnn.deterministic: only deterministic cuDNN algorithms,
 so a run repeats bit for bit.
 
-- --help lists it;
+- train's, eval's and predict's --help list it;
 - with --cudnn-benchmark it is a usage error (exit 2, one line naming both,
-  nothing on stdout): the benchmark picks algorithms by measured time;
+  nothing on stdout): the benchmark picks algorithms by measured time; in
+  eval and predict too;
 - on the cpu (deterministic anyway) it is accepted and changes nothing:
-  the saved weights equal those of the same run without it, bit for bit;
+  the saved weights equal those of the same run without it, bit for bit,
+  and so does `ctrain eval`'s test loss;
 - on cuda (CTRAIN_TEST_DEVICE=cuda: tests/emu on the CUDA emulator, and
   ctest's cli_test_deterministic_cuda on a GPU) two runs of the seed's
   cnn with the flag save the same weights. On the emulator with
@@ -26,16 +28,19 @@ USAGE = 2
 BASE = ["train", "--model", "cnn", "--data", "synthetic:96", "--batch-size", "32", "--epochs", "1", "--seed", "3",
         "--optimizer", "sgd", "--momentum", "0.9"] + u.FAST
 
-h = u.run(["train", "--help"], timeout=30)
-u.check("--deterministic" in h.stdout, "train --help lists --deterministic")
+for cmd in ("train", "eval", "predict"):
+    h = u.run([cmd, "--help"], timeout=30)
+    u.check("--deterministic" in h.stdout, "%s --help lists --deterministic" % cmd)
 
-r = u.run(BASE + ["--device", "cpu", "--deterministic", "--cudnn-benchmark"], timeout=60)
-err = r.stderr.strip()
-u.check(r.returncode == USAGE, "--deterministic with --cudnn-benchmark: exit %d, expected %d (%s)" % (
-    r.returncode, USAGE, err))
-u.check("--deterministic" in err and "--cudnn-benchmark" in err and len(err.splitlines()) == 1,
-        "one line naming both flags expected: %r" % err)
-u.check(r.stdout.strip() == "", "nothing on stdout: %r" % r.stdout)
+EVAL = ["--model", "cnn", "--data", "synthetic:96", "--weights", "none.safetensors"]
+for args in (BASE, ["eval"] + EVAL, ["predict"] + EVAL):
+    r = u.run(args + ["--device", "cpu", "--deterministic", "--cudnn-benchmark"], timeout=60)
+    err = r.stderr.strip()
+    u.check(r.returncode == USAGE, "%s --deterministic with --cudnn-benchmark: exit %d, expected %d (%s)" % (
+        args[0], r.returncode, USAGE, err))
+    u.check("--deterministic" in err and "--cudnn-benchmark" in err and len(err.splitlines()) == 1,
+            "%s: one line naming both flags expected: %r" % (args[0], err))
+    u.check(r.stdout.strip() == "", "%s: nothing on stdout: %r" % (args[0], r.stdout))
 
 
 def weights(d, name, extra):
@@ -58,6 +63,15 @@ try:
     det = weights(d, "cpu_det", ["--device", "cpu", "--deterministic"])
     if plain and det:
         u.check(plain == det, "cpu: --deterministic changed the weights: %s" % differing(plain, det))
+        ev = ["eval", "--model", "cnn", "--data", "synthetic:96", "--weights", os.path.join(d, "cpu.safetensors"),
+              "--device", "cpu"]
+        loss = []
+        for i, extra in enumerate(([], ["--deterministic"])):
+            mj = os.path.join(d, "eval%d.json" % i)
+            if u.run_ok(ev + ["--metrics-json", mj] + extra, "cpu eval %s" % extra).returncode == 0:
+                loss.append(u.read_json(mj)["test_loss"])
+        if len(loss) == 2:
+            u.check(loss[0] == loss[1], "cpu: eval --deterministic changed the test loss: %r" % loss)
     if u.TEST_DEVICE.startswith("cuda"):
         dev = ["--device", u.TEST_DEVICE]
         a = weights(d, "cuda_det_a", dev + ["--deterministic"])
