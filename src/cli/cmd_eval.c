@@ -57,16 +57,23 @@ static ct_status load_model(const cli_opts *o, const cli_device_switches *sw, co
   return ct_model_prepare(*m, *dev, o->batch_size, 0);
 }
 
+/* eval's and predict's flags: the GPU data flags and the device switches,
+ * which cli_parse does not know, then the rest. */
+static int parse_args(const char *cmd, const char *flags, int argc, char **argv, cli_opts *o, cli_device_switches *sw,
+                      int *gpu_data_mode) {
+  argc = cli_take_gpu_data_flags(argc, argv, gpu_data_mode);
+  argc = cli_take_device_switches(argc, argv, sw);
+  int r = cli_parse(argc, argv, cmd, flags, o);
+  return r ? r : cli_check_device_switches(cmd, sw);
+}
+
 int cmd_eval(int argc, char **argv) {
   if (wants_help(argc, argv, EVAL_HELP)) return 0;
   int gpu_data_mode;
   cli_device_switches sw;
-  argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
-  argc = cli_take_device_switches(argc, argv, &sw);
   cli_opts o;
-  int r = cli_parse(argc, argv, "eval", CLI_FLAGS_EVAL, &o);
+  int r = parse_args("eval", CLI_FLAGS_EVAL, argc, argv, &o, &sw, &gpu_data_mode);
   if (r) return r;
-  if ((r = cli_check_device_switches("eval", &sw))) return r;
   if (!o.model || !o.weights || !o.data) {
     fprintf(stderr, "ctrain eval: --model, --weights and --data are required (see 'ctrain eval --help')\n");
     return CLI_EXIT_USAGE;
@@ -200,12 +207,9 @@ int cmd_predict(int argc, char **argv) {
   if (wants_help(argc, argv, PREDICT_HELP)) return 0;
   int gpu_data_mode;
   cli_device_switches sw;
-  argc = cli_take_gpu_data_flags(argc, argv, &gpu_data_mode);
-  argc = cli_take_device_switches(argc, argv, &sw);
   cli_opts o;
-  int r = cli_parse(argc, argv, "predict", CLI_FLAGS_PREDICT, &o);
+  int r = parse_args("predict", CLI_FLAGS_PREDICT, argc, argv, &o, &sw, &gpu_data_mode);
   if (r) return r;
-  if ((r = cli_check_device_switches("predict", &sw))) return r;
   if (!o.model || !o.weights || (!o.data == !o.images)) {
     fprintf(stderr, "ctrain predict: --model, --weights and exactly one of --data or --images are required\n");
     return CLI_EXIT_USAGE;
