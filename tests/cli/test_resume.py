@@ -8,7 +8,8 @@ bit (history except the seconds column). The model has batchnorm (running
 statistics) and both dropout kinds (masks from the counter-based RNG), the
 optimizer is Adam with ReduceLROnPlateau; a second pair uses SGD with
 momentum and a step schedule that changes the LR every epoch, a third
-AdamW with OneCycle (stepped every step) and gradient clipping. Run B's
+AdamW with OneCycle (stepped every step) and gradient clipping, a fourth
+SGD with momentum under OneCycle, which cycles the momentum. Run B's
 loader uses a worker thread where A's loads inline: the data order must
 not depend on it.
 
@@ -246,6 +247,10 @@ def main():
         # curve (the schedule spans --epochs, not --max-steps).
         pair("adamw_onecycle", work, model, data + ["--optimizer", "adamw", "--lr", "0.004", "--scheduler",
                                                     "onecycle", "--clip-grad-norm", "1.0"], 3, BATCHES + 5)
+        # SGD whose momentum OneCycle cycles every step (0.85..0.95): the
+        # resumed run must take up the cycle's momentum, not --momentum's.
+        pair("sgd_onecycle", work, model, data + ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+                                                  "--scheduler", "onecycle"], 2, BATCHES + 3)
         if out:
             b_cmd, b_dir, b_w = out
 
