@@ -109,8 +109,9 @@ int cli_take_gpu_data_flags(int argc, char **argv, int *mode);
 int cli_use_gpu_data(const char *cmd, int mode, cli_opts *o);
 
 /* The device switches of train, eval and predict (--cudnn-benchmark,
- * --deterministic, --tf32), which cli_parse does not know: removed from
- * argv in place (order of the rest kept), the new argc returned. */
+ * --deterministic, --tf32): their --help lines, the switches, and
+ * cli_take_device_switches, which removes them from argv in place (cli_parse
+ * does not know them; order of the rest kept) and returns the new argc. */
 #define CLI_DEVICE_SWITCHES_HELP                                                                                      \
   "  --cudnn-benchmark       time cuDNN's convolution algorithms once per shape, use the fastest that runs (CUDA)\n"  \
   "  --deterministic         repeatable runs, bit for bit: deterministic cuDNN algorithms only (the cpu always is)\n" \
