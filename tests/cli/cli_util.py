@@ -86,7 +86,8 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 # `predict` also get --deterministic (unless they ask for --cudnn-benchmark),
 # since the tests compare runs bit for bit and cuDNN's default algorithms
 # may add with atomics (and an evaluation inside `train` is compared with
-# `eval`'s: the same switches, the same kernels). TIME_SCALE multiplies every timeout for a slower device.
+# `eval`'s: the same switches, the same kernels). TIME_SCALE multiplies
+# every timeout for a slower device.
 TEST_DEVICE = os.environ.get("CTRAIN_TEST_DEVICE", "")
 TIME_SCALE = float(os.environ.get("CTRAIN_TEST_TIME_SCALE", "1"))
 
