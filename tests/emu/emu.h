@@ -33,6 +33,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -75,6 +76,19 @@ bool check_device_range(const void *p, size_t bytes, const char *who, const char
 /* An on/off knob from the environment (CT_EMU_REVERSE, CT_EMU_DNN_NO_NHWC,
  * ...): on when set to anything but empty or "0". */
 bool env_flag(const char *name);
+
+/* CT_EMU_ALGO_BITS=1: each cuDNN convolution algorithm or engine and each
+ * cuBLASLt kernel sums in its own order, as the real ones do (tile
+ * shapes, split-K, Winograd): every result element moves by -1, 0 or +1
+ * last places of the f32 accumulator (relative 2^-23) before it is rounded
+ * to its type, a choice fixed by the algorithm's key and the element's
+ * index. The same algorithm gives the same bits every time; another one
+ * other bits (for 16-bit results, where the move crosses a rounding
+ * boundary). So a test that compares two runs bit for bit fails under it
+ * when the runs chose different algorithms, as it would on a GPU. Off: v
+ * unchanged. */
+bool algo_bits_on();
+double algo_bits(double v, uint64_t key, uint64_t index);
 
 /* TF32 rounding of an f32 value (10 explicit mantissa bits, round to
  * nearest even), as tensor cores read f32 inputs under TF32 math. */

@@ -28,6 +28,10 @@
  * workspace is scribbled over at each run, so a workspace that overlaps
  * live data shows.
  *
+ * CT_EMU_ALGO_BITS=1 (emu.h): each kernel, told apart by the alignments
+ * the heuristic chose it for, moves its sums by its own -1/0/+1 last
+ * places of f32, as kernels summing in other orders do.
+ *
  * CT_EMU_LT_NO_EPILOGUE=1: the heuristic finds no algorithm for any
  * epilogue but DEFAULT (CUBLAS_STATUS_NOT_SUPPORTED, count 0), as the real
  * one may for a shape, type or alignment, so the caller's fallback runs. */
@@ -324,6 +328,7 @@ struct Job {
   size_t ws_size;
   double alpha, beta;
   bool device_scalars;
+  uint64_t kernel; /* the "kernel" the heuristic chose: CT_EMU_ALGO_BITS's key */
 };
 
 bool check_job_ranges(const Job &j, const char *who) {
@@ -415,7 +420,7 @@ void run_job(const Job &j) {
           }
           for (size_t u = 0; u < nc; u++) {
             const size_t c = c0 + u;
-            const double acc = acc4[u];
+            const double acc = ct_emu::algo_bits(acc4[u], j.kernel, ((uint64_t)bt * N + c) * M + i);
             double v = alpha * acc;
             if (beta != 0) v += beta * read_elem(j.C, oc + c * p.c.ld + i, p.c.type);
             if (bias) v += read_elem(p.desc.bias, obias + i, p.bias_type);
@@ -820,6 +825,15 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
   if (overlap(D, nd, A, extent_bytes(p.a)) || overlap(D, nd, B, extent_bytes(p.b)))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, fn, "D overlaps %s: the result would race with its inputs",
                   overlap(D, nd, A, extent_bytes(p.a)) ? "A" : "B");
+  /* The kernel: what the heuristic chose it for, the pointers' alignment
+   * (real kernels differ in the alignment they require), or, without an
+   * algo, the pointers' own alignments. */
+  {
+    const void *ptrs[4] = {A, B, C, D};
+    uint64_t k = algo ? 1 : 2;
+    for (int i = 0; i < 4; i++) k = k * 1031 + (algo ? load<Algo>(algo).align[i] : ptrs[i] ? align_of(ptrs[i]) : 0);
+    j.kernel = k;
+  }
   if (algo) {
     Algo a = load<Algo>(algo);
     if (a.magic != kAlgoMagic)

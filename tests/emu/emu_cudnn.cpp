@@ -66,6 +66,9 @@
  *   type, drawn anew per call, so two runs differ unless the caller keeps
  *   to deterministic algorithms. Without it every algorithm is
  *   deterministic here.
+ * - CT_EMU_ALGO_BITS=1 (emu.h): each algorithm (legacy) or engine (graph
+ *   API) moves its sums by its own fixed -1/0/+1 last places of f32, so
+ *   two algorithms no longer give the same bits.
  * - CT_EMU_DNN_BIG_WS=1: the first-ranked algorithm asks for a workspace
  *   as large as its largest tensor (f32 sizes) instead of a few KB, as
  *   cuDNN's fast algorithms can, and every call scribbles all of it; a
@@ -342,6 +345,12 @@ void nudge(std::vector<double> &v, cudnnDataType_t dt) {
     h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
     v[i] *= 1.0 + (double)((int)(h % 3) - 1) * ulp;
   }
+}
+
+/* CT_EMU_ALGO_BITS (emu.h): the rounding of the algorithm or engine key. */
+void algo_rounding(std::vector<double> &v, uint64_t key) {
+  if (!ct_emu::algo_bits_on()) return;
+  for (size_t i = 0; i < v.size(); i++) v[i] = ct_emu::algo_bits(v[i], key, i);
 }
 
 bool tf32_allowed(cudnnMathType_t m) {
@@ -836,17 +845,22 @@ cudnnStatus_t conv_queue(cudnnHandle_t h, const dnn_conv &c, void *x, void *w, v
                 2.0 * g.N * g.K * g.OH * g.OW * g.Cg * g.R * g.S);
   const int pass = c.pass;
   const bool vary = c.nondet;
+  const uint64_t key = 1000 + (uint64_t)c.engine * 4 + (uint64_t)pass; /* apart from the legacy algorithms' keys */
   ct_emu::enqueue(h->stream, [=] {
     if (ws_need) memset(ws, 0xff, ws_need);
     if (pass == 0) {
-      scatter_nhwc(y, yd, conv_fwd(g, gather_nhwc(x, xd, g.tf32), gather_filter(w, wd, g.flip, g.tf32)), alpha, beta);
+      std::vector<double> r = conv_fwd(g, gather_nhwc(x, xd, g.tf32), gather_filter(w, wd, g.flip, g.tf32));
+      algo_rounding(r, key);
+      scatter_nhwc(y, yd, r, alpha, beta);
     } else if (pass == 1) {
       std::vector<double> r = conv_bwd_data(g, gather_nhwc(y, yd, g.tf32), gather_filter(w, wd, g.flip, g.tf32));
       if (vary) nudge(r, xd.dt);
+      algo_rounding(r, key);
       scatter_nhwc(x, xd, r, alpha, beta);
     } else {
       std::vector<double> r = conv_bwd_filter(g, gather_nhwc(x, xd, g.tf32), gather_nhwc(y, yd, g.tf32));
       if (vary) nudge(r, wd.dt);
+      algo_rounding(r, key);
       scatter_filter(w, wd, g.flip, r, alpha, beta);
     }
   });
@@ -1201,7 +1215,9 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const vo
                     [=](double a, double b) {
                       const std::vector<double> xv = gather_nhwc(x, xd, g.tf32),
                                                 wv = gather_filter(w, wd, g.flip, g.tf32);
-                      scatter_nhwc(y, yd, conv_fwd(g, xv, wv), a, b);
+                      std::vector<double> r = conv_fwd(g, xv, wv);
+                      algo_rounding(r, FWD * 64 + (int)algo);
+                      scatter_nhwc(y, yd, r, a, b);
                     });
 }
 
@@ -1223,6 +1239,7 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t handle, con
                                                 wv = gather_filter(w, wd, g.flip, g.tf32);
                       std::vector<double> r = conv_bwd_data(g, dyv, wv);
                       if (nondet() && !deterministic(BWD_DATA, (int)algo)) nudge(r, dxd.dt);
+                      algo_rounding(r, BWD_DATA * 64 + (int)algo);
                       scatter_nhwc(dx, dxd, r, a, b);
                     });
 }
@@ -1244,6 +1261,7 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t handle, c
                       const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), dyv = gather_nhwc(dy, dyd, g.tf32);
                       std::vector<double> r = conv_bwd_filter(g, xv, dyv);
                       if (nondet() && !deterministic(BWD_FILTER, (int)algo)) nudge(r, wd.dt);
+                      algo_rounding(r, BWD_FILTER * 64 + (int)algo);
                       scatter_filter(dw, wd, g.flip, r, a, b);
                     });
 }

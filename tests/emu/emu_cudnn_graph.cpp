@@ -561,6 +561,7 @@ cudnnStatus_t CUDNNWINAPI cudnnBackendExecute(cudnnHandle_t handle, cudnnBackend
                                          "NULL", who, (long long)e->index, (long long)need);
   ct_emu::dnn_conv cv = conv_of(op, e->tensor_core);
   cv.nondet = nondet_engine(*e, plan->cfg->graph.get());
+  cv.engine = e->index;
   s = ct_emu::conv_queue(handle, cv, x, w, y, op.alpha, op.beta, vp->ws, (size_t)need, who);
   if (s != CUDNN_STATUS_SUCCESS || !e->has_ws) return s;
   /* engine 0's second kernel, so timing by events ranks it slower */

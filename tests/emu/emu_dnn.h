@@ -27,6 +27,7 @@ struct dnn_conv {
   bool cross; /* CROSS_CORRELATION; false: CONVOLUTION (filter flipped) */
   bool tf32;  /* FLOAT inputs rounded to TF32, as a tensor-core engine reads them */
   bool nondet; /* a backward result varied per call (CT_EMU_DNN_NONDET's nudge) */
+  int engine;  /* the graph API engine that runs it (CT_EMU_ALGO_BITS's key) */
 };
 
 /* The geometry check alone (CUDNN_STATUS_SUCCESS when conv_queue could run

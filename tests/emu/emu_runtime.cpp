@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -384,6 +385,18 @@ void reset_fault_for_test() {
 bool env_flag(const char *name) {
   const char *e = getenv(name);
   return e && *e && strcmp(e, "0") != 0;
+}
+
+bool algo_bits_on() {
+  static const bool on = env_flag("CT_EMU_ALGO_BITS");
+  return on;
+}
+
+double algo_bits(double v, uint64_t key, uint64_t index) {
+  if (!algo_bits_on()) return v;
+  uint64_t h = (key + 1) * 0x9E3779B97F4A7C15ull ^ index * 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
+  return v * (1.0 + (double)((int)(h % 3) - 1) * std::ldexp(1.0, -23));
 }
 
 float round_tf32(float x) {
