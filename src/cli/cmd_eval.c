@@ -46,15 +46,13 @@ static int wants_help(int argc, char **argv, const char *help) {
   return 0;
 }
 
-static ct_status load_model(const cli_opts *o, const cli_device_switches *sw, const ct_dataset *ds, ct_device **dev,
-                            ct_model **m) {
-  CT_TRY(cli_open_device(o->device, sw, dev));
+static ct_status load_model(const cli_opts *o, const ct_dataset *ds, ct_device *dev, ct_model **m) {
   CT_TRY(cli_open_model(o, ds, m));
   /* Before prepare: the precision decides every activation's dtype. */
   CT_TRY(cli_apply_precision(o, *m, NULL));
   CT_TRY(ct_weights_load(*m, o->weights, 1, NULL));
   cli_gpu_data_model(o, *m);
-  return ct_model_prepare(*m, *dev, o->batch_size, 0);
+  return ct_model_prepare(*m, dev, o->batch_size, 0);
 }
 
 /* eval's and predict's flags: the GPU data flags and the device switches,
@@ -63,8 +61,7 @@ static int parse_args(const char *cmd, const char *flags, int argc, char **argv,
                       int *gpu_data_mode) {
   argc = cli_take_gpu_data_flags(argc, argv, gpu_data_mode);
   argc = cli_take_device_switches(argc, argv, sw);
-  int r = cli_parse(argc, argv, cmd, flags, o);
-  return r ? r : cli_check_device_switches(cmd, sw);
+  return cli_parse(argc, argv, cmd, flags, o);
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -78,6 +75,7 @@ int cmd_eval(int argc, char **argv) {
     fprintf(stderr, "ctrain eval: --model, --weights and --data are required (see 'ctrain eval --help')\n");
     return CLI_EXIT_USAGE;
   }
+  if ((r = cli_check_device_switches("eval", &sw))) return r;
   /* The loader's mode; ct_evaluate attaches the device side to it. */
   if ((r = cli_use_gpu_data("eval", gpu_data_mode, &o))) return r;
   if (o.threads) omp_set_num_threads(o.threads);
@@ -87,8 +85,10 @@ int cmd_eval(int argc, char **argv) {
   ct_model *m = NULL;
   ct_eval_result er;
   ct_status s = cli_check_output("--metrics-json", o.metrics_json);
+  /* The device (and its switches) first: a refused switch costs no data. */
+  if (s == CT_OK) s = cli_open_device(o.device, &sw, &dev);
   if (s == CT_OK) s = cli_open_data(&o, 0, &ds, &l, 0, 0);
-  if (s == CT_OK) s = load_model(&o, &sw, ds, &dev, &m);
+  if (s == CT_OK) s = load_model(&o, ds, dev, &m);
   if (s == CT_OK) s = ct_evaluate(m, dev, l, CT_LOSS_CROSS_ENTROPY, 0.0f, &er);
   if (s == CT_OK)
     printf("test_loss: %.4f - test_accuracy: %.4f - test_top5: %.4f - samples: %lld\n", er.loss, er.accuracy, er.top5,
@@ -214,6 +214,7 @@ int cmd_predict(int argc, char **argv) {
     fprintf(stderr, "ctrain predict: --model, --weights and exactly one of --data or --images are required\n");
     return CLI_EXIT_USAGE;
   }
+  if ((r = cli_check_device_switches("predict", &sw))) return r;
   if ((r = cli_use_gpu_data("predict", gpu_data_mode, &o))) return r;
   if (o.threads) omp_set_num_threads(o.threads);
   ct_device *dev = NULL;
@@ -222,14 +223,13 @@ int cmd_predict(int argc, char **argv) {
   ct_model *m = NULL;
   pred_ctx pc = {NULL};
   int64_t n_src = 0;
-  ct_status s = CT_OK;
-  if (o.data) {
+  ct_status s = cli_open_device(o.device, &sw, &dev);
+  if (s == CT_OK && o.data) {
     s = cli_open_data(&o, 0, &ds, &l, 0, 0);
-    if (s == CT_OK) s = load_model(&o, &sw, ds, &dev, &m);
-  } else {
+    if (s == CT_OK) s = load_model(&o, ds, dev, &m);
+  } else if (s == CT_OK) {
     /* The model fixes the channels; images come in at their own size. */
-    s = cli_open_device(o.device, &sw, &dev);
-    if (s == CT_OK) s = cli_open_model(&o, NULL, &m);
+    s = cli_open_model(&o, NULL, &m);
     if (s == CT_OK) s = cli_apply_precision(&o, m, NULL);
     int c = 1, h, w;
     if (s == CT_OK) ct_model_input_shape(m, &c, &h, &w);

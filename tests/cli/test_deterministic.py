@@ -63,6 +63,8 @@ try:
     det = weights(d, "cpu_det", ["--device", "cpu", "--deterministic"])
     if plain and det:
         u.check(plain == det, "cpu: --deterministic changed the weights: %s" % differing(plain, det))
+        # An acceptance check: eval takes the flag on the cpu, where it
+        # changes nothing.
         ev = ["eval", "--model", "cnn", "--data", "synthetic:96", "--weights", os.path.join(d, "cpu.safetensors"),
               "--device", "cpu"]
         loss = []

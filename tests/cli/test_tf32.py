@@ -4,7 +4,8 @@ convolutions and matmuls may round their inputs to TF32 on the tensor cores.
 
 - the three commands' --help list it;
 - on the cpu it is a usage error (exit 2, one line naming the flag, the
-  device and --device cuda, nothing on stdout), for eval and predict too;
+  device and --device cuda, nothing on stdout), for eval and predict too,
+  before they read any data;
 - on cuda (CTRAIN_TEST_DEVICE=cuda: tests/emu on the CUDA emulator, which
   rounds to TF32 wherever it is allowed, and ctest's cli_test_tf32_cuda on
   a GPU, where cuBLASLt's TF32 compute type rounds the mlp's matmuls) the
@@ -42,9 +43,10 @@ def refused(args, what):
 for dev in ("cpu", "ref"):
     err = refused(BASE + ["--device", dev, "--tf32"], "--tf32 on " + dev)
     u.check(("'%s'" % dev) in err, "--tf32 on %s: the device named: %r" % (dev, err))
+# Refused before any data is read: a missing data folder is not reached.
 for cmd in ("eval", "predict"):
-    refused([cmd, "--model", "mlp", "--data", "synthetic:64", "--weights", "none.safetensors", "--device", "cpu",
-             "--tf32"], cmd + " --tf32 on cpu")
+    refused([cmd, "--model", "mlp", "--data", "fashion-mnist:/nonexistent", "--weights", "none.safetensors", "--device",
+             "cpu", "--tf32"], cmd + " --tf32 on cpu")
 
 if u.TEST_DEVICE.startswith("cuda"):
     d = u.tmpdir("tf32")
