@@ -157,8 +157,10 @@ static ct_status step_body(ct_model *m, ct_device *dev, ct_optimizer *opt, const
   return ct_model_round_params(m);
 }
 
-/* SGD momentum switched on after the state moved (OneCycleLR from 0): the
- * buffer does not exist yet, and only the host-argument path creates it. */
+/* SGD momentum switched on after the state moved (a library caller's
+ * schedule set up after ct_device_trainer_create; ct_fit's OneCycle sets
+ * it before): the buffer does not exist yet, and only the host-argument
+ * path creates it. */
 static int needs_host_args(const ct_optimizer *o) {
   return o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer;
 }

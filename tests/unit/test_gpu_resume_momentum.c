@@ -1,7 +1,7 @@
 /* test_resume_momentum's check with the model resident on a CUDA device:
- * the optimizer's state lives on the device, where the momentum buffer
- * that OneCycle's cycle turns on is allocated at the first device step.
- * Labelled gpu; exits 77 without a CUDA device. */
+ * the momentum buffer OneCycle's cycle turns on moves to the device with
+ * the rest of the optimizer's state, is saved from there and restored into
+ * it. Labelled gpu; exits 77 without a CUDA device. */
 #include "test_resume_momentum.h"
 
 int main(void) {

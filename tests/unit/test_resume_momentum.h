@@ -3,6 +3,7 @@
 #ifndef CTRAIN_TEST_RESUME_MOMENTUM_H
 #define CTRAIN_TEST_RESUME_MOMENTUM_H
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -63,6 +64,21 @@ static float *rm_train(const char *device, const char *model, ct_dataset *ds, co
   return w;
 }
 
+/* Removes a checkpoint directory's files (no subdirectories) and itself. */
+static void rm_remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  char path[1024];
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  closedir(d);
+  rmdir(dir);
+}
+
 static void resume_momentum_check(const char *device) {
   char model[512], dir_a[512], dir_b[512];
   snprintf(model, sizeof model, "%s/rm_model_%d.txt", test_tmpdir(), (int)getpid());
@@ -91,6 +107,8 @@ static void resume_momentum_check(const char *device) {
   free(a), free(b1), free(b);
   ct_dataset_close(ds);
   unlink(model);
+  rm_remove_dir(dir_a);
+  rm_remove_dir(dir_b);
 }
 
 #endif
