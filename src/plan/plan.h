@@ -32,7 +32,8 @@ typedef struct ct_plan {
  * alignment: a planned operand never shuts out a kernel that wants it, and
  * which kernel the heuristic picks for a matmul does not depend on where
  * the plan happens to place its operands (so `ctrain eval` runs the same
- * kernels as the evaluation inside `ctrain train`, whose plan differs). */
+ * kernels as the evaluation inside `ctrain train`, and a recompute step
+ * those of the plain step, though their plans differ). */
 #define CT_PLAN_ALIGN 256
 
 /* Larger buffers, sums and peaks are refused (CT_ERR_OUT_OF_MEMORY) rather

@@ -77,18 +77,20 @@ bool check_device_range(const void *p, size_t bytes, const char *who, const char
  * ...): on when set to anything but empty or "0". */
 bool env_flag(const char *name);
 
-/* CT_EMU_ALGO_BITS=1: each cuDNN convolution algorithm or engine and each
- * cuBLASLt kernel sums in its own order, as the real ones do (tile
- * shapes, split-K, Winograd): every result element moves by -1, 0 or +1
- * last places of the f32 accumulator (relative 2^-23) before it is rounded
- * to its type, a choice fixed by the algorithm's key and the element's
- * index. The same algorithm gives the same bits every time; another one
- * other bits (for 16-bit results, where the move crosses a rounding
- * boundary). So a test that compares two runs bit for bit fails under it
- * when the runs chose different algorithms, as it would on a GPU. Off: v
- * unchanged. */
+/* CT_EMU_ALGO_BITS=N (N >= 1; anything else nonzero: 1): each cuDNN
+ * convolution algorithm or engine and each cuBLASLt kernel sums in its own
+ * order, as the real ones do (tile shapes, split-K, Winograd): every f32
+ * accumulator moves, before it is rounded to the output type, by a whole
+ * number of last places of f32 at its binade, -N..+N for an f32 output and
+ * -256N..+256N for a 16-bit one (narrow; at most 1/32 of an f16 last
+ * place, 1/256 of a bf16 one, so it flips a 16-bit rounding now and then
+ * without moving any tolerance), a choice fixed by the algorithm's key and
+ * the element's index. The same algorithm gives the same bits every time;
+ * another one other bits. So a test that compares two runs bit for bit
+ * fails under it when the runs chose different algorithms, as it would on
+ * a GPU. Off: v unchanged. */
 bool algo_bits_on();
-double algo_bits(double v, uint64_t key, uint64_t index);
+double algo_bits(double v, uint64_t key, uint64_t index, bool narrow);
 
 /* TF32 rounding of an f32 value (10 explicit mantissa bits, round to
  * nearest even), as tensor cores read f32 inputs under TF32 math. */

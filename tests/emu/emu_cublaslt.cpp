@@ -28,8 +28,9 @@
  * workspace is scribbled over at each run, so a workspace that overlaps
  * live data shows.
  *
- * CT_EMU_ALGO_BITS=1 (emu.h): each kernel, told apart by the alignments
- * the heuristic chose it for, moves its sums by its own -1/0/+1 last
+ * CT_EMU_ALGO_BITS=1 (emu.h): each kernel, told apart by what the
+ * heuristic chose it for (types, transposes, epilogue, compute type,
+ * operand alignments, workspace), moves its sums by its own few last
  * places of f32, as kernels summing in other orders do.
  *
  * CT_EMU_LT_NO_EPILOGUE=1: the heuristic finds no algorithm for any
@@ -364,6 +365,7 @@ void run_job(const Job &j) {
   if (j.ws && j.ws_size) std::memset(j.ws, 0xff, j.ws_size);
   const bool tf32 = p.desc.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   const size_t M = p.m, N = p.n, K = p.k;
+  const bool narrow = p.d.type != CUDA_R_32F;
   /* op(B) by columns, whole; op(A) by rows, a block of rows at a time
    * (a 4096 x 25088 weight as doubles would be 822 MB, allocated fresh at
    * every call). Both buffers are kept for the next call: fresh pages cost
@@ -420,7 +422,7 @@ void run_job(const Job &j) {
           }
           for (size_t u = 0; u < nc; u++) {
             const size_t c = c0 + u;
-            const double acc = ct_emu::algo_bits(acc4[u], j.kernel, ((uint64_t)bt * N + c) * M + i);
+            const double acc = ct_emu::algo_bits(acc4[u], j.kernel, ((uint64_t)bt * N + c) * M + i, narrow);
             double v = alpha * acc;
             if (beta != 0) v += beta * read_elem(j.C, oc + c * p.c.ld + i, p.c.type);
             if (bias) v += read_elem(p.desc.bias, obias + i, p.bias_type);
@@ -825,25 +827,22 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
   if (overlap(D, nd, A, extent_bytes(p.a)) || overlap(D, nd, B, extent_bytes(p.b)))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, fn, "D overlaps %s: the result would race with its inputs",
                   overlap(D, nd, A, extent_bytes(p.a)) ? "A" : "B");
-  /* The kernel: what the heuristic chose it for, the pointers' alignment
-   * (real kernels differ in the alignment they require), or, without an
-   * algo, the pointers' own alignments. */
-  {
-    const void *ptrs[4] = {A, B, C, D};
-    uint64_t k = algo ? 1 : 2;
-    for (int i = 0; i < 4; i++) k = k * 1031 + (algo ? load<Algo>(algo).align[i] : ptrs[i] ? align_of(ptrs[i]) : 0);
-    j.kernel = k;
-  }
+  /* The kernel (CT_EMU_ALGO_BITS's key): without an algo, the one the
+   * library would choose for this descriptor and these pointers. */
+  Algo chosen{};
+  chosen.compute = p.desc.compute, chosen.epi = p.desc.epi, chosen.ta = p.desc.ta, chosen.tb = p.desc.tb;
+  const uint32_t types[4] = {p.a.type, p.b.type, p.c.type, p.d.type};
+  std::memcpy(chosen.types, types, sizeof types);
+  const void *ptrs[4] = {A, B, C, D};
+  for (int i = 0; i < 4; i++) chosen.align[i] = ptrs[i] ? align_of(ptrs[i]) : 0;
   if (algo) {
     Algo a = load<Algo>(algo);
     if (a.magic != kAlgoMagic)
       return refuse(CUBLAS_STATUS_INVALID_VALUE, fn, "algo was not returned by cublasLtMatmulAlgoGetHeuristic");
-    const uint32_t types[4] = {p.a.type, p.b.type, p.c.type, p.d.type};
     if (a.compute != p.desc.compute || std::memcmp(a.types, types, sizeof types) || a.epi != p.desc.epi ||
         a.ta != p.desc.ta || a.tb != p.desc.tb)
       return refuse(CUBLAS_STATUS_INVALID_VALUE, fn,
                     "algo was chosen for other types, transposes or epilogue than this descriptor's");
-    const void *ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
       if (ptrs[i] && align_of(ptrs[i]) < a.align[i])
         return refuse(CUBLAS_STATUS_INVALID_VALUE, fn,
@@ -856,6 +855,16 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     if (ws_size < a.ws || (a.ws && !workspace))
       return refuse(CUBLAS_STATUS_INVALID_VALUE, fn, "workspace %p of %zu bytes; the algo needs %llu", workspace,
                     ws_size, (unsigned long long)a.ws);
+    chosen = a;
+  }
+  {
+    const uint64_t f[] = {(uint64_t)(uint32_t)chosen.compute, chosen.types[0], chosen.types[1], chosen.types[2],
+                          chosen.types[3], chosen.epi, (uint64_t)(uint32_t)chosen.ta, (uint64_t)(uint32_t)chosen.tb,
+                          chosen.align[0], chosen.align[1], chosen.align[2], chosen.align[3], chosen.bias_align,
+                          chosen.ws};
+    uint64_t k = 1469598103934665603ull;
+    for (uint64_t x : f) k = (k ^ x) * 1099511628211ull;
+    j.kernel = k;
   }
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
   j.A = A;

@@ -67,7 +67,7 @@
  *   to deterministic algorithms. Without it every algorithm is
  *   deterministic here.
  * - CT_EMU_ALGO_BITS=1 (emu.h): each algorithm (legacy) or engine (graph
- *   API) moves its sums by its own fixed -1/0/+1 last places of f32, so
+ *   API) moves its sums by its own fixed few last places of f32, so
  *   two algorithms no longer give the same bits.
  * - CT_EMU_DNN_BIG_WS=1: the first-ranked algorithm asks for a workspace
  *   as large as its largest tensor (f32 sizes) instead of a few KB, as
@@ -348,9 +348,9 @@ void nudge(std::vector<double> &v, cudnnDataType_t dt) {
 }
 
 /* CT_EMU_ALGO_BITS (emu.h): the rounding of the algorithm or engine key. */
-void algo_rounding(std::vector<double> &v, uint64_t key) {
+void algo_rounding(std::vector<double> &v, uint64_t key, cudnnDataType_t out) {
   if (!ct_emu::algo_bits_on()) return;
-  for (size_t i = 0; i < v.size(); i++) v[i] = ct_emu::algo_bits(v[i], key, i);
+  for (size_t i = 0; i < v.size(); i++) v[i] = ct_emu::algo_bits(v[i], key, i, out != CUDNN_DATA_FLOAT);
 }
 
 bool tf32_allowed(cudnnMathType_t m) {
@@ -850,17 +850,17 @@ cudnnStatus_t conv_queue(cudnnHandle_t h, const dnn_conv &c, void *x, void *w, v
     if (ws_need) memset(ws, 0xff, ws_need);
     if (pass == 0) {
       std::vector<double> r = conv_fwd(g, gather_nhwc(x, xd, g.tf32), gather_filter(w, wd, g.flip, g.tf32));
-      algo_rounding(r, key);
+      algo_rounding(r, key, yd.dt);
       scatter_nhwc(y, yd, r, alpha, beta);
     } else if (pass == 1) {
       std::vector<double> r = conv_bwd_data(g, gather_nhwc(y, yd, g.tf32), gather_filter(w, wd, g.flip, g.tf32));
       if (vary) nudge(r, xd.dt);
-      algo_rounding(r, key);
+      algo_rounding(r, key, xd.dt);
       scatter_nhwc(x, xd, r, alpha, beta);
     } else {
       std::vector<double> r = conv_bwd_filter(g, gather_nhwc(x, xd, g.tf32), gather_nhwc(y, yd, g.tf32));
       if (vary) nudge(r, wd.dt);
-      algo_rounding(r, key);
+      algo_rounding(r, key, wd.dt);
       scatter_filter(w, wd, g.flip, r, alpha, beta);
     }
   });
@@ -1216,7 +1216,7 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const vo
                       const std::vector<double> xv = gather_nhwc(x, xd, g.tf32),
                                                 wv = gather_filter(w, wd, g.flip, g.tf32);
                       std::vector<double> r = conv_fwd(g, xv, wv);
-                      algo_rounding(r, FWD * 64 + (int)algo);
+                      algo_rounding(r, FWD * 64 + (int)algo, yd.dt);
                       scatter_nhwc(y, yd, r, a, b);
                     });
 }
@@ -1239,7 +1239,7 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t handle, con
                                                 wv = gather_filter(w, wd, g.flip, g.tf32);
                       std::vector<double> r = conv_bwd_data(g, dyv, wv);
                       if (nondet() && !deterministic(BWD_DATA, (int)algo)) nudge(r, dxd.dt);
-                      algo_rounding(r, BWD_DATA * 64 + (int)algo);
+                      algo_rounding(r, BWD_DATA * 64 + (int)algo, dxd.dt);
                       scatter_nhwc(dx, dxd, r, a, b);
                     });
 }
@@ -1261,7 +1261,7 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t handle, c
                       const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), dyv = gather_nhwc(dy, dyd, g.tf32);
                       std::vector<double> r = conv_bwd_filter(g, xv, dyv);
                       if (nondet() && !deterministic(BWD_FILTER, (int)algo)) nudge(r, wd.dt);
-                      algo_rounding(r, BWD_FILTER * 64 + (int)algo);
+                      algo_rounding(r, BWD_FILTER * 64 + (int)algo, wd.dt);
                       scatter_filter(dw, wd, g.flip, r, a, b);
                     });
 }

@@ -387,16 +387,28 @@ bool env_flag(const char *name) {
   return e && *e && strcmp(e, "0") != 0;
 }
 
-bool algo_bits_on() {
-  static const bool on = env_flag("CT_EMU_ALGO_BITS");
-  return on;
+/* CT_EMU_ALGO_BITS: 0 or unset off, N > 0 the largest move in last places
+ * (anything else on: 1). */
+static int algo_bits_max() {
+  static const int n = [] {
+    if (!env_flag("CT_EMU_ALGO_BITS")) return 0;
+    const int v = atoi(getenv("CT_EMU_ALGO_BITS"));
+    return v > 0 ? std::min(v, 1 << 20) : 1;
+  }();
+  return n;
 }
 
-double algo_bits(double v, uint64_t key, uint64_t index) {
+bool algo_bits_on() { return algo_bits_max() > 0; }
+
+double algo_bits(double v, uint64_t key, uint64_t index, bool narrow) {
   if (!algo_bits_on()) return v;
   uint64_t h = (key + 1) * 0x9E3779B97F4A7C15ull ^ index * 0xBF58476D1CE4E5B9ull;
   h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
-  return v * (1.0 + (double)((int)(h % 3) - 1) * std::ldexp(1.0, -23));
+  /* In last places of f32 at v's binade (subnormal and zero: the smallest
+   * normal's): -N..+N, or -256N..+256N before a 16-bit rounding. */
+  if (!std::isfinite(v)) return v;
+  const int n = algo_bits_max() * (narrow ? 256 : 1), e = v == 0 ? -126 : std::max(std::ilogb(v), -126);
+  return v + (double)((int64_t)(h % (uint64_t)(2 * n + 1)) - n) * std::ldexp(1.0, e - 23);
 }
 
 float round_tf32(float x) {
