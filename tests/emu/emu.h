@@ -90,6 +90,9 @@ bool env_flag(const char *name);
  * fails under it when the runs chose different algorithms, as it would on
  * a GPU. Off: v unchanged. */
 bool algo_bits_on();
+/* The hash both the knob above and CT_EMU_DNN_NONDET draw their moves from:
+ * a well-mixed 64-bit value of (a, b). */
+uint64_t mix64(uint64_t a, uint64_t b);
 double algo_bits(double v, uint64_t key, uint64_t index, bool narrow);
 
 /* TF32 rounding of an f32 value (10 explicit mantissa bits, round to

@@ -340,17 +340,17 @@ void nudge(std::vector<double> &v, cudnnDataType_t dt) {
   static std::atomic<uint64_t> calls{(uint64_t)std::random_device{}() << 32 ^ std::random_device{}()};
   const uint64_t call = ++calls;
   const double ulp = std::ldexp(1.0, dt == CUDNN_DATA_FLOAT ? -23 : dt == CUDNN_DATA_HALF ? -10 : -7);
-  for (size_t i = 0; i < v.size(); i++) {
-    uint64_t h = call * 0x9E3779B97F4A7C15ull ^ (uint64_t)i * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
-    v[i] *= 1.0 + (double)((int)(h % 3) - 1) * ulp;
-  }
+  for (size_t i = 0; i < v.size(); i++) v[i] *= 1.0 + (double)((int)(ct_emu::mix64(call, i) % 3) - 1) * ulp;
 }
 
-/* CT_EMU_ALGO_BITS (emu.h): the rounding of the algorithm or engine key. */
-void algo_rounding(std::vector<double> &v, uint64_t key, cudnnDataType_t out) {
+/* What the algorithm with this key does to an exact result r of type out
+ * beyond rounding it: its own summation order (CT_EMU_ALGO_BITS, emu.h),
+ * and, vary (an atomics-based one under CT_EMU_DNN_NONDET), a different
+ * order at every call. */
+void as_algorithm(std::vector<double> &r, uint64_t key, bool vary, cudnnDataType_t out) {
+  if (vary) nudge(r, out);
   if (!ct_emu::algo_bits_on()) return;
-  for (size_t i = 0; i < v.size(); i++) v[i] = ct_emu::algo_bits(v[i], key, i, out != CUDNN_DATA_FLOAT);
+  for (size_t i = 0; i < r.size(); i++) r[i] = ct_emu::algo_bits(r[i], key, i, out != CUDNN_DATA_FLOAT);
 }
 
 bool tf32_allowed(cudnnMathType_t m) {
@@ -850,17 +850,15 @@ cudnnStatus_t conv_queue(cudnnHandle_t h, const dnn_conv &c, void *x, void *w, v
     if (ws_need) memset(ws, 0xff, ws_need);
     if (pass == 0) {
       std::vector<double> r = conv_fwd(g, gather_nhwc(x, xd, g.tf32), gather_filter(w, wd, g.flip, g.tf32));
-      algo_rounding(r, key, yd.dt);
+      as_algorithm(r, key, false, yd.dt);
       scatter_nhwc(y, yd, r, alpha, beta);
     } else if (pass == 1) {
       std::vector<double> r = conv_bwd_data(g, gather_nhwc(y, yd, g.tf32), gather_filter(w, wd, g.flip, g.tf32));
-      if (vary) nudge(r, xd.dt);
-      algo_rounding(r, key, xd.dt);
+      as_algorithm(r, key, vary, xd.dt);
       scatter_nhwc(x, xd, r, alpha, beta);
     } else {
       std::vector<double> r = conv_bwd_filter(g, gather_nhwc(x, xd, g.tf32), gather_nhwc(y, yd, g.tf32));
-      if (vary) nudge(r, wd.dt);
-      algo_rounding(r, key, wd.dt);
+      as_algorithm(r, key, vary, wd.dt);
       scatter_filter(w, wd, g.flip, r, alpha, beta);
     }
   });
@@ -1216,7 +1214,7 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionForward(cudnnHandle_t handle, const vo
                       const std::vector<double> xv = gather_nhwc(x, xd, g.tf32),
                                                 wv = gather_filter(w, wd, g.flip, g.tf32);
                       std::vector<double> r = conv_fwd(g, xv, wv);
-                      algo_rounding(r, FWD * 64 + (int)algo, yd.dt);
+                      as_algorithm(r, FWD * 64 + (int)algo, false, yd.dt);
                       scatter_nhwc(y, yd, r, a, b);
                     });
 }
@@ -1238,8 +1236,8 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardData(cudnnHandle_t handle, con
                       const std::vector<double> dyv = gather_nhwc(dy, dyd, g.tf32),
                                                 wv = gather_filter(w, wd, g.flip, g.tf32);
                       std::vector<double> r = conv_bwd_data(g, dyv, wv);
-                      if (nondet() && !deterministic(BWD_DATA, (int)algo)) nudge(r, dxd.dt);
-                      algo_rounding(r, BWD_DATA * 64 + (int)algo, dxd.dt);
+                      as_algorithm(r, BWD_DATA * 64 + (int)algo, nondet() && !deterministic(BWD_DATA, (int)algo),
+                                   dxd.dt);
                       scatter_nhwc(dx, dxd, r, a, b);
                     });
 }
@@ -1260,8 +1258,8 @@ cudnnStatus_t CUDNNWINAPI cudnnConvolutionBackwardFilter(cudnnHandle_t handle, c
                     [=](double a, double b) {
                       const std::vector<double> xv = gather_nhwc(x, xd, g.tf32), dyv = gather_nhwc(dy, dyd, g.tf32);
                       std::vector<double> r = conv_bwd_filter(g, xv, dyv);
-                      if (nondet() && !deterministic(BWD_FILTER, (int)algo)) nudge(r, wd.dt);
-                      algo_rounding(r, BWD_FILTER * 64 + (int)algo, wd.dt);
+                      as_algorithm(r, BWD_FILTER * 64 + (int)algo,
+                                   nondet() && !deterministic(BWD_FILTER, (int)algo), wd.dt);
                       scatter_filter(dw, wd, g.flip, r, a, b);
                     });
 }

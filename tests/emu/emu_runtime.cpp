@@ -400,10 +400,15 @@ static int algo_bits_max() {
 
 bool algo_bits_on() { return algo_bits_max() > 0; }
 
+uint64_t mix64(uint64_t a, uint64_t b) {
+  uint64_t h = a * 0x9E3779B97F4A7C15ull ^ b * 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
+  return h;
+}
+
 double algo_bits(double v, uint64_t key, uint64_t index, bool narrow) {
   if (!algo_bits_on()) return v;
-  uint64_t h = (key + 1) * 0x9E3779B97F4A7C15ull ^ index * 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 31, h *= 0x94D049BB133111EBull, h ^= h >> 29;
+  const uint64_t h = mix64(key + 1, index);
   /* In last places of f32 at v's binade (subnormal and zero: the smallest
    * normal's): -N..+N, or -256N..+256N before a 16-bit rounding. */
   if (!std::isfinite(v)) return v;
