@@ -61,7 +61,11 @@ int ct_model_state_count(const ct_model *m);
 const ct_state_entry *ct_model_state(const ct_model *m, int i);
 /* Index of a state entry by name, or -1. */
 int ct_model_state_find(const ct_model *m, const char *name);
-/* Trainable parameters as one flat f32 buffer and its gradient buffer. */
+/* Trainable parameters as one flat f32 buffer and its gradient buffer, of
+ * *n elements: each parameter starts at a multiple of 256 bytes (as
+ * PyTorch's allocator places tensors), and the gaps between them hold
+ * zeros that no step changes. An optimizer for the model is created with
+ * this *n; ct_model_param_count is the number of parameters. */
 float *ct_model_params(ct_model *m, size_t *n);
 float *ct_model_grads(ct_model *m, size_t *n);
 int64_t ct_model_param_count(const ct_model *m);

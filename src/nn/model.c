@@ -256,6 +256,20 @@ static ct_status check_sizes(const ct_layer *l, int64_t *params) {
   return CT_OK;
 }
 
+/* The f32 offset of the next parameter or buffer after n elements: a
+ * multiple of CT_STATE_ALIGN bytes, as each tensor of PyTorch's caching
+ * allocator is, so a parameter, its gradient and its optimizer state start
+ * where cuDNN's graph engines (16 bytes), cuBLASLt's widest kernels (256)
+ * and vector loads want them, whatever sizes the layers before it have. */
+static size_t state_align(size_t n) {
+  const size_t per = CT_STATE_ALIGN / sizeof(float);
+  return (n + per - 1) / per * per;
+}
+
+/* An allocation of at least `bytes`, a whole number of CT_STATE_ALIGN
+ * (aligned_alloc's rule) and never zero. */
+static size_t bytes_up(size_t bytes) { return (bytes / CT_STATE_ALIGN + 1) * CT_STATE_ALIGN; }
+
 ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64_t seed) {
   if (m->n_layers == 0) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no layers", m->name);
   m->in_ndim = ndim;
@@ -299,6 +313,7 @@ ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64
   }
   /* Lay out state in registration order: names are "prefix.suffix". */
   m->n_params = m->n_buffers = m->n_counters = 0;
+  m->param_count = 0;
   for (int li = 0; li < m->n_layers; li++) {
     ct_layer *l = &m->layers[li];
     for (int k = 0; k < l->n_state; k++) {
@@ -311,20 +326,22 @@ ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64
       if (s->dtype == CT_I64)
         s->offset = m->n_counters, m->n_counters += n;
       else if (s->is_buffer)
-        s->offset = m->n_buffers, m->n_buffers += n;
+        s->offset = state_align(m->n_buffers), m->n_buffers = s->offset + n;
       else
-        s->offset = m->n_params, m->n_params += n;
+        s->offset = state_align(m->n_params), m->n_params = s->offset + n, m->param_count += n;
     }
   }
-  /* One flat buffer each; 64-byte aligned so every kernel may vectorise. */
-  size_t pb = (m->n_params * 4 + 63) / 64 * 64 + 64, bb = (m->n_buffers * 4 + 63) / 64 * 64 + 64,
-         cb = (m->n_counters * 8 + 63) / 64 * 64 + 64;
-  m->params = aligned_alloc(64, pb);
-  m->grads = aligned_alloc(64, pb);
-  m->buffers = aligned_alloc(64, bb);
-  m->counters = aligned_alloc(64, cb);
+  /* One flat buffer each, its gaps zero (nothing writes them, the
+   * optimizers keep them at zero). */
+  size_t pb = bytes_up(m->n_params * 4), bb = bytes_up(m->n_buffers * 4), cb = bytes_up(m->n_counters * 8);
+  m->params = aligned_alloc(CT_STATE_ALIGN, pb);
+  m->grads = aligned_alloc(CT_STATE_ALIGN, pb);
+  m->buffers = aligned_alloc(CT_STATE_ALIGN, bb);
+  m->counters = aligned_alloc(CT_STATE_ALIGN, cb);
   if (!m->params || !m->grads || !m->buffers || !m->counters)
-    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': cannot allocate %zu parameters", m->name, m->n_params);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': cannot allocate %zu parameters", m->name, m->param_count);
+  memset(m->params, 0, pb);
+  memset(m->buffers, 0, bb);
   memset(m->grads, 0, pb);
   m->grads_clean = 1;
   m->seed = seed;
@@ -382,7 +399,7 @@ float *ct_model_grads(ct_model *m, size_t *n) {
   return m->grads;
 }
 
-int64_t ct_model_param_count(const ct_model *m) { return (int64_t)m->n_params; }
+int64_t ct_model_param_count(const ct_model *m) { return (int64_t)m->param_count; }
 
 size_t ct_model_plan_bytes(const ct_model *m) { return m->plan.peak; }
 size_t ct_model_state_bytes(const ct_model *m) {

@@ -9,6 +9,11 @@
 #include "nn/recompute.h"
 #include "plan/plan.h"
 
+/* Where each parameter and buffer starts in the model's flat f32 state
+ * (and so its gradient and optimizer state): the plan's alignment, so a
+ * weight is placed as well as an activation. */
+#define CT_STATE_ALIGN CT_PLAN_ALIGN
+
 /* ct_exec_bufs.tmp of an input edge whose layer adds its input gradient
  * into the producer's itself (exec_plan.c's dx_accumulates). */
 #define CT_EXEC_DX_ACC (-2)
@@ -62,8 +67,10 @@ struct ct_model {
   int n_entries, cap_entries;
   ct_state_entry *entries;
   char **entry_names;
-  size_t n_params;       /* f32 elements of trainable parameters */
-  size_t n_buffers;      /* f32 elements of buffers (running stats) */
+  size_t n_params;       /* f32 elements of the parameter buffer: each parameter
+                            starts at a multiple of CT_STATE_ALIGN bytes, the gaps zero */
+  size_t param_count;    /* trainable parameters (n_params less the gaps) */
+  size_t n_buffers;      /* f32 elements of buffers (running stats), laid out alike */
   size_t n_counters;     /* i64 buffers (num_batches_tracked) */
   float *params, *grads, *buffers;
   int64_t *counters;

@@ -254,7 +254,7 @@ static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, 
     CHECK_MSG(l0->x[0].layout == want, "%s prec %d nhwc %d: the first convolution reads its input in layout %d, "
               "expected %d", name, (int)prec, nhwc, (int)l0->x[0].layout, (int)want);
   }
-  *np = (size_t)ct_model_param_count(m);
+  ct_model_params(m, np);
   float *p0 = malloc(*np * 4);
   CHECK_OK(ct_device_copy(NULL, p0, gpu, ct_model_params(m, NULL), *np * 4));
   *n_nhwc = *n_fused = 0;
@@ -286,7 +286,7 @@ static float *train_step(ct_device *gpu, const char *name, int c, int h, int w, 
   b.n = B;
   ct_optim_config oc = ct_optim_config_default(CT_OPTIM_SGD);
   ct_optimizer *o = NULL;
-  CHECK_OK(ct_optimizer_create(&oc, (size_t)ct_model_param_count(m), &o));
+  CHECK_OK(ct_optimizer_create(&oc, *np, &o));
   ct_grad_scaler gs;
   ct_grad_scaler_init(&gs, 0, 0, 1.0);
   double loss = 0;

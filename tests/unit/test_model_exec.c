@@ -3,7 +3,8 @@
  * agree on a full forward/backward, a batch below the planned one runs,
  * gradients accumulate across backward calls, a backward that overwrites
  * them (no zero fill) ignores the NaN and infinities they held, and
- * too-small inputs are refused naming the layer. */
+ * too-small inputs are refused naming the layer, and every parameter starts
+ * at a multiple of CT_STATE_ALIGN bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,79 @@ static void test_plan(const char *name, int c, int h, int w, int batch) {
   CHECK_MSG(p->peak < p->naive, "%s: peak %zu not below the naive %zu", name, p->peak, p->naive);
   printf("plan %-9s batch %d: %d buffers, peak %.1f MB, naive %.1f MB\n", name, batch, p->n, p->peak / 1048576.0,
          p->naive / 1048576.0);
+  ct_model_destroy(m);
+  ct_device_close(d);
+}
+
+/* Every parameter, gradient, buffer and optimizer state starts at a
+ * multiple of CT_STATE_ALIGN bytes, whatever the sizes before it (the
+ * parity model's 3x3 convolution over 3 channels has 216 weights and 8
+ * biases); the gaps are zero and stay zero through SGD steps with
+ * momentum and weight decay; the parameter count leaves the gaps out. */
+static void test_state_alignment(void) {
+  char path[1024];
+  const char *src = __FILE__, *cut = strstr(src, "tests/unit/");
+  snprintf(path, sizeof path, "%.*stests/data/models/parity.txt", cut ? (int)(cut - src) : 0, src);
+  ct_model_options o = {0};
+  ct_model *m = NULL;
+  ct_device *d = NULL;
+  CHECK_OK(ct_model_create(path, &o, &m));
+  CHECK_OK(ct_device_open("cpu", &d));
+  if (!m || !d) return;
+  const int B = 4;
+  CHECK_OK(ct_model_prepare(m, d, B, 1));
+  size_t n = 0;
+  float *params = ct_model_params(m, &n), *grads = ct_model_grads(m, NULL);
+  /* 1 where a parameter lies, 0 in the gaps */
+  unsigned char *used = calloc(n, 1);
+  int64_t count = 0;
+  int bad = 0;
+  for (int i = 0; i < ct_model_state_count(m); i++) {
+    const ct_state_entry *e = ct_model_state(m, i);
+    int64_t k = ct_tensor_numel(&e->value);
+    if (e->value.dtype == CT_I64) continue; /* num_batches_tracked: a host counter, never a kernel operand */
+    if (((uintptr_t)e->value.data % CT_STATE_ALIGN || (e->grad.data && (uintptr_t)e->grad.data % CT_STATE_ALIGN)) &&
+        bad++ < 3)
+      fprintf(stderr, "%s at %p, gradient at %p\n", e->name, e->value.data, e->grad.data);
+    if (!e->grad.data) continue;
+    count += k;
+    memset(used + ((float *)e->value.data - params), 1, (size_t)k);
+  }
+  CHECK_MSG(bad == 0, "%d state entries not at multiples of %d bytes", bad, CT_STATE_ALIGN);
+  CHECK_MSG(count == ct_model_param_count(m) && (size_t)count < n,
+            "parameter count %lld, the entries hold %lld, the flat buffer %zu", (long long)ct_model_param_count(m),
+            (long long)count, n);
+  float *x = malloc(sizeof(float) * B * 3 * 20 * 20);
+  int64_t t[4] = {0, 3, 7, 9};
+  fill_normal(x, B * 3 * 20 * 20, 5);
+  ct_tensor xt = ct_tensor_4d(x, CT_F32, B, 3, 20, 20), tt = ct_tensor_1d(t, CT_I64, B);
+  xt.device = tt.device = d;
+  ct_optim_config cfg = ct_optim_config_default(CT_OPTIM_SGD);
+  cfg.lr = 0.01, cfg.momentum = 0.9, cfg.weight_decay = 0.1;
+  ct_optimizer *opt = NULL;
+  CHECK_OK(ct_optimizer_create(&cfg, n, &opt));
+  for (int s = 0; s < 3 && opt; s++) {
+    CHECK_OK(ct_model_zero_grad(m));
+    step(m, d, &xt, &tt, NULL);
+    CHECK_OK(ct_optimizer_step(opt, params, grads));
+  }
+  const char *sn = "";
+  float *mom = NULL;
+  size_t mn = 0;
+  if (opt) CHECK_OK(ct_optimizer_state(opt, 0, &sn, &mom, &mn));
+  CHECK_MSG(mom && mn == n, "optimizer state '%s': %zu floats, expected %zu", sn, mn, n);
+  size_t nz = 0, moved = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (used[i]) moved += grads[i] != 0;
+    else nz += params[i] != 0 || grads[i] != 0 || (mom && mn == n && mom[i] != 0);
+  }
+  CHECK_MSG(nz == 0, "%zu gap elements of the parameters, gradients or momentum are not zero", nz);
+  CHECK_MSG(moved > (size_t)count / 2, "only %zu of %lld gradients are non-zero", moved, (long long)count);
+  printf("parity model: %lld parameters in a flat buffer of %zu floats, each at a multiple of %d bytes\n",
+         (long long)count, n, CT_STATE_ALIGN);
+  ct_optimizer_destroy(opt);
+  free(x);
+  free(used);
   ct_model_destroy(m);
   ct_device_close(d);
 }
@@ -315,6 +389,7 @@ int main(void) {
   test_plan("resnet18", 3, 64, 64, 4);
   test_plan("resnet9", 3, 32, 32, 8);
   test_plan("vgg11_bn", 3, 32, 32, 2);
+  test_state_alignment();
   test_too_small();
   test_small_batch_and_accumulation();
   test_ref_vs_cpu();
