@@ -18,7 +18,7 @@
  *                    [--no-fuse] [--no-conv-gemm] [--[no-]conv-thin]
  *                    [--memory-format auto|contiguous|channels-last]
  *                    [--recompute auto|cheap|norm|selective|N|off] [--optim adam|sgd]
- *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark]
+ *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark] [--tf32]
  *                    [--profiler-range]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
@@ -44,7 +44,7 @@
  * what bench/recompute.sh uses to match torch.optim.SGD; --momentum sets
  * SGD's (bench/gpu/run_gpu.sh: 0.9, as its PyTorch side).
  * On cuda: --precision fp16 too (O1 with the dynamic loss scale, as
- * `ctrain train`), --cudnn-benchmark as `ctrain train`'s, and --profile
+ * `ctrain train`), --cudnn-benchmark and --tf32 as `ctrain train`'s, and --profile
  * times each layer's forward and backward between two device
  * synchronisations (wall time, so each includes a launch and a sync,
  * some microseconds) and then lists the backend's choices (each cuDNN
@@ -230,7 +230,7 @@ int main(int argc, char **argv) {
   int c = 0, h = 0, w = 0;
   const char *prec = "fp32", *device = "cpu";
   ct_memory_format fmt = CT_MEMORY_FORMAT_AUTO;
-  int recompute = 0, cudnn_benchmark = 0, profiler_range = 0;
+  int recompute = 0, cudnn_benchmark = 0, tf32 = 0, profiler_range = 0;
   double momentum = 0;
   ct_optim_kind optim = CT_OPTIM_ADAM;
   for (int i = 1; i < argc; i++) {
@@ -241,6 +241,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(a, "--cudnn-benchmark")) {
       cudnn_benchmark = 1;
+      continue;
+    }
+    if (!strcmp(a, "--tf32")) {
+      tf32 = 1;
       continue;
     }
     if (!strcmp(a, "--profiler-range")) {
@@ -325,6 +329,7 @@ int main(int argc, char **argv) {
     }
     CK(be->set_option(dev, "cudnn_benchmark", 1));
   }
+  if (tf32) CK(ct_device_set_tf32(dev, 1));
   ct_model_options mo = {c, h, w, classes, 1};
   ct_model *m;
   CK(ct_model_create(model, &mo, &m));

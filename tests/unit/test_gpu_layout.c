@@ -16,7 +16,9 @@
  * CT_EMU_DNN_NO_NHWC run (emu_test_gpu_layout_no_nhwc) takes every NHWC
  * algorithm away, so the same checks then cover the NCHW fallback. The
  * backend's describe op then lists those plans (and, under
- * CT_EMU_DNN_FIRST_FAILS, the algorithms it gave up on).
+ * CT_EMU_DNN_FIRST_FAILS, the algorithms it gave up on). Last, an f32
+ * TF32 step of a model with odd parameter sizes leaves no candidate for
+ * a misaligned operand.
  * Labelled gpu; exits 77 without a CUDA device. */
 #include "op_util.h"
 #include "test_util.h"
@@ -375,6 +377,43 @@ static void check_graph_describe(ct_device *gpu) {
   free(all);
 }
 
+/* A model whose parameter sizes are not multiples of 4 floats (27
+ * weights and 3 biases before the second convolution's weight), one f32
+ * step with TF32 on (the f32 case that takes cuDNN's graph engines), on a
+ * device of its own so that only its plans are listed: no plan may have
+ * left a candidate because an operand was misaligned (each parameter
+ * starts at a multiple of 256 bytes, model.c). On the emulator the graph
+ * engines then ran; on a GPU cuDNN may refuse one for its own reasons. */
+static void check_odd_sizes_aligned(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/ct_odd_model_XXXXXX.txt", test_tmpdir());
+  if (test_write_temp(path, 4,
+                      "input 1x16x16\nconv2d 1 3 3 padding=1\nrelu\nconv2d 3 8 3 padding=1\nrelu\n"
+                      "flatten\nlinear 2048 10\n"))
+    return;
+  ct_device *gpu = NULL;
+  CHECK_OK(ct_device_open("cuda", &gpu));
+  if (gpu) CHECK_OK(ct_device_set_tf32(gpu, 1));
+  int na = 0, fa = 0;
+  size_t np = 0;
+  float *upd = gpu ? train_step(gpu, path, 1, 16, 16, CT_PRECISION_FP32, 0, &na, &fa, &np) : NULL;
+  remove(path);
+  const ct_backend *be = gpu ? ct_device_backend(gpu) : NULL;
+  size_t need = be ? be->describe(gpu, NULL, 0) : 0;
+  char *all = need ? malloc(need + 1) : NULL;
+  if (all) {
+    be->describe(gpu, all, need + 1);
+    CHECK_MSG(strstr(all, "not aligned") == NULL, "odd sizes: a plan left a candidate for alignment:\n%s", all);
+    const char *api = getenv("CTRAIN_CUDA_CONV_API");
+    if (getenv("CTRAIN_TEST_EMU") && !(api && !strcmp(api, "legacy")))
+      CHECK_MSG(strstr(all, "f32  nchw x 4x3x16x16 w 8x3x3x3 stride 1 pad 1 groups 1: engine "),
+                "odd sizes: the second convolution did not run a graph engine:\n%s", all);
+  }
+  CHECK_MSG(upd != NULL, "odd sizes: no step");
+  free(all), free(upd);
+  ct_device_close(gpu);
+}
+
 int main(void) {
   ct_device *gpu, *ref;
   unsetenv("CTRAIN_CUDA_TF32"); /* the f32 convolution checks assume FMA math (TF32 off) */
@@ -423,5 +462,6 @@ int main(void) {
   check_graph_describe(gpu);
   ct_device_close(ref);
   ct_device_close(gpu);
+  check_odd_sizes_aligned();
   return test_summary("gpu_layout");
 }

@@ -95,6 +95,10 @@ typedef struct conv_cand {
 #define GRAPH_CANDS 8
 #define GRAPH_FALLBACKS 3
 #define CONV_CANDS (LEGACY_CANDS + GRAPH_CANDS)
+
+/* Why a plan moved past a candidate (conv_plan.left_why, the describe
+ * op's "left ..." notes). */
+enum { CONV_LEFT_REFUSED = 1, CONV_LEFT_OOM, CONV_LEFT_ALIGN };
 #define KEY_LEN 33
 
 /* A convolution plan: the descriptors and the algorithms for one shape,
@@ -114,12 +118,11 @@ typedef struct conv_plan {
   conv_cand cand[CONV_CANDS];
   int ncand, cur;
   /* What cuda_conv_describe reports: why each candidate before cur was
-   * left (1: its scratch did not fit in memory, 0: cuDNN refused to run
-   * it), whether a call accumulated (beta != 0), the most memory one call
+   * left (a conv_left), whether a call accumulated (beta != 0), the most memory one call
    * took (workspace and staged operands), how many calls ran, and how many
    * of them took the scratch buffer (the rest needed nothing or ran in the
    * planned workspace). */
-  unsigned char left_oom[CONV_CANDS];
+  unsigned char left_why[CONV_CANDS];
   int accumulated;
   size_t need_max;
   long long calls, in_scratch;
@@ -547,8 +550,9 @@ static conv_layout conv_need(const conv_cand *k, int nhwc, ct_dtype rt, conv_arg
 /* One attempt with the plan's current candidate: scratch (workspace and
  * staged operands), inputs staged, the cuDNN call, a staged output back.
  * *retry says whether the next candidate may succeed where this failed:
- * the scratch did not fit in memory, or cuDNN refused to run the
- * algorithm (NOT_SUPPORTED). Nothing but scratch is written before the
+ * the scratch did not fit in memory, cuDNN refused to run the algorithm
+ * (NOT_SUPPORTED), or (*retry = CONV_LEFT_ALIGN) a graph engine met an
+ * operand that is not 16-byte aligned. Nothing but scratch is written before the
  * cuDNN call, so a retry starts clean. A space-to-depth pass (z) stages
  * S and W' first and folds dW' into the call's dw last (beta 0 here:
  * the fold blends). */
@@ -620,7 +624,7 @@ static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_pl
     void *px = kind == CONV_BWD_DATA ? dst : (void *)a, *pw = kind == CONV_BWD_FILTER ? dst : (void *)b;
     void *py = kind == CONV_FWD ? dst : kind == CONV_BWD_DATA ? (void *)a : (void *)b;
     if (((uintptr_t)px | (uintptr_t)pw | (uintptr_t)py | (uintptr_t)ws) % CUDA_CONV_GRAPH_ALIGN) {
-      *retry = 1;
+      *retry = CONV_LEFT_ALIGN;
       return ct_error(CT_ERR_UNSUPPORTED, "cuda %s: cuDNN engine %lld: an operand is not %d-byte aligned",
                       kind_name[kind], k->engine, CUDA_CONV_GRAPH_ALIGN);
     }
@@ -899,7 +903,9 @@ static ct_status conv_exec(ct_device *d, conv_kind kind, const ct_conv2d_params 
     int retry = 0;
     ct_status s = conv_try(d, h, kind, c, nhwc, rt, cc.in1, cc.in2, out, cc.oa, cc.beta, cc.z, &retry);
     if (s == CT_OK || !retry || c->cur + 1 >= c->ncand) return s;
-    c->left_oom[c->cur] = s == CT_ERR_OUT_OF_MEMORY;
+    c->left_why[c->cur] = retry == CONV_LEFT_ALIGN ? CONV_LEFT_ALIGN
+                          : s == CT_ERR_OUT_OF_MEMORY ? CONV_LEFT_OOM
+                                                      : CONV_LEFT_REFUSED;
     c->cur++;
     cudnnStatus_t e = cudnnSetConvolutionMathType(c->cv, c->cand[c->cur].math);
     if (e != CUDNN_STATUS_SUCCESS) return cuda_dnn_fail(e, __FILE__, __LINE__, "cudnnSetConvolutionMathType");
@@ -964,7 +970,10 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n) {
     }
     for (int j = 0; j < c->cur; j++) {
       cand_name(&c->cand[j], nm, sizeof nm);
-      PUT("; left %s: %s", nm, c->left_oom[j] ? "out of memory" : "cuDNN refused it");
+      PUT("; left %s: %s", nm,
+          c->left_why[j] == CONV_LEFT_OOM     ? "out of memory"
+          : c->left_why[j] == CONV_LEFT_ALIGN ? "an operand not aligned for the graph API"
+                                              : "cuDNN refused it");
     }
     if (c->s2d_verdict)
       PUT("; %s: %.3f ms + staging %.3f ms against the direct pass's %.3f ms", c->s2d_verdict > 0 ? "taken" : "not taken",
