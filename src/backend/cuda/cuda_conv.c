@@ -118,10 +118,10 @@ typedef struct conv_plan {
   conv_cand cand[CONV_CANDS];
   int ncand, cur;
   /* What cuda_conv_describe reports: why each candidate before cur was
-   * left (a conv_left), whether a call accumulated (beta != 0), the most memory one call
-   * took (workspace and staged operands), how many calls ran, and how many
-   * of them took the scratch buffer (the rest needed nothing or ran in the
-   * planned workspace). */
+   * left (CONV_LEFT_*), whether a call accumulated (beta != 0), the most
+   * memory one call took (workspace and staged operands), how many calls
+   * ran, and how many of them took the scratch buffer (the rest needed
+   * nothing or ran in the planned workspace). */
   unsigned char left_why[CONV_CANDS];
   int accumulated;
   size_t need_max;
@@ -552,8 +552,8 @@ static conv_layout conv_need(const conv_cand *k, int nhwc, ct_dtype rt, conv_arg
  * *retry says whether the next candidate may succeed where this failed:
  * the scratch did not fit in memory, cuDNN refused to run the algorithm
  * (NOT_SUPPORTED), or (*retry = CONV_LEFT_ALIGN) a graph engine met an
- * operand that is not 16-byte aligned. Nothing but scratch is written before the
- * cuDNN call, so a retry starts clean. A space-to-depth pass (z) stages
+ * operand that is not 16-byte aligned. Nothing but scratch is written
+ * before the cuDNN call, so a retry starts clean. A space-to-depth pass (z) stages
  * S and W' first and folds dW' into the call's dw last (beta 0 here:
  * the fold blends). */
 static ct_status conv_try(ct_device *d, cudnnHandle_t h, conv_kind kind, conv_plan *c, int nhwc, ct_dtype rt,
