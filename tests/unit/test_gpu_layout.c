@@ -360,16 +360,22 @@ static void check_describe(ct_device *gpu) {
   free(all);
 }
 
+/* The describe op's whole text (malloc'ed), or NULL. */
+static char *describe_text(ct_device *gpu) {
+  const ct_backend *be = ct_device_backend(gpu);
+  size_t need = be->describe(gpu, NULL, 0);
+  char *all = malloc(need + 1);
+  if (all) be->describe(gpu, all, need + 1);
+  return all;
+}
+
 /* Unless CTRAIN_CUDA_CONV_API=legacy, after the 16-bit steps: the graph
  * API's engines were candidates, and (where cuDNN refused none) ran. */
 static void check_graph_describe(ct_device *gpu) {
   const char *api = getenv("CTRAIN_CUDA_CONV_API");
   if (api && !strcmp(api, "legacy")) return;
-  const ct_backend *be = ct_device_backend(gpu);
-  size_t need = be->describe(gpu, NULL, 0);
-  char *all = malloc(need + 1);
+  char *all = describe_text(gpu);
   if (!all) return;
-  be->describe(gpu, all, need + 1);
   fputs(all, stdout);
   CHECK_MSG(strstr(all, "graph and legacy API") && strstr(all, "ranked: *e"), "describe:\n%s", all);
   const char *nn = getenv("CT_EMU_DNN_NO_NHWC");
@@ -398,11 +404,8 @@ static void check_odd_sizes_aligned(void) {
   size_t np = 0;
   float *upd = gpu ? train_step(gpu, path, 1, 16, 16, CT_PRECISION_FP32, 0, &na, &fa, &np) : NULL;
   remove(path);
-  const ct_backend *be = gpu ? ct_device_backend(gpu) : NULL;
-  size_t need = be ? be->describe(gpu, NULL, 0) : 0;
-  char *all = need ? malloc(need + 1) : NULL;
+  char *all = gpu ? describe_text(gpu) : NULL;
   if (all) {
-    be->describe(gpu, all, need + 1);
     CHECK_MSG(strstr(all, "not aligned") == NULL, "odd sizes: a plan left a candidate for alignment:\n%s", all);
     const char *api = getenv("CTRAIN_CUDA_CONV_API");
     if (getenv("CTRAIN_TEST_EMU") && !(api && !strcmp(api, "legacy")))

@@ -181,7 +181,7 @@ static void test_resident_step(ct_device *gpu) {
   oc.momentum = 0.9;
   size_t np;
   ct_optimizer *o1, *o2;
-  ct_model_params(mc, &np);
+  float *pc = ct_model_params(mc, &np);
   CHECK_OK(ct_optimizer_create(&oc, np, &o1));
   CHECK_OK(ct_optimizer_create(&oc, np, &o2));
   /* CPU: the trainer's host path. */
@@ -194,7 +194,6 @@ static void test_resident_step(ct_device *gpu) {
   CHECK_OK(ct_model_zero_grad(mc));
   CHECK_OK(ct_loss_backward(cpu, CT_LOSS_CROSS_ENTROPY, out, &b.y, 0, 1.0f, &dout));
   CHECK_OK(ct_model_backward(mc, &dout));
-  float *pc = ct_model_params(mc, &np);
   /* Both models start from the same weights (same seed); keep them to
    * compare the updates: the weights themselves would agree within 1e-4
    * even if the GPU had not updated at all (lr 0.01 x small gradients). */
