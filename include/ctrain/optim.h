@@ -116,8 +116,11 @@ ct_status ct_optimizer_scalar(const ct_optimizer *o, size_t i, const char **name
  * CT_ERR_NOT_FOUND, an invalid value CT_ERR_INVALID_ARG. */
 ct_status ct_optimizer_set_scalar(ct_optimizer *o, const char *name, double value);
 
-/* L2 norm of grads[0..n), accumulated in float64 by an OpenMP reduction. */
+/* L2 norm of grads[0..n), accumulated in float64 by an OpenMP reduction,
+ * and the sum of squares under the root (what replicas add up before the
+ * root is taken: the global norm of data parallel training). */
 double ct_grad_norm(const float *grads, size_t n);
+double ct_grad_sumsq(const float *grads, size_t n);
 
 /* torch.nn.utils.clip_grad_norm_ on one flat buffer: computes the total L2
  * norm (float64 accumulation) and, when max_norm / (norm + 1e-6) < 1,
@@ -125,6 +128,9 @@ double ct_grad_norm(const float *grads, size_t n);
  * clipping. Unlike PyTorch, a non-finite norm leaves grads untouched (and is
  * returned) so the caller can skip the step instead of spreading NaN. */
 double ct_clip_grad_norm(float *grads, size_t n, double max_norm);
+/* The scaling half of ct_clip_grad_norm for a norm computed elsewhere
+ * (a global norm over replicas): the same coefficient and rule. */
+void ct_clip_grad_to_norm(float *grads, size_t n, double norm, double max_norm);
 
 #ifdef __cplusplus
 }

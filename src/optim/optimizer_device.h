@@ -82,6 +82,17 @@ ct_status ct_scheduler_peek(const ct_scheduler *s, const ct_optimizer *o, int ah
 /* Queues the copy of that table into stats->args (before the step, and
  * outside a captured graph, so a replay reads this step's values). */
 ct_status ct_optimizer_write_step_args(ct_optimizer *o, ct_device *dev, ct_step_stats *stats, double max_norm);
+/* The two halves of a fused step, for a step with work between them (a
+ * strategy's global reduction of the statistics): the statistics pass
+ * (the unscaled gradients' sum of squares and the inf/NaN flag, into
+ * stats), then the fused update and the scaler update that read them.
+ * host_args: the scalars from the host's counters as
+ * ct_optimizer_step_device takes them (max_norm the clip threshold; it
+ * also creates an SGD momentum buffer switched on late); else from
+ * stats->args as ct_optimizer_step_device_args. */
+ct_status ct_optimizer_grad_stats_device(ct_optimizer *o, ct_device *dev, const float *grads, ct_step_stats *stats);
+ct_status ct_optimizer_update_device(ct_optimizer *o, ct_device *dev, float *params, const float *grads,
+                                     ct_step_stats *stats, int host_args, double max_norm);
 /* ct_optimizer_step_device with the scalars taken from stats->args on the
  * device (the row matching stats->opt_steps): nothing of the launch
  * depends on the step, so it can be captured in a CUDA graph. Refuses an

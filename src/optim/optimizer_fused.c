@@ -127,31 +127,62 @@ int ct_optim_state_buffers(const ct_optim_config *c) {
   return c->amsgrad ? 3 : 2;
 }
 
-ct_status ct_optimizer_step_device(ct_optimizer *o, ct_device *dev, float *params, const float *grads,
-                                   ct_step_stats *stats, double max_norm) {
+/* Refuses a device without the fused kernels or state that is not on it. */
+static ct_status check_fused(const ct_optimizer *o, ct_device *dev, int by_args) {
   const ct_backend *be = ct_device_backend(dev);
-  if (!be->grad_stats || !be->fused_optim_step || !be->scaler_update)
+  int fused = by_args ? be->fused_optim_step_dev != NULL : be->fused_optim_step != NULL;
+  if (!be->grad_stats || !fused || !be->scaler_update)
     return ct_error(CT_ERR_UNSUPPORTED, "optimizer: device %s has no fused optimizer kernels", ct_device_name(dev));
   if (o->dev != dev) return ct_error(CT_ERR_INVALID_ARG, "optimizer: state is not on %s; call ct_optimizer_to_device", ct_device_name(dev));
-  if (o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer) {
-    /* OneCycleLR turned momentum on after creation: a zeroed device buffer. */
-    o->momentum_buffer = ct_device_alloc(dev, o->n * sizeof(float));
-    if (!o->momentum_buffer) return ct_error_wrap(CT_ERR_OUT_OF_MEMORY, "optimizer: momentum_buffer on %s", ct_device_name(dev));
-    o->dev_owned |= 1u;
-    int64_t n = (int64_t)o->n;
-    ct_tensor t = ct_tensor_view(o->momentum_buffer, CT_F32, 1, &n);
-    t.device = dev;
-    CT_TRY(be->fill(dev, &t, 0.0f));
-  }
-  ct_fused_optim_args a;
-  ct_optim_fused_args(o, max_norm, &a);
+  return CT_OK;
+}
+
+ct_status ct_optimizer_grad_stats_device(ct_optimizer *o, ct_device *dev, const float *grads, ct_step_stats *stats) {
+  CT_TRY(check_fused(o, dev, 0));
   int64_t n = (int64_t)o->n;
   ct_tensor g = ct_tensor_view((void *)grads, CT_F32, 1, &n);
   g.device = dev;
-  CT_TRY(be->grad_stats(dev, &g, stats));
-  float *s0 = o->cfg.kind == CT_OPTIM_SGD ? o->momentum_buffer : o->exp_avg;
-  CT_TRY(be->fused_optim_step(dev, &a, params, grads, s0, o->exp_avg_sq, o->max_exp_avg_sq, stats));
+  return ct_device_backend(dev)->grad_stats(dev, &g, stats);
+}
+
+ct_status ct_optimizer_update_device(ct_optimizer *o, ct_device *dev, float *params, const float *grads,
+                                     ct_step_stats *stats, int host_args, double max_norm) {
+  const ct_backend *be = ct_device_backend(dev);
+  CT_TRY(check_fused(o, dev, !host_args));
+  float *s0;
+  if (host_args) {
+    if (o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer) {
+      /* OneCycleLR turned momentum on after creation: a zeroed device buffer. */
+      o->momentum_buffer = ct_device_alloc(dev, o->n * sizeof(float));
+      if (!o->momentum_buffer) return ct_error_wrap(CT_ERR_OUT_OF_MEMORY, "optimizer: momentum_buffer on %s", ct_device_name(dev));
+      o->dev_owned |= 1u;
+      int64_t n = (int64_t)o->n;
+      ct_tensor t = ct_tensor_view(o->momentum_buffer, CT_F32, 1, &n);
+      t.device = dev;
+      CT_TRY(be->fill(dev, &t, 0.0f));
+    }
+    ct_fused_optim_args a;
+    ct_optim_fused_args(o, max_norm, &a);
+    s0 = o->cfg.kind == CT_OPTIM_SGD ? o->momentum_buffer : o->exp_avg;
+    CT_TRY(be->fused_optim_step(dev, &a, params, grads, s0, o->exp_avg_sq, o->max_exp_avg_sq, stats));
+  } else {
+    if (o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer)
+      return ct_error(CT_ERR_INVALID_ARG,
+                      "optimizer: SGD momentum %g on %s without a momentum buffer (momentum switched on after the state "
+                      "moved); this step must run through ct_optimizer_step_device",
+                      o->cfg.momentum, ct_device_name(dev));
+    s0 = o->cfg.kind == CT_OPTIM_SGD ? o->momentum_buffer : o->exp_avg;
+    CT_TRY(be->fused_optim_step_dev(dev, (int)o->cfg.kind, (int64_t)o->n, params, grads, s0, o->exp_avg_sq,
+                                    o->max_exp_avg_sq, stats));
+  }
   return be->scaler_update(dev, stats);
+}
+
+ct_status ct_optimizer_step_device(ct_optimizer *o, ct_device *dev, float *params, const float *grads,
+                                   ct_step_stats *stats, double max_norm) {
+  CT_TRY(check_fused(o, dev, 0));
+  CT_TRY(ct_optimizer_grad_stats_device(o, dev, grads, stats));
+  return ct_optimizer_update_device(o, dev, params, grads, stats, 1, max_norm);
 }
 
 void ct_optimizer_commit_step(ct_optimizer *o, int skipped) {
@@ -188,21 +219,7 @@ ct_status ct_optimizer_write_step_args(ct_optimizer *o, ct_device *dev, ct_step_
 
 ct_status ct_optimizer_step_device_args(ct_optimizer *o, ct_device *dev, float *params, const float *grads,
                                         ct_step_stats *stats) {
-  const ct_backend *be = ct_device_backend(dev);
-  if (!be->grad_stats || !be->fused_optim_step_dev || !be->scaler_update)
-    return ct_error(CT_ERR_UNSUPPORTED, "optimizer: device %s has no fused optimizer kernels", ct_device_name(dev));
-  if (o->dev != dev)
-    return ct_error(CT_ERR_INVALID_ARG, "optimizer: state is not on %s; call ct_optimizer_to_device", ct_device_name(dev));
-  if (o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer)
-    return ct_error(CT_ERR_INVALID_ARG,
-                    "optimizer: SGD momentum %g on %s without a momentum buffer (momentum switched on after the state "
-                    "moved); this step must run through ct_optimizer_step_device",
-                    o->cfg.momentum, ct_device_name(dev));
-  int64_t n = (int64_t)o->n;
-  ct_tensor g = ct_tensor_view((void *)grads, CT_F32, 1, &n);
-  g.device = dev;
-  CT_TRY(be->grad_stats(dev, &g, stats));
-  float *s0 = o->cfg.kind == CT_OPTIM_SGD ? o->momentum_buffer : o->exp_avg;
-  CT_TRY(be->fused_optim_step_dev(dev, (int)o->cfg.kind, n, params, grads, s0, o->exp_avg_sq, o->max_exp_avg_sq, stats));
-  return be->scaler_update(dev, stats);
+  CT_TRY(check_fused(o, dev, 1));
+  CT_TRY(ct_optimizer_grad_stats_device(o, dev, grads, stats));
+  return ct_optimizer_update_device(o, dev, params, grads, stats, 0, 0.0);
 }
