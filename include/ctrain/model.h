@@ -168,6 +168,33 @@ ct_status ct_model_output_grad(ct_model *m, ct_tensor *dout);
 /* Sets every parameter gradient to zero. */
 ct_status ct_model_zero_grad(ct_model *m);
 
+/* Replicas and stages (data, model and pipeline parallel). A model keeps
+ * its definition (the graph as built, with names, shapes and
+ * initialisation) apart from what ct_model_prepare binds to a device.
+ * ct_model_replicate makes a new model of the whole definition,
+ * ct_model_stage one of its layers [first, last] (0-based, in the order
+ * they were added; ct_model_layer_count counts them); each starts from a
+ * copy of m's current parameters, buffers and settings (precision, memory
+ * format, recompute), keeps m's state_dict names and dropout streams, and
+ * is prepared and used on its own device like any model: its own
+ * parameters, gradients, buffers, memory plan and arena. A stage must be
+ * cut where one activation alone crosses: its layers read only each other
+ * and layer first - 1 (the model input when first is 0), and no later
+ * layer reads inside it but its last layer; CT_ERR_INVALID_ARG naming the
+ * offending layer otherwise. A stage's input is layer first - 1's output
+ * (its shape per sample, at most 3 dimensions). */
+int ct_model_layer_count(const ct_model *m);
+ct_status ct_model_replicate(const ct_model *m, ct_model **out);
+ct_status ct_model_stage(const ct_model *m, int first, int last, ct_model **out);
+/* A stage after the first must send its input's gradient upstream: with
+ * on = 1 before a training ct_model_prepare, the plan keeps a buffer for
+ * it (f32 [N, ...], the input's shape) and ct_model_backward fills it;
+ * ct_model_input_grad then points *dx at it (valid until the next
+ * forward). CT_ERR_INVALID_ARG from ct_model_input_grad when the prepared
+ * plan has none. */
+ct_status ct_model_set_input_grad(ct_model *m, int on);
+ct_status ct_model_input_grad(ct_model *m, ct_tensor *dx);
+
 /* torchsummary-style table (layer, output shape, parameters, totals, sizes
  * in MB with activation memory from the plan). The model must be prepared;
  * batch is the batch shown in the shapes. */

@@ -65,6 +65,7 @@ static int alloc_plan_tables(ct_exec_bufs *b, int L) {
   for (int i = 0; i < 3 * L; i++) b->pws[i] = -1;
   for (int i = 0; i < 2 * L; i++) b->tmp[i] = b->xcast[i] = b->dxcast[i] = b->xcast_rc[i] = -1;
   b->out32 = b->dout32 = -1;
+  b->in_grad = -1;
   return 1;
 }
 
@@ -236,7 +237,7 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
     size_t n = ct_amp_layer_weights(m, i, NULL);
     if (!n) continue;
     b->lpw[i] = ct_plan_add(plan, 2 * n, training ? i : 0, training ? i : T);
-    const int dx = m->layers[i].n_inputs > 0 && m->layers[i].inputs[0] >= 0;
+    const int dx = m->layers[i].n_inputs > 0 && (m->layers[i].inputs[0] >= 0 || m->want_input_grad);
     if (training && (dx || rerun[i]))
       b->lpw_bwd[i] = ct_plan_add(plan, 2 * n, rerun[i] ? rc[i] : bwd[i], dx ? bwd[i] : rc[i]);
   }
@@ -263,7 +264,8 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
       size_t bytes = (size_t)ct_tensor_nbytes(&l->x[j]);
       b->xcast[2 * i + j] = ct_plan_add(plan, bytes, i, keep && !rerun[i] ? bwd[i] : i);
       if (rerun[i]) b->xcast_rc[2 * i + j] = ct_plan_add(plan, bytes, rc[i], keep ? bwd[i] : rc[i]);
-      if (training && l->inputs[j] >= 0) b->dxcast[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
+      if (training && (l->inputs[j] >= 0 || m->want_input_grad))
+        b->dxcast[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
     }
   }
   if (ct_exec_out_dt(m, m->output) != CT_F32) {
@@ -286,6 +288,17 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
         int src = l->inputs[j];
         /* In the producer's dtype: a cast edge's gradient is cast into it. */
         size_t bytes = (size_t)ct_tensor_numel(&l->x[j]) * ct_dtype_size(ct_exec_src_dt(m, src));
+        if (src < 0 && m->want_input_grad) {
+          /* The first writer (in backward order) writes the input's
+           * gradient, the later ones add theirs through a temporary. */
+          if (b->in_grad < 0) {
+            size_t ib = (size_t)(max_batch * ct_shape_numel(m->in_ndim, m->in_shape)) * sizeof(float);
+            b->in_grad = ct_plan_add(plan, ib, bwd[i], T);
+          } else {
+            b->tmp[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
+          }
+          continue;
+        }
         if (src < 0) {
           if (l->cls == &ct_layer_batchnorm) b->tmp[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
           continue;
@@ -384,7 +397,7 @@ static ct_status mode_if_smaller(ct_model *m, ct_device *dev, int64_t max_batch,
  * stays f32 plain. Needs the dtypes and layouts chosen. */
 static void choose_input_format(ct_model *m) {
   m->in_dt = CT_F32, m->in_layout = CT_LAYOUT_PLAIN;
-  if (!m->narrow_input) return;
+  if (!m->narrow_input || m->want_input_grad) return; /* a stage's input gradient is f32 */
   ct_dtype dt = CT_F32;
   ct_layout lay = CT_LAYOUT_PLAIN;
   int n = 0;

@@ -1,6 +1,7 @@
 /* The passes of a bound model: forward, backward (with the recompute
  * forwards of dropped activations, nn/recompute.h) and the output
  * gradient, all inside the arena of the plan exec_plan.c built. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,8 @@ static ct_layout layout_of(const ct_model *m, int i) {
  * no cast edge: it arrives in that layout (m->in_layout). */
 ct_layout ct_exec_edge_layout(const ct_model *m, int i, int j) {
   const ct_layer *l = &m->layers[i];
-  if (l->inputs[j] < 0 && l->cls == &ct_layer_conv2d && l->in_ndim[j] == 3 && layout_of(m, i) == CT_LAYOUT_NHWC &&
+  if (l->inputs[j] < 0 && !m->want_input_grad && l->cls == &ct_layer_conv2d && l->in_ndim[j] == 3 &&
+      layout_of(m, i) == CT_LAYOUT_NHWC &&
       ct_exec_edge_cast(m, i, j) && m->dev && ct_device_backend(m->dev)->act_layout == CT_LAYOUT_NHWC)
     return CT_LAYOUT_NHWC;
   return layout_of(m, l->inputs[j]);
@@ -67,11 +69,16 @@ static void bind(ct_model *m, ct_exec_bufs *b, const ct_tensor *x, int64_t n, in
     for (int j = 0; j < l->n_inputs; j++) {
       int src = l->inputs[j], e = 2 * i + j;
       l->x[j].data = src < 0 ? x->data : m->layers[src].y.data;
-      l->dx[j].data = b->tmp[e] >= 0 ? at(m, b->tmp[e]) : src < 0 ? NULL : m->layers[src].dy.data;
+      l->dx[j].data = b->tmp[e] >= 0 ? at(m, b->tmp[e]) : src < 0 ? at(m, b->in_grad) : m->layers[src].dy.data;
       l->dx_acc[j] = b->tmp[e] == CT_EXEC_DX_ACC;
       if (b->xcast[e] >= 0) l->x[j].data = at2(m, b->xcast[e], b->xcast_rc[e], late);
       if (b->dxcast[e] >= 0) l->dx[j].data = at(m, b->dxcast[e]);
     }
+  }
+  if (b->in_grad >= 0) {
+    m->in_grad = ct_tensor_view(at(m, b->in_grad), CT_F32, 1, &n);
+    ct_layer_batch_shape(&m->in_grad, n, m->in_ndim, m->in_shape);
+    m->in_grad.device = m->dev;
   }
   if (b->out32 >= 0) {
     const ct_layer *o = &m->layers[m->output];
@@ -170,6 +177,38 @@ ct_status ct_model_forward(ct_model *m, const ct_tensor *x, int training, uint32
   return CT_OK;
 }
 
+/* Calls the grad hook with the span of layer l's parameters in the flat
+ * buffer (they are laid out in layer order: one contiguous span). */
+static ct_status grads_final(ct_model *m, const ct_layer *l) {
+  size_t lo = SIZE_MAX, hi = 0;
+  for (int k = 0; k < l->n_state; k++) {
+    const ct_state_decl *d = &l->state[k];
+    if (d->is_buffer || d->dtype != CT_F32) continue;
+    size_t n = (size_t)ct_shape_numel(d->ndim, d->shape);
+    if (d->offset < lo) lo = d->offset;
+    if (d->offset + n > hi) hi = d->offset + n;
+  }
+  return lo < hi ? m->grad_hook(m->grad_hook_ctx, l->index, lo, hi - lo) : CT_OK;
+}
+
+void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx) {
+  m->grad_hook = fn;
+  m->grad_hook_ctx = ctx;
+}
+
+ct_status ct_model_set_input_grad(ct_model *m, int on) {
+  m->want_input_grad = on != 0;
+  return CT_OK;
+}
+
+ct_status ct_model_input_grad(ct_model *m, ct_tensor *dx) {
+  if (m->eb.in_grad < 0 || !m->arena)
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': no input gradient (call ct_model_set_input_grad before a training "
+                    "ct_model_prepare)", m->name);
+  *dx = m->in_grad;
+  return CT_OK;
+}
+
 ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
   if (!m->has_forward)
     return ct_error(CT_ERR_INVALID_ARG, "model '%s': backward needs a training forward pass first", m->name);
@@ -210,24 +249,26 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
     ct_exec_pass_workspace(m, i, -1, &e);
     if (s != CT_OK) return ct_error_wrap(s, "model '%s', backward of layer %d (%s %s)", m->name, i, l->cls->kind, l->name);
     for (int j = 0; j < l->n_inputs; j++) {
-      if (l->inputs[j] < 0) continue;
-      ct_layer *src = &m->layers[l->inputs[j]];
+      /* The producer's gradient (the model input's for a stage). */
+      ct_tensor *sdy = l->inputs[j] >= 0 ? &m->layers[l->inputs[j]].dy : b->in_grad >= 0 ? &m->in_grad : NULL;
+      if (!sdy) continue;
       if (b->dxcast[2 * i + j] >= 0) {
         /* Back into the producer's dtype: straight into its gradient when
          * this is its first writer, else through the temporary. */
-        ct_tensor to = src->dy;
+        ct_tensor to = *sdy;
         ct_layer_batch_shape(&to, m->last_batch, l->in_ndim[j], l->in_shape[j]);
         if (b->tmp[2 * i + j] >= 0) to.data = at(m, b->tmp[2 * i + j]);
         CT_TRY(e.be->cast(e.dev, &l->dx[j], &to));
         if (b->tmp[2 * i + j] >= 0) {
           ct_tensor acc = to;
-          acc.data = src->dy.data;
+          acc.data = sdy->data;
           CT_TRY(e.be->add(e.dev, &acc, &to, CT_ACT_NONE, &acc));
         }
       } else if (b->tmp[2 * i + j] >= 0) {
-        CT_TRY(e.be->add(e.dev, &src->dy, &l->dx[j], CT_ACT_NONE, &src->dy));
+        CT_TRY(e.be->add(e.dev, sdy, &l->dx[j], CT_ACT_NONE, sdy));
       }
     }
+    if (m->grad_hook && l->n_state) CT_TRY(grads_final(m, l));
   }
   m->grads_clean = 0;
   m->has_forward = 0;

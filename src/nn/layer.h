@@ -110,7 +110,10 @@ typedef struct ct_layer_class {
 struct ct_layer {
   const ct_layer_class *cls;
   char name[CT_NAME_MAX]; /* state_dict prefix, e.g. "features.0" */
-  int index;
+  int index;             /* position in its model */
+  /* Index in the model it was defined in: keys its random streams
+   * (dropout masks), so a stage's layers draw their whole model's. */
+  int rng_index;
   int n_inputs;
   int inputs[CT_LAYER_MAX_IN]; /* producing layer index, -1 = model input */
 

@@ -27,6 +27,7 @@ void ct_model_destroy(ct_model *m) {
   free(m->entry_names);
   free(m->entries);
   free(m->layers);
+  free(m->def_layers);
   free(m->params);
   free(m->grads);
   free(m->buffers);
@@ -46,7 +47,7 @@ int ct_g_add_layer(ct_model *m, const ct_layer_class *cls, const char *name, int
   ct_layer *l = &m->layers[idx];
   memset(l, 0, sizeof *l);
   l->cls = cls;
-  l->index = idx;
+  l->index = l->rng_index = idx;
   snprintf(l->name, sizeof l->name, "%s", name ? name : "");
   l->inputs[0] = in0;
   l->inputs[1] = in1;
@@ -360,6 +361,12 @@ ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64
      * the others' initial values. */
     l->cls->init(l, seed ^ ((uint64_t)li * 0x9E3779B97F4A7C15ull), st, ct);
   }
+  /* The definition as built, before any prepare rewrites the graph
+   * (fusion): replicas and stages are made from it. */
+  free(m->def_layers);
+  m->def_layers = malloc((size_t)m->n_layers * sizeof *m->def_layers);
+  if (!m->def_layers) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  memcpy(m->def_layers, m->layers, (size_t)m->n_layers * sizeof *m->def_layers);
   return CT_OK;
 }
 

@@ -51,9 +51,15 @@ typedef struct ct_exec_bufs {
    * backward-data pass, whichever comes first. lpw_bwd points into lpw's
    * block. */
   int *lpw, *lpw_bwd; /* [L] each */
+  /* The gradient of the model input (ct_model_set_input_grad), -1 = none. */
+  int in_grad;
 } ct_exec_bufs;
 
 enum { CT_PASS_FWD, CT_PASS_RC, CT_PASS_BWD };
+
+/* "Layer `layer`'s parameter gradients, grads[first, first + count) of the
+ * flat buffer, are final for this backward." */
+typedef ct_status (*ct_model_grad_hook)(void *ctx, int layer, size_t first, size_t count);
 
 struct ct_model {
   char name[64];
@@ -61,6 +67,7 @@ struct ct_model {
   int64_t in_shape[3];
   int n_layers, cap_layers;
   ct_layer *layers;
+  ct_layer *def_layers;  /* [n_layers] the graph as ct_model_finish left it */
   int output;            /* index of the layer whose output is the model's */
 
   /* State dict entries (names owned here) and flat storage. */
@@ -115,7 +122,19 @@ struct ct_model {
   int narrow_input;
   ct_dtype in_dt;
   ct_layout in_layout;
+
+  /* A stage's input gradient (ct_model_set_input_grad): asked for, and its
+   * view after a backward. */
+  int want_input_grad;
+  ct_tensor in_grad;
+  /* Called by the backward after each layer with parameters
+   * (ct_model_set_grad_hook); NULL: nothing is called. */
+  ct_model_grad_hook grad_hook;
+  void *grad_hook_ctx;
 };
+
+/* Installs (fn non-NULL) or removes the backward's per-layer hook. */
+void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx);
 
 /* Points every state entry's value/grad views (and the layers' w/g views)
  * at the flat storage, wherever it lives now (model.c). */

@@ -23,7 +23,7 @@ static int64_t group(const ct_layer *l) {
 }
 
 static ct_dropout_key key(const ct_layer *l, const ct_exec *e) {
-  ct_dropout_key k = {e->seed, (uint32_t)l->index, e->step};
+  ct_dropout_key k = {e->seed, (uint32_t)l->rng_index, e->step};
   return k;
 }
 

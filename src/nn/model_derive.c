@@ -1,0 +1,102 @@
+/* Replicas and stages: new models made from a model's definition (the
+ * graph as built, before any prepare rewrote it) with a copy of its
+ * current parameters, buffers and settings, each then prepared on a
+ * device of its own. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/model_impl.h"
+
+/* Copies every state entry of dst from the entry of src with the same
+ * name, wherever src's state lives now (host or a device). */
+static ct_status copy_state(ct_model *dst, const ct_model *src) {
+  for (int i = 0; i < dst->n_entries; i++) {
+    ct_state_entry *d = &dst->entries[i];
+    int k = ct_model_state_find(src, d->name);
+    if (k < 0) return ct_error(CT_ERR_INTERNAL, "model '%s': no state entry '%s' to copy", src->name, d->name);
+    const ct_tensor *v = &src->entries[k].value;
+    CT_TRY(ct_device_copy(NULL, d->value.data, v->device, v->data, ct_tensor_nbytes(&d->value)));
+  }
+  return CT_OK;
+}
+
+/* Layers [first, last] of src's definition as a model of their own. */
+static ct_status derive(const ct_model *src, int first, int last, ct_model **out) {
+  *out = NULL;
+  if (!src->def_layers) return ct_error(CT_ERR_INVALID_ARG, "model '%s' is not finished", src->name);
+  ct_model *m;
+  CT_TRY(ct_model_new(src->name, &m));
+  const int n = last - first + 1;
+  m->layers = malloc((size_t)n * sizeof *m->layers);
+  if (!m->layers) {
+    ct_model_destroy(m);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", src->name);
+  }
+  m->cap_layers = m->n_layers = n;
+  for (int i = 0; i < n; i++) {
+    ct_layer *l = &m->layers[i];
+    *l = src->def_layers[first + i];
+    l->index = i;
+    l->n_state = 0;
+    for (int j = 0; j < l->n_inputs; j++) l->inputs[j] = l->inputs[j] < first ? -1 : l->inputs[j] - first;
+  }
+  m->output = n - 1;
+  int ndim = src->in_ndim;
+  int64_t shape[4] = {0};
+  memcpy(shape, src->in_shape, sizeof src->in_shape);
+  if (first > 0) {
+    const ct_layer *p = &src->def_layers[first - 1];
+    ndim = p->out_ndim;
+    memcpy(shape, p->out_shape, (size_t)ndim * sizeof *shape);
+  }
+  ct_status s = ndim > 3 ? ct_error(CT_ERR_UNSUPPORTED, "model '%s': a stage input of %d dimensions per sample", src->name, ndim)
+                         : ct_model_finish(m, ndim, shape, src->seed);
+  if (s == CT_OK) s = copy_state(m, src);
+  if (s != CT_OK) {
+    ct_model_destroy(m);
+    return s;
+  }
+  m->precision = src->precision;
+  m->opt_level = src->opt_level;
+  m->memory_format = src->memory_format;
+  m->recompute = src->recompute;
+  m->opt_buffers = src->opt_buffers;
+  *out = m;
+  return CT_OK;
+}
+
+ct_status ct_model_replicate(const ct_model *m, ct_model **out) { return derive(m, 0, m->n_layers - 1, out); }
+
+int ct_model_layer_count(const ct_model *m) { return m->n_layers; }
+
+ct_status ct_model_stage(const ct_model *m, int first, int last, ct_model **out) {
+  *out = NULL;
+  const ct_layer *d = m->def_layers;
+  if (!d || first < 0 || last < first || last >= m->n_layers)
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': stage [%d, %d] is not a range of its %d layers", m->name, first,
+                    last, m->n_layers);
+  /* One activation crosses each cut: the layers of the stage read only
+   * each other and layer first - 1 (the model input for the first
+   * stage), and the layers after it read only its last layer's output. */
+  for (int i = first; i <= last; i++)
+    for (int j = 0; j < d[i].n_inputs; j++) {
+      int src = d[i].inputs[j];
+      if (src < first && src != first - 1)
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "model '%s': stage [%d, %d] cannot start at layer %d: layer %d (%s) reads %s%d, before the cut",
+                        m->name, first, last, first, i, d[i].name, src < 0 ? "the model input, layer " : "layer ", src);
+    }
+  for (int i = last + 1; i < m->n_layers; i++)
+    for (int j = 0; j < d[i].n_inputs; j++) {
+      int src = d[i].inputs[j];
+      if (src != last && src >= first - 1 && src <= last)
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "model '%s': stage [%d, %d] cannot end at layer %d: layer %d (%s) reads layer %d inside it",
+                        m->name, first, last, last, i, d[i].name, src);
+      if (src < first - 1)
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "model '%s': stage [%d, %d]: layer %d (%s) after it reads layer %d before it", m->name, first,
+                        last, i, d[i].name, src);
+    }
+  return derive(m, first, last, out);
+}
