@@ -32,6 +32,9 @@ typedef struct ct_eval_result {
   double seconds;
 } ct_eval_result;
 
+/* The largest ct_train_config.accumulate (--accumulate). */
+#define CT_ACCUMULATE_MAX 1024
+
 typedef struct ct_train_config {
   int epochs;               /* default 1 */
   int64_t max_steps;        /* 0 = no limit; stops mid-epoch and checkpoints */

@@ -7,8 +7,7 @@
 
 #include <stdint.h>
 
-/* The largest --accumulate / ct_train_config.accumulate. */
-#define CT_ACCUMULATE_MAX 1024
+#include "ctrain/trainer.h" /* CT_ACCUMULATE_MAX */
 
 /* Where one micro-batch stands in its group. Groups are aligned to the
  * epoch's start: group g holds batches [g*N, min((g+1)*N, batches)), so a

@@ -1,11 +1,9 @@
-/* The training step on a device that keeps the model resident (CUDA):
- * batches staged host->device, loss and accuracy computed on the device,
- * the loss backward reading the scale from the device's loss scaler, the
- * fused optimizer and the scaler deciding on the device, and the step's
- * statistics read back with a lag so the host never waits for the GPU
- * inside an epoch; optionally the whole step captured once as a CUDA graph
- * and replayed. The trainer (trainer.c) takes this path when
- * ct_model_step_stats() is non-NULL; the host path is unchanged. Internal. */
+/* The device side of the one step (src/train/step.c, include/ctrain/step.h)
+ * for a model resident on a device (CUDA): staging batches host->device,
+ * the loss and accuracy on the device, the loss backward reading the scale
+ * from the device's loss scaler, and the host bookkeeping of the lagged
+ * read-back. Also the older internal entry points, now thin calls of the
+ * one step, that tests and benchmarks use. Internal. */
 #ifndef CTRAIN_TRAIN_DEVICE_STEP_H
 #define CTRAIN_TRAIN_DEVICE_STEP_H
 
@@ -16,6 +14,7 @@
 #include "ctrain/loss.h"
 #include "ctrain/model.h"
 #include "ctrain/optim.h"
+#include "ctrain/step.h"
 #include "optim/fused_step.h"
 
 /* Before the first step (after any checkpoint restore): moves the
@@ -33,6 +32,21 @@ ct_status ct_device_train_step(ct_model *m, ct_device *dev, ct_optimizer *opt, c
                                float label_smoothing, double clip, uint32_t step, ct_grad_scaler *gs, double *lv,
                                int64_t *top1, int64_t *top5, int *skipped);
 
+/* Copies batch b (f32, or raw uint8 / indices through its ct_gpu_data)
+ * into staging slot `slot` of the model's block and returns device views
+ * of it (x shaped as the model takes it). The copy goes on the copy
+ * stream (the compute stream waits on its event), so it overlaps whatever
+ * is queued: the caller guarantees no queued step still reads that slot
+ * (ct_stage_wait_slot). */
+ct_status ct_device_stage(ct_model *m, ct_device *dev, const ct_batch *b, int slot, ct_tensor *x, ct_tensor *y);
+/* Loss into stats->loss and top-1/top-5 into stats->top1/top5. */
+ct_status ct_device_loss_and_hits(ct_device *dev, ct_loss_kind loss, float ls, const ct_tensor *out, const ct_tensor *y,
+                                  ct_step_stats *st);
+/* The loss backward with the scale read from the device's scaler: the
+ * host's copy of the scale may be a step behind the device's. */
+ct_status ct_device_loss_backward(ct_device *dev, ct_loss_kind loss, const ct_tensor *out, const ct_tensor *y, float ls,
+                                  const ct_step_stats *st, ct_tensor *dout);
+
 /* Stages batch b (f32, or raw uint8 / indices through its ct_gpu_data)
  * into the model's first staging slot and runs the forward in eval mode;
  * *out is the device output, valid until the next forward. Nothing is read
@@ -45,17 +59,6 @@ ct_status ct_device_eval_batch(ct_model *m, ct_device *dev, const ct_batch *b, c
                                int64_t *top5);
 
 /* ---- the lagged pipeline ---- */
-
-/* What the host learns about one step when its statistics arrive. */
-typedef struct ct_step_result {
-  ct_batch *batch;   /* the step's batch, held until now: release it to its loader */
-  int64_t step;      /* the trainer's step index passed when it was queued */
-  int64_t n;         /* samples in the batch */
-  double loss;
-  int64_t top1, top5;
-  int skipped;       /* the loss scaler skipped the update */
-  int micro;         /* a micro-batch that did not end its accumulation group: no optimizer step */
-} ct_step_result;
 
 /* Host bookkeeping of the steps in flight: a FIFO of at most
  * CT_STEP_LAG_MAX + 1 entries, each with the slot (pinned statistics copy
@@ -125,7 +128,9 @@ typedef struct ct_graph_arg {
 } ct_graph_arg;
 const ct_graph_arg *ct_device_graph_args(size_t *count);
 
-typedef struct ct_device_trainer ct_device_trainer;
+/* The step object under its older name (ct_device_trainer_*: the step of
+ * step.h with the caller's loss scaler, updated as results arrive). */
+typedef ct_step ct_device_trainer;
 
 typedef struct ct_device_train_opts {
   int lag;         /* read-back lag (ct_device_step_lag decides the effective one) */
@@ -133,61 +138,30 @@ typedef struct ct_device_train_opts {
   int warmup;      /* eager steps before the capture (default 2 when 0) */
 } ct_device_train_opts;
 
-/* Creates the pipeline for m (resident on dev) after ct_device_train_begin;
- * gs is the host's copy of the scaler, brought up to the device's as
- * results arrive. step_sched: a schedule stepped once per optimizer step
- * (OneCycleLR and the per-iteration ones), or NULL; the trainer then
- * steps it itself, when a step's result arrives and that step was not
- * skipped (GradScaler's rule: a skipped step moves neither the weights
- * nor the schedule), and the steps queued meanwhile take their learning
- * rate from the row of ct_step_args that matches how many of the steps in
- * flight were taken. The caller must not step it during the run. */
+/* A step on m (resident on dev) after ct_device_train_begin; gs is the
+ * host's copy of the scaler, brought up to the device's as results
+ * arrive; step_sched as ct_step_config's. */
 ct_status ct_device_trainer_create(ct_model *m, ct_device *dev, ct_optimizer *opt, ct_grad_scaler *gs,
                                    ct_loss_kind loss, float label_smoothing, double clip, ct_scheduler *step_sched,
                                    const ct_device_train_opts *o, ct_device_trainer **out);
-/* Queues one step on b (held until its result arrives) with dropout step
- * `step`. When the oldest step in flight is due, waits for it and fills
- * *done (*have = 1): the optimizer's host counters and gs follow its skip
- * decision. Batches of another size than the captured one run eagerly. */
-ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step, ct_step_result *done, int *have);
-
-/* Declares gradient accumulation (accumulate > 1 micro-batches per
- * optimizer step) before the first step: the CUDA graph is then not used
- * (steps run eagerly; ct_device_trainer_graph_on's note says why).
- * accumulate <= 1 changes nothing. */
-void ct_device_trainer_set_accumulate(ct_device_trainer *t, int accumulate);
-
-/* One micro-batch of a gradient accumulation group (ct_train_config's
- * accumulate; src/train/accumulate.h says where a batch stands). */
-typedef struct ct_micro_step {
-  int64_t step;    /* the optimizer step the group is (results carry it) */
-  uint32_t key;    /* dropout mask key: step * accumulate + position in the group */
-  int first;       /* zero the gradients before the backward */
-  int last;        /* then unscale/check, clip, the fused optimizer and the scaler: the group's step */
-  float factor;    /* samples of the batch / of the group: multiplies the loss gradient (1: untouched) */
-} ct_micro_step;
-
-/* As ct_device_trainer_step for one micro-batch: forward, loss and a
- * backward that adds into the gradients (zeroing them first when
- * ms->first); only ms->last runs the optimizer, and only its result has
- * micro = 0 (commits the optimizer's host counters, carries the skip
- * decision). The device's loss scale is the same for the whole group (it
- * changes only in the fused step), and the fused step's inf/NaN check and
- * clipping norm read the accumulated gradient, so they cover the group.
- * ct_device_trainer_step(t, b, s, ...) is this with {s, s, 1, 1, 1}. */
-ct_status ct_device_trainer_step_micro(ct_device_trainer *t, ct_batch *b, const ct_micro_step *ms,
-                                       ct_step_result *done, int *have);
-/* Reads back the oldest step still in flight (*have = 0 when none). Call
- * until *have is 0 before anything reads the model or the optimizer on the
- * host side (evaluation, checkpoints, the end of an epoch). */
-ct_status ct_device_trainer_drain(ct_device_trainer *t, ct_step_result *done, int *have);
-/* The effective lag and, once decided, whether the graph is in use; *note
- * gets a one-line reason when --cuda-graph was asked for and is not used
- * (NULL otherwise). */
-int ct_device_trainer_lag(const ct_device_trainer *t);
-int ct_device_trainer_graph_on(const ct_device_trainer *t, const char **note);
-/* Frees the graph and the pinned slots; batches still in flight are not
- * released (drain first). */
-void ct_device_trainer_destroy(ct_device_trainer *t);
+/* One micro-batch's place in its group: ct_step_pos. */
+typedef ct_step_pos ct_micro_step;
+static inline ct_status ct_device_trainer_step(ct_device_trainer *t, ct_batch *b, int64_t step, ct_step_result *done,
+                                               int *have) {
+  ct_step_pos p = ct_step_pos_single(step);
+  return ct_step_train(t, b, &p, done, have);
+}
+static inline ct_status ct_device_trainer_step_micro(ct_device_trainer *t, ct_batch *b, const ct_micro_step *ms,
+                                                     ct_step_result *done, int *have) {
+  return ct_step_train(t, b, ms, done, have);
+}
+static inline ct_status ct_device_trainer_drain(ct_device_trainer *t, ct_step_result *done, int *have) {
+  return ct_step_drain(t, done, have);
+}
+static inline int ct_device_trainer_lag(const ct_device_trainer *t) { return ct_step_lag(t); }
+static inline int ct_device_trainer_graph_on(const ct_device_trainer *t, const char **note) {
+  return ct_step_graph_on(t, note);
+}
+static inline void ct_device_trainer_destroy(ct_device_trainer *t) { ct_step_destroy(t); }
 
 #endif
