@@ -92,6 +92,20 @@ void ct_dataset_close(ct_dataset *ds);
 
 /* ---- transforms ---- */
 
+/* Most pixels (height x width) a decoded image may have: PIL's
+ * decompression-bomb limit (2 * Image.MAX_IMAGE_PIXELS), beyond which it
+ * refuses to open a file. */
+#define CT_IMAGE_MAX_PIXELS 178956970ull
+
+/* Decodes the PNG or JPEG file at path (recognised by its signature, not
+ * its name) into *pixels, malloc'd, interleaved HWC: *channels is 1 for a
+ * grayscale image and 3 for a colour one; alpha is dropped and palettes and
+ * 16-bit samples are expanded/reduced to 8-bit, as PIL's convert() does.
+ * Fails with CT_ERR_PARSE naming the file for anything undecodable, and
+ * CT_ERR_UNSUPPORTED for a format this build lacks, a CMYK JPEG or an image
+ * of more than CT_IMAGE_MAX_PIXELS pixels. */
+ct_status ct_image_decode(const char *path, uint8_t **pixels, int *h, int *w, int *channels);
+
 typedef struct ct_transform {
   int resize_h, resize_w;  /* Resize((h, w)), bilinear as F.interpolate(
                               align_corners=False, antialias=False); 0 = off */
@@ -215,6 +229,35 @@ void ct_loader_set_device_data(ct_loader *l, void *p);
 /* Stops the workers (also in the middle of an epoch) and frees everything;
  * batches not yet released become invalid. NULL is a no-op. */
 void ct_loader_destroy(ct_loader *l);
+
+/* The device side of a loader in a GPU data mode (CT_LOADER_RAW_U8,
+ * CT_LOADER_INDICES): its buffers on a CUDA device and the transform
+ * that runs there. ct_fit, ct_evaluate and ct_predict stage the loader's
+ * batches through it. */
+typedef struct ct_gpu_data ct_gpu_data;
+#define CT_GPU_DATA_SLOTS 2
+
+/* Device bytes ct_gpu_data_create allocates for loader l (its mode, batch
+ * size and dataset): CT_LOADER_RAW_U8 CT_GPU_DATA_SLOTS raw batches and
+ * their sample ids; CT_LOADER_INDICES every image as uint8, every label
+ * (int64) and the epoch's order (int64); 0 for CT_LOADER_FLOAT. */
+size_t ct_gpu_data_bytes(const ct_loader *l);
+
+/* Creates the device side of loader l (mode CT_LOADER_RAW_U8 or
+ * CT_LOADER_INDICES) on dev and attaches it to l (ct_loader_set_device_data),
+ * so the batches l delivers carry it and the device step stages them
+ * through ct_gpu_data_stage. In index mode the whole split is uploaded
+ * here, once. `what` names the split in messages ("train", "test").
+ * Fails with CT_ERR_UNSUPPORTED when dev has no transform_u8 (only CUDA
+ * has), CT_ERR_INVALID_ARG for a CT_LOADER_FLOAT loader, and
+ * CT_ERR_OUT_OF_MEMORY, with the split's size by part and the device's
+ * free/total memory, when it does not fit (decided before allocating). */
+ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_gpu_data **out);
+
+/* Waits for work queued on the device and frees g's buffers. The loader
+ * must stage no further batch through g (destroy it first, or
+ * ct_loader_set_device_data(l, NULL)). NULL is a no-op. */
+void ct_gpu_data_destroy(ct_gpu_data *g);
 
 #ifdef __cplusplus
 }

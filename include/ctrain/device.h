@@ -54,6 +54,35 @@ ct_status ct_device_sync(ct_device *d);
  * to one device runs in submission order; ct_device_sync() waits for it. */
 ct_status ct_device_submit(ct_device *d, void (*fn)(void *), void *arg);
 
+/* Pinned (page-locked) host memory of the device, for buffers the host
+ * fills and the device reads (a loader's batches): their copies are then
+ * DMA transfers that overlap compute. NULL when the device has none (cpu,
+ * ref: ordinary host memory serves). */
+void *ct_device_host_alloc(ct_device *d, size_t bytes);
+void ct_device_host_free(ct_device *d, void *p);
+/* Whether the device can capture a training step as a CUDA graph and
+ * replay it (ct_step_config.cuda_graph). */
+int ct_device_can_capture_graphs(const ct_device *d);
+/* Writes one line per visible CUDA GPU into buf (index, name, compute
+ * capability, total/free memory, driver and runtime versions) and returns
+ * how many there are; or returns -1 with the one-line reason there is none
+ * (built without CUDA, no driver, no GPU). */
+int ct_cuda_list_devices(char *buf, size_t n);
+/* What computes on the cpu device in this build, as a short phrase for
+ * `ctrain devices` ("oneDNN + OpenMP kernels", or the reference kernels
+ * when built without oneDNN); a static string. */
+const char *ct_cpu_backend_kernels(void);
+
+/* The backend's choices so far, as text for benchmarks' profiles (each
+ * cuDNN plan's algorithm, what cudnnFind* timed, the scratch buffer's
+ * size), into buf, NUL-terminated and cut to n bytes; returns the length
+ * of the whole text, as snprintf; 0 where the backend keeps none. */
+size_t ct_device_describe(ct_device *d, char *buf, size_t n);
+/* cuda: brackets what follows with the profiler's start and stop (nsys
+ * --capture-range=cudaProfilerApi) while on; CT_ERR_UNSUPPORTED on a
+ * device without a profiler. */
+ct_status ct_device_set_profiler_range(ct_device *d, int on);
+
 /* Threads used by CPU kernels on this device (OpenMP/oneDNN). */
 void ct_device_set_threads(ct_device *d, int n);
 int ct_device_threads(const ct_device *d);

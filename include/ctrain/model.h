@@ -150,6 +150,40 @@ ct_status ct_recompute_parse(const char *s, int *out);
  * plan; training = 1 plans forward + backward. Re-preparing replaces the
  * previous plan. Moves parameters to the device. */
 ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int training);
+/* On a device that keeps the model resident (CUDA), one device block
+ * holds its state, arena, batch staging and optimizer state. Per-parameter
+ * f32 optimizer buffers to plan for (ct_optim_state_buffers: SGD with
+ * momentum 1, Adam/AdamW 2, amsgrad 3); call before ct_model_prepare so
+ * the block holds them and the out-of-memory check counts them. */
+void ct_model_reserve_optimizer_state(ct_model *m, int buffers);
+
+/* on: the block's two batch staging slots (the copy of batch k+1 lands
+ * in one while step k reads the other) share one x buffer (their y stay
+ * apart). For the GPU data
+ * path, whose transform writes x on the compute stream after everything
+ * queued before it, so a second x buffer (a whole f32 batch: 158 MB for
+ * AlexNet-227 at batch 256) would only hold memory; a host batch staged
+ * into a shared x is copied on the compute stream too, giving up its
+ * overlap with compute. Call before ct_model_prepare, which lays out the
+ * block. */
+void ct_model_share_stage_x(ct_model *m, int on);
+
+/* on: the model may take its input narrowed, for a batch producer that
+ * writes it in any dtype and layout (the GPU data path's transform). When
+ * every layer reading the input would cast it into one 16-bit dtype and
+ * read it in one layout (the first convolution under autocast: bf16/f16,
+ * channels-last on cuda), prepare makes that the input's own format, so
+ * the plan holds no cast copy of the batch (kept to the first layer's
+ * backward) and the staging buffer is half as large: 151 MiB less for
+ * AlexNet-227 at batch 256. Bit for bit the same numbers: the transform
+ * rounds the same f32 value once, as the cast did. Otherwise the input
+ * stays f32. Call before ct_model_prepare. */
+void ct_model_narrow_input(ct_model *m, int on);
+/* The input's dtype and layout ct_model_forward takes: f32 plain, or what
+ * prepare chose under ct_model_narrow_input (*layout, may be NULL:
+ * CT_LAYOUT_PLAIN or CT_LAYOUT_NHWC). */
+ct_dtype ct_model_input_dtype(const ct_model *m, ct_layout *layout);
+
 /* Bytes of the step arena (the plan's peak) and of parameters+gradients. */
 size_t ct_model_plan_bytes(const ct_model *m);
 size_t ct_model_state_bytes(const ct_model *m);
@@ -194,6 +228,23 @@ ct_status ct_model_stage(const ct_model *m, int first, int last, ct_model **out)
  * plan has none. */
 ct_status ct_model_set_input_grad(ct_model *m, int on);
 ct_status ct_model_input_grad(ct_model *m, ct_tensor *dx);
+
+/* Multiply-adds of one sample's forward pass through the convolution
+ * and linear layers (a training step is about 3 x 2 x this x batch
+ * FLOPs); recomputed_only: of the layers the prepared plan runs forward a
+ * second time (activation recompute). */
+double ct_model_forward_macs(const ct_model *m, int recomputed_only);
+/* Layer i of the prepared graph (0 .. ct_model_layer_count - 1): its
+ * kind ("conv2d", the model file's keyword), its state_dict prefix, and
+ * whether an activation was folded into it when it was prepared. */
+const char *ct_model_layer_kind(const ct_model *m, int i);
+const char *ct_model_layer_name(const ct_model *m, int i);
+int ct_model_layer_fused_act(const ct_model *m, int i);
+/* Runs layer i's forward (backward = 0) or backward pass once more on the
+ * tensors the last training step bound, for timing one layer (bench_train
+ * --profile): the backward adds into the gradients, so the step's
+ * gradients are spoiled until the next step. */
+ct_status ct_model_rerun_layer(ct_model *m, int i, int backward);
 
 /* torchsummary-style table (layer, output shape, parameters, totals, sizes
  * in MB with activation memory from the plan). The model must be prepared;

@@ -116,6 +116,10 @@ ct_status ct_optimizer_scalar(const ct_optimizer *o, size_t i, const char **name
  * CT_ERR_NOT_FOUND, an invalid value CT_ERR_INVALID_ARG. */
 ct_status ct_optimizer_set_scalar(ct_optimizer *o, const char *name, double value);
 
+/* How many per-parameter buffers c's optimizer keeps (SGD with momentum
+ * 1, else 0; Adam/AdamW 2; amsgrad 3). */
+int ct_optim_state_buffers(const ct_optim_config *c);
+
 /* L2 norm of grads[0..n), accumulated in float64 by an OpenMP reduction,
  * and the sum of squares under the root (what replicas add up before the
  * root is taken: the global norm of data parallel training). */

@@ -35,6 +35,10 @@ typedef struct ct_eval_result {
 /* The largest ct_train_config.accumulate (--accumulate). */
 #define CT_ACCUMULATE_MAX 1024
 
+/* Optimizer steps in an epoch of `batches` loader batches: ceil(batches /
+ * accumulate) (batches when accumulate <= 1). */
+int64_t ct_accum_steps_per_epoch(int accumulate, int64_t batches);
+
 typedef struct ct_train_config {
   int epochs;               /* default 1 */
   int64_t max_steps;        /* 0 = no limit; stops mid-epoch and checkpoints */

@@ -9,7 +9,6 @@
 #include "cli/cli.h"
 #include "cli/metrics_json.h"
 #include "ctrain/checkpoint.h"
-#include "data/image_decode.h"
 
 static const char *EVAL_HELP =
     "usage: ctrain eval --model NAME|FILE --weights FILE.safetensors --data NAME[:PATH] [options]\n"

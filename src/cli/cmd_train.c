@@ -9,11 +9,6 @@
 #include "ctrain/checkpoint.h"
 #include "cli/metrics_json.h"
 #include "ctrain/history.h"
-#include "backend/backend.h"
-#include "nn/device_state.h"
-#include "data/gpu_data.h"
-#include "optim/optimizer_device.h"
-#include "train/accumulate.h"
 
 static const char *HELP =
     "usage: ctrain train --model NAME|FILE --data NAME[:PATH] [options]\n"
@@ -114,14 +109,8 @@ static void print_history(const ct_history *h) {
 
 /* Loader batch buffers in pinned memory of the device (ctx), so the
  * host->device copy of each batch is a DMA the copy stream overlaps. */
-static void *pinned_alloc(void *ctx, size_t bytes) {
-  ct_device *d = ctx;
-  return ct_device_backend(d)->host_alloc(d, bytes);
-}
-static void pinned_free(void *ctx, void *p) {
-  ct_device *d = ctx;
-  ct_device_backend(d)->host_free(d, p);
-}
+static void *pinned_alloc(void *ctx, size_t bytes) { return ct_device_host_alloc(ctx, bytes); }
+static void pinned_free(void *ctx, void *p) { ct_device_host_free(ctx, p); }
 
 int cmd_train(int argc_in, char **argv_in) {
   for (int i = 0; i < argc_in; i++)
@@ -168,9 +157,9 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_status s = cli_check_output("--save", o.save);
   if (s == CT_OK) s = cli_check_output("--metrics-json", o.metrics_json);
   if (s == CT_OK) s = cli_open_device(o.device, &sw, &dev);
-  if (s == CT_OK && cuda_graph && !ct_device_backend(dev)->graph_begin)
+  if (s == CT_OK && cuda_graph && !ct_device_can_capture_graphs(dev))
     s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);
-  if (s == CT_OK && ct_device_backend(dev)->host_alloc) {
+  if (s == CT_OK && ct_device_get_type(dev) == CT_DEVICE_CUDA) {
     o.stage_alloc = pinned_alloc;
     o.stage_free = pinned_free;
     o.stage_ctx = dev;

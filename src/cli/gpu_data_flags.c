@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "nn/device_state.h"
 
 int cli_take_gpu_data_flags(int argc, char **argv, int *mode) {
   *mode = CT_LOADER_FLOAT;

@@ -230,3 +230,29 @@ int ct_cuda_list_devices(char *buf, size_t n) {
   return -1;
 }
 #endif
+
+void *ct_device_host_alloc(ct_device *d, size_t bytes) {
+  const ct_backend *be = ct_device_backend(d);
+  return be->host_alloc ? be->host_alloc(d, bytes) : NULL;
+}
+
+void ct_device_host_free(ct_device *d, void *p) {
+  const ct_backend *be = ct_device_backend(d);
+  if (p && be->host_free) be->host_free(d, p);
+}
+
+int ct_device_can_capture_graphs(const ct_device *d) { return ct_device_backend(d)->graph_begin != NULL; }
+
+size_t ct_device_describe(ct_device *d, char *buf, size_t n) {
+  const ct_backend *be = ct_device_backend(d);
+  if (be->describe) return be->describe(d, buf, n);
+  if (n) buf[0] = 0;
+  return 0;
+}
+
+ct_status ct_device_set_profiler_range(ct_device *d, int on) {
+  const ct_backend *be = ct_device_backend(d);
+  if (!be->set_option)
+    return ct_error(CT_ERR_UNSUPPORTED, "device %s has no profiler range (cuda has)", ct_device_name(d));
+  return be->set_option(d, "profiler_range", on);
+}

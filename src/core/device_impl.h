@@ -41,17 +41,8 @@ struct ct_device {
 /* Backend tables (each complete after ct_backend_fill_defaults). */
 const ct_backend *ct_ref_backend(void);
 const ct_backend *ct_cpu_backend(void);
-/* What computes on the cpu device in this build, as a short phrase for
- * `ctrain devices` ("oneDNN + OpenMP kernels", or the reference kernels
- * when built without oneDNN); a static string. */
-const char *ct_cpu_backend_kernels(void);
 const ct_backend *ct_cuda_backend(void); /* NULL when built without CUDA */
 
-/* Writes one line per visible CUDA GPU into buf (index, name, compute
- * capability, total/free memory, driver and runtime versions) and returns
- * how many there are; or returns -1 with the one-line reason there is none
- * (built without CUDA, no driver, no GPU). */
-int ct_cuda_list_devices(char *buf, size_t n);
 
 /* Memory accounting hooks for backends that allocate themselves. */
 void ct_device_account(ct_device *d, long long delta);

@@ -12,28 +12,12 @@
 #include "ctrain/data.h"
 #include "ctrain/device.h"
 
-typedef struct ct_gpu_data ct_gpu_data;
 
-/* Raw batches staged at once (in flight on the device): as many as the
- * device step's staging slots (CT_STAGE_SLOTS, src/nn/device_state.h). */
-#define CT_GPU_DATA_SLOTS 2
+/* (ct_gpu_data, CT_GPU_DATA_SLOTS, ct_gpu_data_bytes, ct_gpu_data_create
+ * and ct_gpu_data_destroy are public: ctrain/data.h. CT_GPU_DATA_SLOTS raw
+ * batches are staged at once: as many as the device step's staging slots,
+ * CT_STAGE_SLOTS in src/nn/device_state.h.) */
 
-/* Device bytes ct_gpu_data_create allocates for loader l (its mode, batch
- * size and dataset): CT_LOADER_RAW_U8 CT_GPU_DATA_SLOTS raw batches and
- * their sample ids; CT_LOADER_INDICES every image as uint8, every label
- * (int64) and the epoch's order (int64); 0 for CT_LOADER_FLOAT. */
-size_t ct_gpu_data_bytes(const ct_loader *l);
-
-/* Creates the device side of loader l (mode CT_LOADER_RAW_U8 or
- * CT_LOADER_INDICES) on dev and attaches it to l (ct_loader_set_device_data),
- * so the batches l delivers carry it and the device step stages them
- * through ct_gpu_data_stage. In index mode the whole split is uploaded
- * here, once. `what` names the split in messages ("train", "test").
- * Fails with CT_ERR_UNSUPPORTED when dev has no transform_u8 (only CUDA
- * has), CT_ERR_INVALID_ARG for a CT_LOADER_FLOAT loader, and
- * CT_ERR_OUT_OF_MEMORY, with the split's size by part and the device's
- * free/total memory, when it does not fit (decided before allocating). */
-ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_gpu_data **out);
 
 /* Queues, on g's device, what puts batch b (delivered by g's loader) into
  * the device buffers xd (the transform's output [n, C, H', W'] in dtype
@@ -52,9 +36,5 @@ ct_status ct_gpu_data_create(ct_device *dev, ct_loader *l, const char *what, ct_
 ct_status ct_gpu_data_stage(ct_gpu_data *g, const ct_batch *b, int slot, void *xd, ct_dtype dtype, ct_layout layout,
                             int64_t *yd, ct_tensor *x);
 
-/* Waits for work queued on the device and frees g's buffers. The loader
- * must stage no further batch through g (destroy it first, or
- * ct_loader_set_device_data(l, NULL)). NULL is a no-op. */
-void ct_gpu_data_destroy(ct_gpu_data *g);
 
 #endif

@@ -3,20 +3,8 @@
 #define CTRAIN_DATA_IMAGE_DECODE_H
 
 #include <stdint.h>
-#include "ctrain/status.h"
+#include "ctrain/data.h"
 
-/* Most pixels (height x width) a decoded image may have: PIL's
- * decompression-bomb limit (2 * Image.MAX_IMAGE_PIXELS), beyond which it
- * refuses to open a file. */
-#define CT_IMAGE_MAX_PIXELS 178956970ull
-
-/* Decodes the PNG or JPEG file at path (recognised by its signature, not
- * its name) into *pixels, malloc'd, interleaved HWC: *channels is 1 for a
- * grayscale image and 3 for a colour one; alpha is dropped and palettes and
- * 16-bit samples are expanded/reduced to 8-bit, as PIL's convert() does.
- * Fails with CT_ERR_PARSE naming the file for anything undecodable, and
- * CT_ERR_UNSUPPORTED for a format this build lacks, a CMYK JPEG or an image
- * of more than CT_IMAGE_MAX_PIXELS pixels. */
-ct_status ct_image_decode(const char *path, uint8_t **pixels, int *h, int *w, int *channels);
+/* (declared in ctrain/data.h: CT_IMAGE_MAX_PIXELS, ct_image_decode) */
 
 #endif

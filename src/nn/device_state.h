@@ -53,39 +53,15 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev);
  * model is not resident. */
 void ct_model_device_release(ct_model *m);
 
-/* Per-parameter f32 optimizer buffers to plan for (SGD with momentum 1,
- * Adam/AdamW 2, amsgrad 3); call before ct_model_prepare so the block
- * holds them and the out-of-memory check counts them. */
-void ct_model_reserve_optimizer_state(ct_model *m, int buffers);
 
 /* Batch staging slots in the device block: the copy of batch k+1 lands
  * in the other slot while step k still reads its own (src/train/
  * device_step.c), so the copy can overlap compute. */
 #define CT_STAGE_SLOTS 2
 
-/* on: the slots share one x buffer (their y stay apart). For the GPU data
- * path, whose transform writes x on the compute stream after everything
- * queued before it, so a second x buffer (a whole f32 batch: 158 MB for
- * AlexNet-227 at batch 256) would only hold memory; a host batch staged
- * into a shared x is copied on the compute stream too, giving up its
- * overlap with compute. Call before ct_model_prepare, which lays out the
- * block. */
-void ct_model_share_stage_x(ct_model *m, int on);
+/* Whether ct_model_share_stage_x is on. */
 int ct_model_stage_x_shared(const ct_model *m);
 
-/* on: the model may take its input narrowed, for a batch producer that
- * writes it in any dtype and layout (the GPU data path's transform). When
- * every layer reading the input would cast it into one 16-bit dtype and
- * read it in one layout (the first convolution under autocast: bf16/f16,
- * channels-last on cuda), prepare makes that the input's own format, so
- * the plan holds no cast copy of the batch (kept to the first layer's
- * backward) and the staging buffer is half as large: 151 MiB less for
- * AlexNet-227 at batch 256. Bit for bit the same numbers: the transform
- * rounds the same f32 value once, as the cast did. Otherwise the input
- * stays f32. Call before ct_model_prepare; ct_model_input_dtype then says
- * what ct_model_forward takes (*layout: CT_LAYOUT_PLAIN or NHWC). */
-void ct_model_narrow_input(ct_model *m, int on);
-ct_dtype ct_model_input_dtype(const ct_model *m, ct_layout *layout);
 
 /* The resident model's pieces (NULL when not resident): the optimizer
  * slab (*floats set to its size), batch staging for x [max_batch, ...]

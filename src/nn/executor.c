@@ -280,3 +280,17 @@ ct_status ct_model_output_grad(ct_model *m, ct_tensor *dout) {
   *dout = m->eb.out32 >= 0 ? m->dout32 : m->layers[m->output].dy;
   return CT_OK;
 }
+
+ct_status ct_model_rerun_layer(ct_model *m, int i, int backward) {
+  if (i < 0 || i >= m->n_layers) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no layer %d", m->name, i);
+  if (!m->arena || !m->training_plan || !m->last_batch)
+    return ct_error(CT_ERR_INVALID_ARG, "model '%s': rerunning a layer needs a training step first", m->name);
+  ct_layer *l = &m->layers[i];
+  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, m->last_batch, m->seed, 0, 0, NULL, 0};
+  if (backward) l->grad_beta = 1.0f;
+  /* Each pass as the step runs it: with its planned workspace. */
+  ct_exec_pass_workspace(m, i, backward ? CT_PASS_BWD : CT_PASS_FWD, &e);
+  ct_status s = backward ? l->cls->backward(l, &e) : l->cls->forward(l, &e);
+  ct_exec_pass_workspace(m, i, -1, &e);
+  return s;
+}

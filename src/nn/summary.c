@@ -87,3 +87,30 @@ ct_status ct_model_summary(ct_model *m, int64_t batch, FILE *out) {
   fprintf(out, "%s\n", line);
   return CT_OK;
 }
+
+double ct_model_forward_macs(const ct_model *m, int recomputed_only) {
+  double macs = 0;
+  for (int i = 0; i < m->n_layers; i++) {
+    const ct_layer *l = &m->layers[i];
+    if (recomputed_only && !(m->eb.tl.rerun && i < m->eb.tl.L && m->eb.tl.rerun[i])) continue;
+    if (l->cls == &ct_layer_conv2d) {
+      double out = (double)l->out_shape[0] * (double)l->out_shape[1] * (double)l->out_shape[2];
+      macs += out * (double)(l->ip[0] / l->ip[10]) * l->ip[2] * l->ip[3];
+    } else if (l->cls == &ct_layer_linear) {
+      macs += (double)l->ip[0] * l->ip[1];
+    }
+  }
+  return macs;
+}
+
+const char *ct_model_layer_kind(const ct_model *m, int i) {
+  return i >= 0 && i < m->n_layers ? m->layers[i].cls->kind : NULL;
+}
+
+const char *ct_model_layer_name(const ct_model *m, int i) {
+  return i >= 0 && i < m->n_layers ? m->layers[i].name : NULL;
+}
+
+int ct_model_layer_fused_act(const ct_model *m, int i) {
+  return i >= 0 && i < m->n_layers && m->layers[i].act != CT_ACT_NONE;
+}

@@ -46,9 +46,6 @@ ct_status ct_optimizer_to_device(ct_optimizer *o, ct_device *dev);
  * floats, e.g. the model's block) in order while they fit, so the state
  * is part of the one planned allocation. */
 ct_status ct_optimizer_to_device_at(ct_optimizer *o, ct_device *dev, float *slab, size_t slab_floats);
-/* How many per-parameter buffers c's optimizer keeps (SGD with momentum
- * 1, else 0; Adam/AdamW 2; amsgrad 3). */
-int ct_optim_state_buffers(const ct_optim_config *c);
 /* The device holding o's state, or NULL for host memory. */
 ct_device *ct_optimizer_device(const ct_optimizer *o);
 

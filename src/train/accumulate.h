@@ -29,8 +29,5 @@ typedef struct ct_accum_pos {
 ct_accum_pos ct_accum_position(int accumulate, int64_t batch, int64_t n, int64_t batches, int64_t order_n,
                                int64_t batch_size);
 
-/* Optimizer steps in an epoch of `batches` loader batches: ceil(batches /
- * accumulate) (batches when accumulate <= 1). */
-int64_t ct_accum_steps_per_epoch(int accumulate, int64_t batches);
 
 #endif
