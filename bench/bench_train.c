@@ -1,10 +1,10 @@
-/* Training throughput of a zoo model, the way `ctrain train` runs a step
- * (forward, cross-entropy, backward overwriting the gradients, Adam step) but on
- * in-memory random data, so the loader is out of the measurement. On
- * --device cuda the model is resident and each step is the trainer's
- * synchronous device step (ct_device_train_step: batch copied to the GPU,
- * fused optimizer, statistics read back), so a step's wall time includes
- * one host-device round trip the trainer's lagged pipeline hides.
+/* Training throughput of a zoo model through the step `ctrain train` runs
+ * (include/ctrain/step.h: forward, cross-entropy, backward overwriting the
+ * gradients, Adam step) but on in-memory random data, so the loader is out
+ * of the measurement. Public headers only. On --device cuda the model is
+ * resident and each step reads its statistics back at once (lag 0: batch
+ * copied to the GPU, fused optimizer, read-back), so a step's wall time
+ * includes one host-device round trip the trainer's lagged read-back hides.
  * Prepares the model, runs warm-up steps, then times each step (bf16 =
  * opt level O1, autocast-style); prints the median step time as images/s,
  * process CPU time per step divided by the threads (an uncontended
@@ -19,9 +19,11 @@
  *                    [--memory-format auto|contiguous|channels-last]
  *                    [--recompute auto|cheap|norm|selective|N|off] [--optim adam|sgd]
  *                    [--momentum F] [--device cpu|cuda[:N]] [--cudnn-benchmark] [--tf32]
- *                    [--profiler-range]
- * --profile adds per-layer forward/backward medians (layers re-run one by
- * one on the bound step; for finding where a step's time goes);
+ *                    [--profiler-range] [--noop-hooks]
+ * --profile adds the step's phases (forward, loss, backward with the loss
+ * gradient, optimizer; cpu) and per-layer forward/backward medians
+ * (ct_model_rerun_layer: layers re-run one by one on the bound step; for
+ * finding where a step's time goes);
  * --no-fuse turns off the ReLU folding of src/nn/fuse.c (and with it
  * cuDNN's fused batch norm + ReLU), the residual adds' gradient sharing
  * and the accumulating convolution backward-data (src/nn/exec_plan.c);
@@ -55,6 +57,8 @@
  * --profiler-range brackets the timed steps with
  * cudaProfilerStart/Stop, so `ncu --profile-from-start off` records just
  * their kernels (bench/gpu/ncu_table.py). --threads is the host's OpenMP threads.
+ * --noop-hooks installs step hooks that do nothing (what calling a
+ * strategy's hooks costs; the RESULT line says hooks=1).
  * Last line: "RESULT key=value ..." for bench/run.sh. */
 #include <errno.h>
 #include <omp.h>
@@ -66,14 +70,8 @@
 
 #include "bench_util.h"
 #include "ctrain/ctrain.h"
-#include "backend/backend.h"
-#include "backend/cpu/cpu_conv.h"
-#include "nn/device_state.h"
-#include "nn/exec_impl.h"
-#include "nn/fuse.h"
-#include "nn/model_impl.h"
-#include "optim/optimizer_device.h"
-#include "train/device_step.h"
+#include "ctrain/step.h"
+#include "ctrain/tuning.h"
 
 #define CK(x)                                             \
   do {                                                    \
@@ -82,23 +80,6 @@
       exit(1);                                            \
     }                                                     \
   } while (0)
-
-/* Forward multiply-adds per sample of the conv and linear layers; rerun_only:
- * of those the prepared plan runs forward a second time (recompute). */
-static double forward_macs(const ct_model *m, int rerun_only) {
-  double macs = 0;
-  for (int i = 0; i < m->n_layers; i++) {
-    const ct_layer *l = &m->layers[i];
-    if (rerun_only && !(m->eb.tl.rerun && i < m->eb.tl.L && m->eb.tl.rerun[i])) continue;
-    if (l->cls == &ct_layer_conv2d) {
-      double out = (double)l->out_shape[0] * (double)l->out_shape[1] * (double)l->out_shape[2];
-      macs += out * (double)(l->ip[0] / l->ip[10]) * l->ip[2] * l->ip[3];
-    } else if (l->cls == &ct_layer_linear) {
-      macs += (double)l->ip[0] * l->ip[1];
-    }
-  }
-  return macs;
-}
 
 /* Resident set now (VmRSS), MB; 0 where /proc is not there. */
 static double vmrss_mb(void) {
@@ -112,21 +93,20 @@ static double vmrss_mb(void) {
   return kb / 1024.0;
 }
 
-enum { STEP_PHASES = 5 };
+enum { STEP_PHASES = 4 };
 
 typedef struct step_ctx {
   ct_model *m;
   ct_device *dev;
   ct_optimizer *opt;
-  float *params, *grads;
-  ct_tensor x, y;
-  int resident;       /* the model lives on the device: ct_device_train_step */
-  ct_grad_scaler gs;  /* the device step's loss scaler */
+  ct_step *step;      /* the one training step (ct_fit's), read back at once */
+  ct_batch b;
+  int resident;       /* the model lives on the device: its phases are queued, not timed */
   double *phase[STEP_PHASES]; /* per timed step wall seconds, or NULL */
   int timed;                  /* index of the timed step being run */
 } step_ctx;
 
-static const char *const phase_name[STEP_PHASES] = {"forward", "loss", "zero_grad", "backward", "optimizer"};
+static const char *const phase_name[STEP_PHASES] = {"forward", "loss", "backward", "optimizer"};
 
 /* Wall time of phase p of the current step when the phases are recorded. */
 static void mark(step_ctx *c, int p, double *t) {
@@ -135,41 +115,40 @@ static void mark(step_ctx *c, int p, double *t) {
   *t = n;
 }
 
-/* The trainer's device step on the same data (no phases: the GPU runs
- * them asynchronously). */
-static double device_step(step_ctx *c, uint32_t k) {
-  ct_batch b;
-  memset(&b, 0, sizeof b);
-  b.x = c->x;
-  b.y = c->y;
-  b.n = c->x.shape[0];
-  double lv = 0;
-  int64_t t1 = 0, t5 = 0;
-  int skipped = 0;
-  CK(ct_device_train_step(c->m, c->dev, c->opt, &b, CT_LOSS_CROSS_ENTROPY, 0.0f, 0.0, k, &c->gs, &lv, &t1, &t5,
-                          &skipped));
-  return lv;
+/* --noop-hooks: strategy hooks that do nothing, to measure what calling
+ * them costs (a run without hooks calls none). */
+static ct_status noop_ready(void *ctx, ct_step *s, int layer, size_t first, size_t count) {
+  (void)ctx, (void)s, (void)layer, (void)first, (void)count;
+  return CT_OK;
+}
+static ct_status noop_sync(void *ctx, ct_step *s) {
+  (void)ctx, (void)s;
+  return CT_OK;
+}
+static ct_status noop_reduce(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals) {
+  (void)ctx, (void)s, (void)what, (void)vals;
+  return CT_OK;
 }
 
+/* One step through the public step's phases (on a device the GPU runs
+ * them asynchronously and the phase marks time only their queuing). */
 static double step(step_ctx *c, uint32_t k) {
-  if (c->resident) return device_step(c, k);
-  const ct_tensor *out;
-  ct_tensor dout;
-  double lv, t = bench_now();
-  CK(ct_model_forward(c->m, &c->x, 1, k, &out));
+  ct_step_pos pos = ct_step_pos_single(k);
+  ct_step_result r;
+  int have = 0;
+  double t = bench_now();
+  CK(ct_step_begin(c->step, &c->b, &pos));
+  CK(ct_step_forward(c->step, NULL));
   mark(c, 0, &t);
-  CK(ct_loss_forward(c->dev, CT_LOSS_CROSS_ENTROPY, out, &c->y, 0.0f, &lv));
-  CK(ct_model_output_grad(c->m, &dout));
-  CK(ct_loss_backward(c->dev, CT_LOSS_CROSS_ENTROPY, out, &c->y, 0.0f, 1.0f, &dout));
+  CK(ct_step_loss(c->step));
   mark(c, 1, &t);
-  /* as the trainer: the backward overwrites the gradients, no zero fill */
-  ct_model_overwrite_grads(c->m);
+  CK(ct_step_backward(c->step));
   mark(c, 2, &t);
-  CK(ct_model_backward(c->m, &dout));
+  CK(ct_step_unscale_check_clip(c->step));
+  CK(ct_step_update(c->step));
   mark(c, 3, &t);
-  CK(ct_optimizer_step(c->opt, c->params, c->grads));
-  mark(c, 4, &t);
-  return lv;
+  CK(ct_step_end(c->step, &r, &have));
+  return have ? r.loss : 0;
 }
 
 /* The time of one layer pass. On the cpu: CPU time / threads (wall time
@@ -187,26 +166,18 @@ static double layer_clock(step_ctx *c, int threads) {
  * on the tensors the last step bound. */
 static void profile(step_ctx *c, int runs, int threads) {
   ct_model *m = c->m;
-  int L = m->n_layers;
+  int L = ct_model_layer_count(m);
   double *tf = calloc((size_t)L * (size_t)runs, sizeof(double)), *tb = calloc((size_t)L * (size_t)runs, sizeof(double));
-  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, c->x.shape[0], m->seed, 0, 0, NULL, 0};
   for (int r = 0; r < runs; r++) {
     step(c, (uint32_t)r);
     for (int i = 0; i < L; i++) {
-      ct_layer *l = &m->layers[i];
       double t0 = layer_clock(c, threads);
-      ct_exec_pass_workspace(m, i, CT_PASS_FWD, &e); /* as the step runs it */
-      CK(l->cls->forward(l, &e));
-      ct_exec_pass_workspace(m, i, -1, &e);
+      CK(ct_model_rerun_layer(m, i, 0));
       tf[i * runs + r] = layer_clock(c, threads) - t0;
     }
     for (int i = L - 1; i >= 0; i--) {
-      ct_layer *l = &m->layers[i];
-      l->grad_beta = 1.0f;
       double t0 = layer_clock(c, threads);
-      ct_exec_pass_workspace(m, i, CT_PASS_BWD, &e);
-      CK(l->cls->backward(l, &e));
-      ct_exec_pass_workspace(m, i, -1, &e);
+      CK(ct_model_rerun_layer(m, i, 1));
       tb[i * runs + r] = layer_clock(c, threads) - t0;
     }
   }
@@ -217,8 +188,8 @@ static void profile(step_ctx *c, int runs, int threads) {
   for (int i = 0; i < L; i++) {
     double f = bench_median(tf + i * runs, runs) * 1e3, b = bench_median(tb + i * runs, runs) * 1e3;
     sf += f, sb += b;
-    printf("  %-4d %-12s %-22s %9.3f %9.3f%s\n", i, m->layers[i].cls->kind, m->layers[i].name, f, b,
-           m->layers[i].act ? "  (+act)" : "");
+    printf("  %-4d %-12s %-22s %9.3f %9.3f%s\n", i, ct_model_layer_kind(m, i), ct_model_layer_name(m, i), f, b,
+           ct_model_layer_fused_act(m, i) ? "  (+act)" : "");
   }
   printf("  %-39s %9.3f %9.3f\n", "sum", sf, sb);
   free(tf), free(tb);
@@ -230,7 +201,7 @@ int main(int argc, char **argv) {
   int c = 0, h = 0, w = 0;
   const char *prec = "fp32", *device = "cpu";
   ct_memory_format fmt = CT_MEMORY_FORMAT_AUTO;
-  int recompute = 0, cudnn_benchmark = 0, tf32 = 0, profiler_range = 0;
+  int recompute = 0, cudnn_benchmark = 0, tf32 = 0, profiler_range = 0, noop_hooks = 0;
   double momentum = 0;
   ct_optim_kind optim = CT_OPTIM_ADAM;
   for (int i = 1; i < argc; i++) {
@@ -251,20 +222,20 @@ int main(int argc, char **argv) {
       profiler_range = 1;
       continue;
     }
+    if (!strcmp(a, "--noop-hooks")) {
+      noop_hooks = 1;
+      continue;
+    }
     if (!strcmp(a, "--no-fuse")) {
-      ct_fuse_set_enabled(0);
+      ct_tuning_set_fusion(0);
       continue;
     }
     if (!strcmp(a, "--no-conv-gemm")) {
-#if CTRAIN_HAVE_DNNL
-      cpu_conv_set_gemm(0);
-#endif
+      ct_tuning_set_cpu_conv_gemm(0);
       continue;
     }
     if (!strcmp(a, "--no-conv-thin") || !strcmp(a, "--conv-thin")) {
-#if CTRAIN_HAVE_DNNL
-      cpu_conv_set_thin(a[2] == 'c');
-#endif
+      ct_tuning_set_cpu_conv_thin(a[2] == 'c');
       continue;
     }
     if (!strcmp(a, "--plain-layouts")) {
@@ -321,13 +292,9 @@ int main(int argc, char **argv) {
   ct_device *dev;
   CK(ct_device_open(device, &dev));
   ct_device_set_threads(dev, threads);
-  if (cudnn_benchmark) {
-    const ct_backend *be = ct_device_backend(dev);
-    if (!be->set_option) {
-      fprintf(stderr, "--cudnn-benchmark: device '%s' has no cuDNN\n", device);
-      return 2;
-    }
-    CK(be->set_option(dev, "cudnn_benchmark", 1));
+  if (cudnn_benchmark && ct_device_set_cudnn_benchmark(dev, 1) != CT_OK) {
+    fprintf(stderr, "--cudnn-benchmark: %s\n", ct_last_error());
+    return 2;
   }
   if (tf32) CK(ct_device_set_tf32(dev, 1));
   ct_model_options mo = {c, h, w, classes, 1};
@@ -358,15 +325,16 @@ int main(int argc, char **argv) {
   sc.m = m;
   sc.dev = dev;
   size_t np;
-  sc.params = ct_model_params(m, &np);
-  sc.grads = ct_model_grads(m, &np);
+  ct_model_params(m, &np);
   CK(ct_optimizer_create(&oc, np, &sc.opt));
-  sc.resident = ct_model_step_stats(m) != NULL;
-  if (sc.resident) {
-    /* `ctrain train`'s scaler: dynamic from 2^16 for fp16 (O1), off otherwise. */
-    ct_grad_scaler_init(&sc.gs, fp16, 1, 65536.0);
-    CK(ct_device_train_begin(m, dev, sc.opt, &sc.gs));
-  }
+  ct_step_config stc;
+  ct_step_config_default(&stc);
+  /* `ctrain train`'s scaler: dynamic from 2^16 for fp16 (O1), off otherwise. */
+  ct_grad_scaler_init(&stc.scaler, fp16, 1, 65536.0);
+  CK(ct_step_create(m, dev, sc.opt, &stc, &sc.step));
+  sc.resident = ct_step_on_device(sc.step);
+  ct_step_hooks hooks = {NULL, noop_ready, noop_sync, noop_reduce};
+  if (noop_hooks) ct_step_set_hooks(sc.step, &hooks);
   /* Random, non-constant data: images in [-1, 1), labels uniform. */
   float *xd = malloc(sizeof(float) * (size_t)(per * batch));
   int64_t *yd = malloc(sizeof(int64_t) * (size_t)batch);
@@ -375,10 +343,11 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < per * batch; i++) xd[i] = 2.0f * ct_rng_uniform(&r) - 1.0f;
   for (int i = 0; i < batch; i++) yd[i] = (int64_t)(ct_rng_uniform(&r) * (float)classes) % classes;
   if (ct_model_input_ndim(m) == 1)
-    sc.x = ct_tensor_2d(xd, CT_F32, batch, per);
+    sc.b.x = ct_tensor_2d(xd, CT_F32, batch, per);
   else
-    sc.x = ct_tensor_4d(xd, CT_F32, batch, ic, ih, iw);
-  sc.y = ct_tensor_1d(yd, CT_I64, batch);
+    sc.b.x = ct_tensor_4d(xd, CT_F32, batch, ic, ih, iw);
+  sc.b.y = ct_tensor_1d(yd, CT_I64, batch);
+  sc.b.n = batch;
 
   double rss0_mb = vmrss_mb(); /* before the first step: the arena's pages are not touched yet */
   for (int i = 0; i < warmup; i++) step(&sc, (uint32_t)i);
@@ -386,13 +355,9 @@ int main(int argc, char **argv) {
   if (prof && !sc.resident)
     for (int p = 0; p < STEP_PHASES; p++) sc.phase[p] = malloc(sizeof(double) * (size_t)steps);
   double loss = 0;
-  const ct_backend *dbe = ct_device_backend(dev);
-  if (profiler_range) {
-    if (!dbe->set_option) {
-      fprintf(stderr, "bench_train: --profiler-range needs a backend with a profiler (cuda)\n");
-      return 2;
-    }
-    CK(dbe->set_option(dev, "profiler_range", 1));
+  if (profiler_range && ct_device_set_profiler_range(dev, 1) != CT_OK) {
+    fprintf(stderr, "bench_train: --profiler-range: %s\n", ct_last_error());
+    return 2;
   }
   for (int i = 0; i < steps; i++) {
     sc.timed = i;
@@ -401,12 +366,12 @@ int main(int argc, char **argv) {
     t[i] = bench_now() - t0;
     ct[i] = (bench_cpu_now() - c0) / threads;
   }
-  if (profiler_range) CK(dbe->set_option(dev, "profiler_range", 0));
+  if (profiler_range) CK(ct_device_set_profiler_range(dev, 0));
   double tmin = t[0], tmax = t[0];
   for (int i = 0; i < steps; i++) tmin = t[i] < tmin ? t[i] : tmin, tmax = t[i] > tmax ? t[i] : tmax;
   double med = bench_median(t, steps), cmed = bench_median(ct, steps);
-  double flop = 3.0 * 2.0 * forward_macs(m, 0) * batch; /* training step = 3x forward */
-  double rc_flop = 2.0 * forward_macs(m, 1) * batch;    /* recompute: one more forward of the dropped layers */
+  double flop = 3.0 * 2.0 * ct_model_forward_macs(m, 0) * batch; /* training step = 3x forward */
+  double rc_flop = 2.0 * ct_model_forward_macs(m, 1) * batch;    /* recompute: one more forward of the dropped layers */
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   double rss_mb = (double)ru.ru_maxrss / 1024.0;
@@ -431,7 +396,7 @@ int main(int argc, char **argv) {
   char how[32];
   printf("  recompute: %s, %d of %d layers run forward twice (+%.3f GFLOP, +%.1f%%); parameters+gradients %.1f MB, "
          "RSS before the first step %.0f MB\n",
-         ct_recompute_mode_str(ct_model_recompute_mode(m), how, sizeof how), rcl, m->n_layers, rc_flop * 1e-9,
+         ct_recompute_mode_str(ct_model_recompute_mode(m), how, sizeof how), rcl, ct_model_layer_count(m), rc_flop * 1e-9,
          100.0 * rc_flop / flop, state_mb, rss0_mb);
   if (sc.resident)
     printf("  on %s: device memory peak %.1f MB (plan + state + scratch), %s\n", ct_device_name(dev),
@@ -446,13 +411,13 @@ int main(int argc, char **argv) {
     printf("\n");
   }
   if (prof) profile(&sc, steps < 5 ? 5 : steps, threads);
-  if (prof && dbe->describe) {
+  size_t need = prof ? ct_device_describe(dev, NULL, 0) : 0;
+  if (need) {
     /* cuda: which cuDNN algorithm each convolution pass settled on, what
      * cudnnFind* timed, and what the scratch buffer grew to */
-    size_t need = dbe->describe(dev, NULL, 0);
     char *txt = malloc(need + 1);
     if (txt) {
-      dbe->describe(dev, txt, need + 1);
+      ct_device_describe(dev, txt, need + 1);
       printf("backend choices:\n%s", txt);
       free(txt);
     }
@@ -467,10 +432,11 @@ int main(int argc, char **argv) {
   else snprintf(rcm, sizeof rcm, "%d", segs);
   printf("RESULT workload=%s device=%s precision=%s batch=%d threads=%d median_s=%.6f min_s=%.6f cpu_s=%.6f img_s=%.1f "
          "cpu_img_s=%.1f gflop_step=%.4f gflops=%.2f rss_mb=%.0f load=%.2f optim=%s plan_mb=%.1f state_mb=%.1f "
-         "segments=%d rc_mode=%s rc_layers=%d layers=%d rc_gflop=%.4f rss0_mb=%.0f\n",
+         "segments=%d rc_mode=%s rc_layers=%d layers=%d rc_gflop=%.4f rss0_mb=%.0f hooks=%d\n",
          model, ct_device_name(dev), prec, batch, threads, med, tmin, cmed, batch / med, batch / cmed, flop * 1e-9, flop / med * 1e-9, rss_mb,
-         la[0], oname, plan_mb, state_mb, segs, rcm, rcl, m->n_layers, rc_flop * 1e-9, rss0_mb);
+         la[0], oname, plan_mb, state_mb, segs, rcm, rcl, ct_model_layer_count(m), rc_flop * 1e-9, rss0_mb, noop_hooks);
   free(t), free(ct), free(xd), free(yd);
+  ct_step_destroy(sc.step);
   ct_optimizer_destroy(sc.opt);
   ct_model_destroy(m);
   ct_device_close(dev);
