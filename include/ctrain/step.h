@@ -85,8 +85,8 @@ typedef struct ct_step_result {
 
 /* What the reduce hook is asked to sum over all replicas. */
 typedef enum ct_step_reduce {
-  CT_STEP_REDUCE_NONFINITE = 0, /* one i32 count of replicas that saw inf/NaN (0: none) */
-  CT_STEP_REDUCE_SUMSQ,         /* one f64: the squared gradient norm */
+  CT_STEP_REDUCE_NONFINITE = 0, /* one i32: non-zero when a gradient is inf/NaN */
+  CT_STEP_REDUCE_SUMSQ,         /* one f64: the squared gradient norm (of the unscaled gradients) */
   CT_STEP_REDUCE_METRICS        /* four f64 (host): loss x n, top-1, top-5, n of a result */
 } ct_step_reduce;
 
@@ -102,9 +102,11 @@ typedef struct ct_step_hooks {
   ct_status (*grads_ready)(void *ctx, ct_step *s, int layer, size_t first, size_t count);
   /* Once after that backward, before anything reads the gradients. */
   ct_status (*sync)(void *ctx, ct_step *s);
-  /* Sum vals over all replicas, in place: vals lives on the step's
-   * device (host memory for host models) except for METRICS, which is
-   * always host memory. */
+  /* Combines vals over all replicas, in place. METRICS (host memory)
+   * is summed. NONFINITE and SUMSQ (on the step's device; host memory
+   * for host models) describe the gradients this replica holds after
+   * the sync: a strategy whose replicas hold disjoint shards sums them,
+   * one that all-reduced whole gradients has them agreeing already. */
   ct_status (*reduce)(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals);
 } ct_step_hooks;
 
