@@ -97,7 +97,7 @@ struct ct_backend {
   ct_status (*copy)(ct_device *d, void *dst, int dst_on_dev, const void *src, int src_on_dev, size_t bytes);
   ct_status (*sync)(ct_device *d);
 
-  /* ---- device-resident training (src/optim/fused_step.h); NULL on the
+  /* ---- device-resident training (src/math/fused_step.h); NULL on the
    * host backends, whose trainer path calls src/optim and src/amp. Every
    * pointer is device memory; none of these waits for the device. They sit
    * with the lifetime entries (before matmul) because, like those, NULL
@@ -191,7 +191,7 @@ struct ct_backend {
                           const struct ct_fused_optim_args *args, int64_t steps, float *params, float *state,
                           double *loss_history);
 
-  /* ---- GPU data path (src/data/transform_params.h, src/data/gpu_data.c);
+  /* ---- GPU data path (src/math/transform_params.h, src/data/gpu_data.c);
    * NULL on the host backends, whose loader transforms on the CPU (the
    * same arithmetic on the host: ct_xf_batch_host). ---- */
   /* Queues b->dst[i] = the per-sample transform (resize, crop, flip,

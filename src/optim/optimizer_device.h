@@ -11,7 +11,7 @@
 #include "ctrain/device.h"
 #include "ctrain/optim.h"
 #include "ctrain/sched.h"
-#include "optim/fused_step.h"
+#include "math/fused_step.h"
 
 /* Fills a with the scalars of o's next step (Adam's bias corrections use
  * steps + 1, PyTorch's increment-then-correct order), rounded exactly as
