@@ -22,9 +22,9 @@
  *                    [--profiler-range]
  * --profile adds per-layer forward/backward medians (layers re-run one by
  * one on the bound step; for finding where a step's time goes);
- * --no-fuse turns off the ReLU folding of src/nn/fuse.c (and with it
+ * --no-fuse turns off the ReLU folding of src/plan/fuse.c (and with it
  * cuDNN's fused batch norm + ReLU), the residual adds' gradient sharing
- * and the accumulating convolution backward-data (src/nn/exec_plan.c);
+ * and the accumulating convolution backward-data (src/plan/exec_plan.c);
  * --no-conv-gemm sends the cpu's small-map convolutions to oneDNN's
  * primitives instead of batched GEMMs (src/backend/cpu/dnnl_conv_gemm.c),
  * --no-conv-thin and --conv-thin turn off or force the first layers'
@@ -32,7 +32,7 @@
  * src/backend/cpu/dnnl_conv_thin.c; by default on only where oneDNN has
  * no AVX-512 kernels);
  * --memory-format
- * picks the activation layouts (src/nn/layout.h; contiguous keeps every
+ * picks the activation layouts (src/plan/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);
  * --recompute sets ct_model_set_recompute before prepare (auto = the
  * mode with the smallest plan, cheap = batch norm/activation/add/
@@ -70,7 +70,7 @@
 #include "backend/cpu/cpu_conv.h"
 #include "nn/device_state.h"
 #include "nn/exec_impl.h"
-#include "nn/fuse.h"
+#include "plan/fuse.h"
 #include "nn/model_impl.h"
 #include "optim/optimizer_device.h"
 #include "train/device_step.h"

@@ -1,5 +1,5 @@
 /* The passes of a bound model: forward, backward (with the recompute
- * forwards of dropped activations, nn/recompute.h) and the output
+ * forwards of dropped activations, plan/recompute.h) and the output
  * gradient, all inside the arena of the plan exec_plan.c built. */
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 #include "ctrain/amp.h"
 #include "ctrain/model.h"
 #include "nn/layer.h"
-#include "nn/recompute.h"
+#include "plan/recompute.h"
 #include "plan/plan.h"
 
 /* Where each parameter and buffer starts in the model's flat f32 state
@@ -25,7 +25,7 @@ typedef struct ct_exec_bufs {
   int *grad; /* [L] dL/dy of layer i */
   int *ws;   /* [L] workspace kept from forward to backward */
   int *tmp;  /* [2L] temporary dx of input edge j of layer i (or CT_EXEC_DX_ACC) */
-  int *layout; /* [L] ct_layout of layer i's y and dy (nn/layout.h) */
+  int *layout; /* [L] ct_layout of layer i's y and dy (plan/layout.h) */
   /* Mixed precision (all -1 under O0): input edge j of layer i cast to the
    * layer's dtype, that edge's gradient in the layer's dtype before it is
    * cast back, and an fp32 copy of the output (and of its gradient) for
@@ -33,7 +33,7 @@ typedef struct ct_exec_bufs {
   int *xcast;  /* [2L] */
   int *dxcast; /* [2L] */
   int out32, dout32;
-  /* Activation recompute (nn/recompute.h): the segments and times of the
+  /* Activation recompute (plan/recompute.h): the segments and times of the
    * step, and for a layer whose output is dropped the buffers its
    * recompute forward writes (output, workspace, cast inputs); the plain
    * act/ws/xcast ids then serve its first forward only. -1 elsewhere. */
