@@ -138,19 +138,6 @@ static inline int ct_model_readers(const ct_model *m, int i) {
  * 10 classes). Until that backward the gradients hold stale values. */
 void ct_model_overwrite_grads(ct_model *m);
 
-/* Mixed precision hooks of the executor (src/amp/amp_model.c): chooses
- * every layer's dtype; the span of the flat params layer i's
- * low-precision weight copy holds (elements from *first; 0: the layer
- * has none); points every layer's weights at the fp32 params, those a
- * copy serves at none yet (data NULL, the low dtype); points layer i's
- * at its copy (the planned buffer; NULL: none yet) and, when cast, casts
- * its span of the fp32 params into it. */
-ct_status ct_amp_model_plan(ct_model *m);
-size_t ct_amp_layer_weights(const ct_model *m, int i, size_t *first);
-void ct_amp_model_bind_weights(ct_model *m);
-ct_status ct_amp_layer_copy(ct_model *m, int i, void *copy, int cast);
-void ct_amp_model_free(ct_model *m);
-
 /* Graph building. Each call appends a layer reading the given inputs
  * (layer indices, -1 = the model input) and returns its index, or -1 after
  * recording an error (the model then refuses to finish). Names are the

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/amp_model.h"
 #include "core/device_impl.h"
 #include "nn/device_state.h"
 #include "nn/exec_impl.h"
