@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 static const char *SUMMARY_HELP =
     "usage: ctrain summary --model NAME|FILE [--input CxHxW|F] [--classes N] [--batch-size N]\n"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "amp/amp_model.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 #include "nn/device_state.h"
 #include "nn/model_impl.h"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "amp/amp_model.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 #include "nn/exec_impl.h"
 
 static ct_layout layout_of(const ct_model *m, int i) {

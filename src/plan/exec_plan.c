@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "amp/amp_model.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 #include "nn/device_state.h"
 #include "nn/exec_impl.h"
 #include "plan/fuse.h"

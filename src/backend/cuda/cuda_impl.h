@@ -31,7 +31,7 @@ extern "C" {
  * does not have, so only the C files see it; kernels reach the device's
  * stream through cuda_stream(). */
 #ifndef __cplusplus
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 /* One open "cuda:N" device. */
 typedef struct cuda_dev {
