@@ -49,8 +49,7 @@ ct_status ct_optimizer_to_device_at(ct_optimizer *o, ct_device *dev, float *slab
 /* How many per-parameter buffers c's optimizer keeps (SGD with momentum
  * 1, else 0; Adam/AdamW 2; amsgrad 3). */
 int ct_optim_state_buffers(const ct_optim_config *c);
-/* The device holding o's state, or NULL for host memory. */
-ct_device *ct_optimizer_device(const ct_optimizer *o);
+/* ct_optimizer_device, the device holding o's state, is public (ctrain/optim.h). */
 
 /* Queues one fused step on dev (the device's backend must have
  * grad_stats, fused_optim_step and scaler_update): params, grads and o's
