@@ -24,9 +24,9 @@
  * gradient, optimizer; cpu) and per-layer forward/backward medians
  * (ct_model_rerun_layer: layers re-run one by one on the bound step; for
  * finding where a step's time goes);
- * --no-fuse turns off the ReLU folding of src/nn/fuse.c (and with it
+ * --no-fuse turns off the ReLU folding of src/plan/fuse.c (and with it
  * cuDNN's fused batch norm + ReLU), the residual adds' gradient sharing
- * and the accumulating convolution backward-data (src/nn/exec_plan.c);
+ * and the accumulating convolution backward-data (src/plan/exec_plan.c);
  * --no-conv-gemm sends the cpu's small-map convolutions to oneDNN's
  * primitives instead of batched GEMMs (src/backend/cpu/dnnl_conv_gemm.c),
  * --no-conv-thin and --conv-thin turn off or force the first layers'
@@ -34,7 +34,7 @@
  * src/backend/cpu/dnnl_conv_thin.c; by default on only where oneDNN has
  * no AVX-512 kernels);
  * --memory-format
- * picks the activation layouts (src/nn/layout.h; contiguous keeps every
+ * picks the activation layouts (src/plan/layout.h; contiguous keeps every
  * activation NCHW; --plain-layouts is kept as its old spelling);
  * --recompute sets ct_model_set_recompute before prepare (auto = the
  * mode with the smallest plan, cheap = batch norm/activation/add/

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctrain/device.h"
 #include "ctrain/status.h"
 
 #ifdef __cplusplus
@@ -103,6 +104,13 @@ size_t ct_optimizer_state_count(const ct_optimizer *o);
  * the same config restores it bit-exactly (with the scalars below). Fails
  * with CT_ERR_NOT_FOUND if i >= ct_optimizer_state_count(o). */
 ct_status ct_optimizer_state(ct_optimizer *o, size_t i, const char **name, float **data, size_t *n);
+
+/* Where the buffers of ct_optimizer_state live: NULL while they are host
+ * memory (every optimizer until a device-resident training step moves its
+ * state to a CUDA device), else that device, whose memory the data
+ * pointers then address (copy them out with ct_device_copy; do not read
+ * them directly). Checkpoints tag the tensors they save with it. */
+ct_device *ct_optimizer_device(const ct_optimizer *o);
 
 /* The optimizer's scalar state as named doubles, for checkpoints: "step",
  * "lr", "momentum" (SGD momentum or Adam beta1, which schedulers change) and

@@ -18,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device_impl.h"
+#include "amp/amp_model.h"
+#include "backend/device_impl.h"
 #include "nn/device_state.h"
 #include "nn/model_impl.h"
 

@@ -69,7 +69,7 @@ struct ct_xf_batch;
 
 struct ct_backend {
   const char *name;
-  /* Activation layouts (src/nn/layout.h). act_layout is the one the
+  /* Activation layouts (src/plan/layout.h). act_layout is the one the
    * executor keeps activations between convolutions, pools, batch norms,
    * elementwise activations and residual adds in by default (memory
    * format `auto`): CT_LAYOUT_C16 on an AVX-512 cpu, C8 on other x86 cpus, CT_LAYOUT_NHWC on
@@ -97,7 +97,7 @@ struct ct_backend {
   ct_status (*copy)(ct_device *d, void *dst, int dst_on_dev, const void *src, int src_on_dev, size_t bytes);
   ct_status (*sync)(ct_device *d);
 
-  /* ---- device-resident training (src/optim/fused_step.h); NULL on the
+  /* ---- device-resident training (src/math/fused_step.h); NULL on the
    * host backends, whose trainer path calls src/optim and src/amp. Every
    * pointer is device memory; none of these waits for the device. They sit
    * with the lifetime entries (before matmul) because, like those, NULL
@@ -191,7 +191,7 @@ struct ct_backend {
                           const struct ct_fused_optim_args *args, int64_t steps, float *params, float *state,
                           double *loss_history);
 
-  /* ---- GPU data path (src/data/transform_params.h, src/data/gpu_data.c);
+  /* ---- GPU data path (src/math/transform_params.h, src/data/gpu_data.c);
    * NULL on the host backends, whose loader transforms on the CPU (the
    * same arithmetic on the host: ct_xf_batch_host). ---- */
   /* Queues b->dst[i] = the per-sample transform (resize, crop, flip,
@@ -203,7 +203,7 @@ struct ct_backend {
 
   /* ---- accumulating variants, NULL where the backend has no native way
    * (oneDNN's backward passes take no sum post-op): the executor then
-   * writes a temporary and adds it in (src/nn/exec_plan.c). ---- */
+   * writes a temporary and adds it in (src/plan/exec_plan.c). ---- */
   /* dx += the conv2d_bwd_data result, in one pass over dx (cuDNN's
    * beta = 1): the second gradient arriving at a residual block's input. */
   ct_status (*conv2d_bwd_data_acc)(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
@@ -220,7 +220,7 @@ struct ct_backend {
    * the question has no answer (the pass then takes its memory as before).
    * NULL on backends whose passes need no device workspace. The planner
    * gives each convolution layer this much for its forward and its backward
-   * (src/nn/exec_plan.c) and hands it over with set_workspace. */
+   * (src/plan/exec_plan.c) and hands it over with set_workspace. */
   size_t (*conv2d_workspace_bytes)(ct_device *d, int pass, const ct_conv2d_params *p, const ct_tensor *a,
                                    const ct_tensor *b, const ct_tensor *out);
   /* Device memory ops may use as workspace until the next call (p NULL,
@@ -315,7 +315,7 @@ struct ct_backend {
   /* y = act((x - save_mean) * save_invstd * gamma + beta), act with alpha
    * as act_fwd: a training forward's output again from the statistics it
    * saved, without a pass over x for them (the recompute forward of a
-   * batch norm, nn/recompute.h). On the cpu backends the bits are those of
+   * batch norm, plan/recompute.h). On the cpu backends the bits are those of
    * batchnorm_fwd(training = 1) followed by act_fwd in place, as the
    * training forward normalises with its saved (f32) statistics; on cuda
    * they are those of its own kernels, not necessarily cuDNN's. Layouts

@@ -1,7 +1,7 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 /* Copies every NULL op from the reference table. The lifetime and memory
  * entries are left alone: NULL there means "host memory". */

@@ -5,7 +5,7 @@
  * copy (copy stream) never lands in the buffer batch k's transform (compute
  * stream) has still to read.
  * The transform itself is the backend's transform_u8 (cuda_transform.cu),
- * whose arithmetic is src/data/transform_params.h. */
+ * whose arithmetic is src/math/transform_params.h. */
 #include "data/gpu_data.h"
 
 #include <stdlib.h>
@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "data/dataset_impl.h"
-#include "data/transform_params.h"
+#include "math/transform_params.h"
 
 struct ct_gpu_data {
   ct_device *dev;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ctrain/rng.h"
-#include "data/transform_params.h"
+#include "math/transform_params.h"
 
 _Static_assert(CT_XF_MAX_CHANNELS == CT_DATA_MAX_CHANNELS, "transform_params.h: channel limit");
 _Static_assert(CT_XF_RNG_AUGMENT == CT_RNG_AUGMENT, "transform_params.h: augmentation stream id");

@@ -3,7 +3,7 @@
  * shared ct_xf_pixel, so it is the reference the GPU is compared with and
  * the CPU test of the kernel's arithmetic (test_transform_shared). */
 #include "ctrain/dtype.h"
-#include "data/transform_params.h"
+#include "math/transform_params.h"
 
 void ct_xf_batch_host(const ct_xf_batch *b) {
   const ct_xf_params *p = &b->p;

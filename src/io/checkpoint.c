@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optim/optimizer_device.h"
+#include "ctrain/optim.h"
 
 /* Named views of the model state (prefix + name), optionally followed by
  * the optimizer's state buffers. Names are owned by the returned array. */

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "ctrain/model.h"
-#include "optim/fused_step.h"
+#include "math/fused_step.h"
 
 /* The numbers an out-of-memory message reports (bytes). */
 typedef struct ct_mem_numbers {

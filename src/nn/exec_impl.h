@@ -5,7 +5,7 @@
 #ifndef CTRAIN_NN_EXEC_IMPL_H
 #define CTRAIN_NN_EXEC_IMPL_H
 
-#include "nn/fuse.h"
+#include "plan/fuse.h"
 #include "nn/model_impl.h"
 
 /* The dtype of layer i's output (f32 unless the precision policy chose
@@ -30,7 +30,7 @@ static inline int ct_exec_saves_output(const ct_layer *l) {
   if (l->cls == &ct_layer_activation) return CT_ACT_BWD_NEEDS_Y(l->act);
   if (ct_layer_is_fused(l)) return 0; /* a folded ReLU: its producer's backward applies it */
   /* fused activation: backward reads y, unless a max pool took its ReLU's
-   * gradient over, which reads its own y for it instead (nn/fuse.h) */
+   * gradient over, which reads its own y for it instead (plan/fuse.h) */
   if (ct_layer_bwd_act(l) != CT_ACT_NONE || l->relu_moved == CT_RELU_MOVED_FROM_INPUT) return 1;
   return (l->cls->flags & CT_LAYER_SAVES_OUTPUT) != 0;
 }

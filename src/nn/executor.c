@@ -1,11 +1,12 @@
 /* The passes of a bound model: forward, backward (with the recompute
- * forwards of dropped activations, nn/recompute.h) and the output
+ * forwards of dropped activations, plan/recompute.h) and the output
  * gradient, all inside the arena of the plan exec_plan.c built. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device_impl.h"
+#include "amp/amp_model.h"
+#include "backend/device_impl.h"
 #include "nn/exec_impl.h"
 
 static ct_layout layout_of(const ct_model *m, int i) {

@@ -45,7 +45,7 @@ enum {
   CT_LAYER_RERUN_READS_WS = 16
 };
 
-/* Where a folded ReLU's gradient is applied (nn/fuse.h): by the producer
+/* Where a folded ReLU's gradient is applied (plan/fuse.h): by the producer
  * itself (0), or, when a max pool alone reads the producer's output, by
  * that pool to its output gradient (the producer is marked _TO_POOL, the
  * pool _FROM_INPUT), so the producer's output need not be kept. */
@@ -69,7 +69,7 @@ typedef struct ct_exec {
   uint64_t seed;
   uint32_t step;   /* dropout key: optimizer step of this pass */
   int recompute;   /* a training forward run again before the backward
-                      (nn/recompute.h): update no running statistics */
+                      (plan/recompute.h): update no running statistics */
   /* This pass's planned workspace (the class's pass_workspace_bytes; the
    * backend has it too, set_workspace), NULL when it has none. */
   void *pass_ws;
@@ -122,7 +122,7 @@ struct ct_layer {
   float fp[4];
   int line;              /* line in the model file (0 for zoo models) */
   ct_act act;            /* fused activation after the op (conv/linear/bn) */
-  int relu_moved;        /* CT_RELU_MOVED_*: set by the fusion pass (nn/fuse.h) */
+  int relu_moved;        /* CT_RELU_MOVED_*: set by the fusion pass (plan/fuse.h) */
   ct_init_kind init_kind;
 
   /* Per-sample shapes (no batch dimension). */
@@ -154,7 +154,7 @@ struct ct_layer {
 };
 
 /* The fused activation whose gradient l's own backward applies: l->act,
- * or none when a max pool took its ReLU's gradient over (nn/fuse.h). */
+ * or none when a max pool took its ReLU's gradient over (plan/fuse.h). */
 static inline ct_act ct_layer_bwd_act(const ct_layer *l) {
   return l->relu_moved == CT_RELU_MOVED_TO_POOL ? CT_ACT_NONE : l->act;
 }

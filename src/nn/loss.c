@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 int ct_loss_parse(const char *s, ct_loss_kind *out) {
   if (!strcmp(s, "cross_entropy") || !strcmp(s, "ce") || !strcmp(s, "crossentropy")) *out = CT_LOSS_CROSS_ENTROPY;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/amp_model.h"
 #include "nn/device_state.h"
 #include "nn/model_impl.h"
 

@@ -6,7 +6,7 @@
 #include "ctrain/amp.h"
 #include "ctrain/model.h"
 #include "nn/layer.h"
-#include "nn/recompute.h"
+#include "plan/recompute.h"
 #include "plan/plan.h"
 
 /* Where each parameter and buffer starts in the model's flat f32 state
@@ -25,7 +25,7 @@ typedef struct ct_exec_bufs {
   int *grad; /* [L] dL/dy of layer i */
   int *ws;   /* [L] workspace kept from forward to backward */
   int *tmp;  /* [2L] temporary dx of input edge j of layer i (or CT_EXEC_DX_ACC) */
-  int *layout; /* [L] ct_layout of layer i's y and dy (nn/layout.h) */
+  int *layout; /* [L] ct_layout of layer i's y and dy (plan/layout.h) */
   /* Mixed precision (all -1 under O0): input edge j of layer i cast to the
    * layer's dtype, that edge's gradient in the layer's dtype before it is
    * cast back, and an fp32 copy of the output (and of its gradient) for
@@ -33,7 +33,7 @@ typedef struct ct_exec_bufs {
   int *xcast;  /* [2L] */
   int *dxcast; /* [2L] */
   int out32, dout32;
-  /* Activation recompute (nn/recompute.h): the segments and times of the
+  /* Activation recompute (plan/recompute.h): the segments and times of the
    * step, and for a layer whose output is dropped the buffers its
    * recompute forward writes (output, workspace, cast inputs); the plain
    * act/ws/xcast ids then serve its first forward only. -1 elsewhere. */
@@ -156,19 +156,6 @@ static inline int ct_model_readers(const ct_model *m, int i) {
  * write of the whole gradient buffer per step (228 MB for AlexNet with
  * 10 classes). Until that backward the gradients hold stale values. */
 void ct_model_overwrite_grads(ct_model *m);
-
-/* Mixed precision hooks of the executor (src/amp/amp_model.c): chooses
- * every layer's dtype; the span of the flat params layer i's
- * low-precision weight copy holds (elements from *first; 0: the layer
- * has none); points every layer's weights at the fp32 params, those a
- * copy serves at none yet (data NULL, the low dtype); points layer i's
- * at its copy (the planned buffer; NULL: none yet) and, when cast, casts
- * its span of the fp32 params into it. */
-ct_status ct_amp_model_plan(ct_model *m);
-size_t ct_amp_layer_weights(const ct_model *m, int i, size_t *first);
-void ct_amp_model_bind_weights(ct_model *m);
-ct_status ct_amp_layer_copy(ct_model *m, int i, void *copy, int cast);
-void ct_amp_model_free(ct_model *m);
 
 /* Graph building. Each call appends a layer reading the given inputs
  * (layer indices, -1 = the model input) and returns its index, or -1 after

@@ -11,7 +11,7 @@
 #include "ctrain/device.h"
 #include "ctrain/optim.h"
 #include "ctrain/sched.h"
-#include "optim/fused_step.h"
+#include "math/fused_step.h"
 
 /* Fills a with the scalars of o's next step (Adam's bias corrections use
  * steps + 1, PyTorch's increment-then-correct order), rounded exactly as
@@ -46,8 +46,8 @@ ct_status ct_optimizer_to_device(ct_optimizer *o, ct_device *dev);
  * floats, e.g. the model's block) in order while they fit, so the state
  * is part of the one planned allocation. */
 ct_status ct_optimizer_to_device_at(ct_optimizer *o, ct_device *dev, float *slab, size_t slab_floats);
-/* The device holding o's state, or NULL for host memory. */
-ct_device *ct_optimizer_device(const ct_optimizer *o);
+/* ct_optimizer_device, the device holding o's state, and ct_optim_state_buffers
+ * are public (ctrain/optim.h). */
 
 /* Queues one fused step on dev (the device's backend must have
  * grad_stats, fused_optim_step and scaler_update): params, grads and o's

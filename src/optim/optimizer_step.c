@@ -7,7 +7,7 @@
  * the explicit fmaf); scalars PyTorch computes in Python (bias
  * corrections, step size) are computed in double by ct_optim_fused_args
  * and rounded to f32 where PyTorch passes them to a kernel. */
-#include "optim/fused_step.h"
+#include "math/fused_step.h"
 #include "optim/optimizer_device.h"
 #include "optim/optimizer_impl.h"
 

@@ -15,7 +15,7 @@
 #include "ctrain/model.h"
 #include "ctrain/optim.h"
 #include "ctrain/step.h"
-#include "optim/fused_step.h"
+#include "math/fused_step.h"
 
 /* Before the first step (after any checkpoint restore): moves the
  * optimizer's state into the model's block (or its own allocation when

@@ -2,7 +2,7 @@
 #include "ctrain/tuning.h"
 
 #include "backend/cpu/cpu_conv.h"
-#include "nn/fuse.h"
+#include "plan/fuse.h"
 
 void ct_tuning_set_fusion(int on) { ct_fuse_set_enabled(on); }
 

@@ -63,7 +63,7 @@
 #include <string.h>
 
 #include "ctrain/ctrain.h"
-#include "nn/fuse.h"
+#include "plan/fuse.h"
 #include "nn/model_impl.h"
 
 static int fail(const char *what) {
@@ -167,7 +167,7 @@ static int add_state(out_list *o, ct_model *m, const char *prefix, int grads, co
 /* Where plain NCHW element j of t lies in memory: the executor may keep an
  * activation channel-blocked ([N][C/16][H][W][16] or, without AVX-512,
  * [N][C/8][H][W][8] on the cpu device) or channels-last ([N][H][W][C] on
- * CUDA); see src/nn/layout.h. */
+ * CUDA); see src/plan/layout.h. */
 static int64_t blocked_index(const ct_tensor *t, int64_t j) {
   if (t->layout == CT_LAYOUT_PLAIN) return j;
   int64_t C = t->shape[1], HW = t->shape[2] * t->shape[3];

@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 #include "core/half_portable.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-/* ReLU folding (src/nn/fuse.c): on zoo models with ReLU after conv,
+/* ReLU folding (src/plan/fuse.c): on zoo models with ReLU after conv,
  * linear, batch norm and residual adds, a fused training step gives the
  * same output, input gradient path, parameter gradients and batch-norm
  * running stats as the unfused step from identical weights and random
@@ -15,7 +15,7 @@
  * results right. */
 #include "test_util.h"
 
-#include "nn/fuse.h"
+#include "plan/fuse.h"
 #include "nn/model_impl.h"
 #include "step_harness.h"
 

@@ -1,4 +1,4 @@
-/* The fused device step's host reference (src/optim/fused_step.h, the
+/* The fused device step's host reference (src/math/fused_step.h, the
  * formulas the CUDA kernels run) against the CPU trainer's four calls:
  * ct_grad_scaler_unscale + ct_clip_grad_norm + ct_optimizer_step +
  * ct_grad_scaler_update, over several steps on random data, for SGD

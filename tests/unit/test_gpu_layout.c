@@ -1,4 +1,4 @@
-/* Channels-last (CT_LAYOUT_NHWC) activations on CUDA (src/nn/layout.h,
+/* Channels-last (CT_LAYOUT_NHWC) activations on CUDA (src/plan/layout.h,
  * cuda_conv.c, cuda_pool.cu): conv2d forward, backward-data (overwriting
  * and accumulating) and backward-weights (every plain/NHWC mix of input
  * and output, bias, fused ReLU, accumulating weight gradient; 1x1
@@ -26,7 +26,7 @@
 #include "backend/backend.h"
 #include "nn/device_state.h"
 #include "nn/exec_impl.h"
-#include "nn/layout.h"
+#include "plan/layout.h"
 #include "nn/model_impl.h"
 #include "optim/optimizer_device.h"
 #include "train/device_step.h"

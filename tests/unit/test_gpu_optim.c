@@ -1,5 +1,5 @@
 /* The fused optimizer kernels (src/backend/cuda/cuda_optim.cu, formulas in
- * src/optim/fused_step.h) on the GPU against the CPU optimizer
+ * src/math/fused_step.h) on the GPU against the CPU optimizer
  * (ct_grad_scaler_unscale + ct_clip_grad_norm + ct_optimizer_step +
  * ct_grad_scaler_update on host memory: optimizer_step.c, not the shared
  * header) over 5 steps from the same random parameters and gradients, for

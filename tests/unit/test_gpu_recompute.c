@@ -1,4 +1,4 @@
-/* Activation recompute (src/nn/recompute.h) on CUDA: a resident model
+/* Activation recompute (src/plan/recompute.h) on CUDA: a resident model
  * trained with recompute off, CT_RECOMPUTE_AUTO, 2 segments and (resnet18)
  * the cheap, norm and selective modes gives the
  * same training output, parameter gradients (per tensor, of both steps),
@@ -14,7 +14,7 @@
  * GPUs so far). AlexNet (convolution ReLUs) and convnet 1x28x28
  * batch 8 (batch-norm ReLUs: fused into cuDNN's batch norm in NHWC 16-bit,
  * whose backward then runs unfused) also without their max pools taking
- * over the ReLU gradients (nn/fuse.h): the same numbers, a larger plan.
+ * over the ReLU gradients (plan/fuse.h): the same numbers, a larger plan.
  * The device step
  * (ct_device_train_step, and the CUDA graph of ct_device_trainer) with
  * recompute (auto in fp32, selective in bf16) against the plain
@@ -56,8 +56,8 @@
 
 #include "backend/backend.h"
 #include "nn/device_state.h"
-#include "nn/fuse.h"
-#include "nn/layout.h"
+#include "plan/fuse.h"
+#include "plan/layout.h"
 #include "nn/model_impl.h"
 #include "optim/optimizer_device.h"
 #include "train/device_step.h"
@@ -320,7 +320,7 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
    * last run, NO_MOVE, is the plain step with every ReLU's gradient left
    * to its convolution or batch norm (ct_fuse_set_relu_to_pool(0)):
    * AlexNet's and convnet's max pools take theirs over by default
-   * (nn/fuse.h), with the same numbers and a larger plan without. */
+   * (plan/fuse.h), with the same numbers and a larger plan without. */
   enum { NO_MOVE = -100 };
   const int segs[6] = {CT_RECOMPUTE_AUTO, 2, CT_RECOMPUTE_CHEAP, CT_RECOMPUTE_NORM, CT_RECOMPUTE_SELECTIVE, NO_MOVE};
   /* Outputs, losses and running statistics stay bitwise where the control
@@ -360,7 +360,7 @@ static void compare(ct_device *dev, const char *name, int c, int h, int w, int64
        * for, smaller only where the segments' insides outweigh the
        * recompute buffers: always for resnet18's blocks, no longer for
        * AlexNet at 64x64, whose ReLU gradients moved to the max pools
-       * (nn/fuse.h) so that little of it is kept to the backward. In
+       * (plan/fuse.h) so that little of it is kept to the backward. In
        * convnet that leaves auto nothing to save either (it keeps the
        * plain plan, never a larger one). */
       if (!strcmp(name, "convnet"))

@@ -19,7 +19,7 @@
 #include "backend/backend.h"
 #include "ctrain/ctrain.h"
 #include "data/gpu_data.h"
-#include "data/transform_params.h"
+#include "math/transform_params.h"
 #include "test_util.h"
 
 static ct_device *gpu;

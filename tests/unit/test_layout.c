@@ -1,4 +1,4 @@
-/* Activation layouts (src/nn/layout.h) on the cpu device: with the
+/* Activation layouts (src/plan/layout.h) on the cpu device: with the
  * memory format `auto` (channel-blocked: CT_LAYOUT_C16 with AVX-512, C8
  * below it; the _avx2 run caps oneDNN at AVX2) and `channels-last`
  * (CT_LAYOUT_NHWC), a training step (two steps with an update between
@@ -17,7 +17,7 @@
 
 #include "test_util.h"
 
-#include "nn/layout.h"
+#include "plan/layout.h"
 #include "nn/model_impl.h"
 #include "step_harness.h"
 

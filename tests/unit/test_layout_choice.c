@@ -1,4 +1,4 @@
-/* The layout choice of src/nn/layout.h for each backend capability, on
+/* The layout choice of src/plan/layout.h for each backend capability, on
  * the CPU: ct_model_choose_layouts_for(m, CT_LAYOUT_NHWC, cuda's dtypes,
  * ...) is what a cuda device gets, so its rules can be checked without a
  * GPU.
@@ -26,8 +26,8 @@
 #include "test_util.h"
 
 #include "backend/backend.h"
-#include "nn/fuse.h"
-#include "nn/layout.h"
+#include "plan/fuse.h"
+#include "plan/layout.h"
 #include "nn/model_impl.h"
 
 #define CUDA_DTYPES (1u << CT_F32 | 1u << CT_BF16 | 1u << CT_F16)

@@ -1,4 +1,4 @@
-/* The narrowed model input (ct_model_narrow_input, src/nn/exec_plan.c):
+/* The narrowed model input (ct_model_narrow_input, src/plan/exec_plan.c):
  * a model whose input every reader casts into one 16-bit dtype takes the
  * input in that dtype, and the step is the same to the last bit as the
  * model fed f32 and casting it itself: training output, parameter

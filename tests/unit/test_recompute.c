@@ -1,4 +1,4 @@
-/* Activation recompute (src/nn/recompute.h): a training step that drops
+/* Activation recompute (src/plan/recompute.h): a training step that drops
  * activations after the forward and recomputes them before the backward
  * gives the plain step's output, parameter gradients, running statistics,
  * num_batches_tracked and (after re-preparing for inference) evaluation
@@ -252,7 +252,7 @@ int main(void) {
     compare(dev, path, 3, 20, 20, 4, CT_PRECISION_FP32, segs[k], segs[k] == CT_RECOMPUTE_MAX ? 0 : 2);
   }
   /* convnet's batch-norm ReLUs hand their gradient to the max pools
-   * (nn/fuse.h), so its batch-norm outputs are not kept in any mode. */
+   * (plan/fuse.h), so its batch-norm outputs are not kept in any mode. */
   compare(dev, "convnet", 1, 28, 28, 6, CT_PRECISION_FP32, 3, 2);
   compare(dev, "vgg11_bn", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_AUTO, 4);
   compare(dev, "resnet50", 3, 32, 32, 2, CT_PRECISION_FP32, CT_RECOMPUTE_AUTO, 50);

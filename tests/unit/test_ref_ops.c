@@ -4,7 +4,7 @@
  * being complete and bad targets being rejected. Gradients are checked in
  * test_ref_grad.c. */
 #include "backend/cpu/ref_ops.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 #include "test_ref_common.h"
 
 #define F64 CT_F64

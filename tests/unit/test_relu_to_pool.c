@@ -1,5 +1,5 @@
 /* A folded ReLU's gradient moved to the max pool that alone reads its
- * producer's output (src/nn/fuse.c, layers/pool2d.c): the training step
+ * producer's output (src/plan/fuse.c, layers/pool2d.c): the training step
  * is the same to the last bit as with the ReLU's gradient applied by the
  * convolution or batch norm (ct_fuse_set_relu_to_pool(0)), in training
  * output, parameter gradients, running statistics and the evaluation
@@ -19,7 +19,7 @@
 
 #include "test_util.h"
 
-#include "nn/fuse.h"
+#include "plan/fuse.h"
 #include "step_harness.h"
 
 /* conv -> ReLU -> max pool -> add(pool, conv1x1(pool)) -> linear: the pool's

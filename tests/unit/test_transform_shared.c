@@ -1,5 +1,5 @@
 /* The per-sample transform arithmetic shared with the CUDA batch transform
- * (src/data/transform_params.h), checked on the CPU:
+ * (src/math/transform_params.h), checked on the CPU:
  *  - its Philox copy and draws against src/core/rng.c (ct_rng_*);
  *  - ct_xf_batch_host (the kernel's loop nest: one ct_xf_pixel per output
  *    value) against ct_transform_apply, bit for bit, on random uint8
@@ -17,7 +17,7 @@
 
 #include "ctrain/ctrain.h"
 #include "data/gpu_data.h"
-#include "data/transform_params.h"
+#include "math/transform_params.h"
 #include "test_util.h"
 
 static ct_rng g;

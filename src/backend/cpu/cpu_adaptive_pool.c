@@ -2,7 +2,7 @@
  * (one-pixel bins) is a copy. A global pool (a 1x1 output: ResNet's
  * avgpool, the fast CIFAR network's and the torchkeras cnn's max pools)
  * runs the threaded loops below, on a plain NCHW input or one laid out
- * C16, C8 or NHWC (src/nn/layout.h lets its producer keep the layout, so a
+ * C16, C8 or NHWC (src/plan/layout.h lets its producer keep the layout, so a
  * residual stage ending in one needs no reorders); its output and dy are
  * plain, which for 1x1 are the same bytes in every layout. Every other
  * plain case (larger outputs, fp16) goes to the reference (ref_pool.inc

@@ -1,7 +1,7 @@
 /* Batch normalisation over dim 1 of [N,C], [N,C,L] or [N,C,H,W], as two
  * OpenMP passes per direction (statistics, then the elementwise map) with
  * double accumulation: f32 for plain tensors, f32 or bf16 for the layouts
- * the executor keeps between layers (src/nn/layout.h). Other cases go to
+ * the executor keeps between layers (src/plan/layout.h). Other cases go to
  * the reference (bf16 plain tensors through its widening path).
  *
  * Why not oneDNN: for plain NCHW oneDNN 2.6 picks its generic `ncsp_bnorm`,

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 /* Set for the library and everything linking it by CMakeLists.txt; a
  * silent default would give an object a different cpu_dev layout. */

@@ -3,7 +3,7 @@
  * ref_<area>.c (one ref_<area>.inc template instantiated per dtype); this
  * file only assembles the table. */
 #include "backend/cpu/ref_ops.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 /* The table's float ops go through ref_half.c, which widens bf16/f16
  * tensors to f32 (the correctness path of mixed precision) and passes

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "backend/cpu/ref_ops.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 #define HALF_MAX 8
 

@@ -34,7 +34,7 @@
  * input, as many as f16 has and more than bf16.
  *
  * Layouts: x, y and their gradients may each be CT_LAYOUT_PLAIN or
- * CT_LAYOUT_NHWC (src/nn/layout.h: the first convolution reads the plain
+ * CT_LAYOUT_NHWC (src/plan/layout.h: the first convolution reads the plain
  * model input and writes NHWC, the last one may write plain for a
  * flatten). A call where any of them is NHWC runs entirely channels-last,
  * filter included (KRSC), as PyTorch's channels_last convolutions do:

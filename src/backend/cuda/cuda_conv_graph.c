@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_conv_graph.h"
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 

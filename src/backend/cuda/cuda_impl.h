@@ -27,11 +27,11 @@ extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/cuda_lt.h"
 
-/* The device object (core/device_impl.h) uses C11 atomics, which C++17
+/* The device object (backend/device_impl.h) uses C11 atomics, which C++17
  * does not have, so only the C files see it; kernels reach the device's
  * stream through cuda_stream(). */
 #ifndef __cplusplus
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 /* One open "cuda:N" device. */
 typedef struct cuda_dev {

@@ -1,14 +1,14 @@
 /* Device-resident training step kernels: gradient statistics for the loss
  * scaler and clipping, the fused multi-tensor optimizer pass, the loss
  * scaler's update, and top-1/top-5 counting. The per-element formulas are
- * src/optim/fused_step.h, shared with the host reference the CPU tests
+ * src/math/fused_step.h, shared with the host reference the CPU tests
  * check, so the GPU applies the exact f32 operations of
  * src/optim/optimizer_step.c. Flat buffers make "multi-tensor" one launch
  * over every parameter. Nothing here synchronises: the skip decision, the
  * clip coefficient and the scale are read from the ct_step_stats block in
  * device memory. */
 #include "backend/cuda/cuda_common.cuh"
-#include "optim/fused_step.h"
+#include "math/fused_step.h"
 
 /* Fixed partial count: the two-stage sum's order depends only on n, so a
  * step is deterministic run to run. */

@@ -15,7 +15,7 @@
  * int64 indices, 392).
  *
  * Layouts: x and y (dx and dy) are both plain NCHW or both NHWC
- * (CT_LAYOUT_NHWC, src/nn/layout.h); in NHWC consecutive threads take
+ * (CT_LAYOUT_NHWC, src/plan/layout.h); in NHWC consecutive threads take
  * consecutive channels of one pixel, so every load and store is a
  * contiguous channel vector. A global adaptive pool (1x1 output) may
  * read NHWC and write plain: for one pixel the two are the same bytes.

@@ -11,7 +11,7 @@
  * the host without a synchronisation; a class index outside [0, C) makes
  * that row's loss and gradient NaN instead of an error. */
 #include "backend/cuda/cuda_common.cuh"
-#include "optim/fused_step.h"
+#include "math/fused_step.h"
 
 #define STREAM(d) cuda_stream(d)
 #define PARTIAL_BLOCKS 1024

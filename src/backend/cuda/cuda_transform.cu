@@ -1,7 +1,7 @@
 /* The batch transform on the GPU (DALI-like): uint8 images in device
  * memory -> the batch the model takes (f32 NCHW, or the 16-bit
  * channels-last input of a narrowed model), with the CPU loader's semantics
- * per sample. All arithmetic is src/data/transform_params.h, the lines
+ * per sample. All arithmetic is src/math/transform_params.h, the lines
  * ct_transform_apply and ct_xf_batch_host run on the host.
  *
  * Launch: grid.y walks samples (in chunks of 65535, the y limit), grid.x
@@ -12,7 +12,7 @@
  * reads are gathers from the 4 bilinear taps, which hit L1/L2 for the
  * small images this is for. */
 #include "backend/cuda/cuda_common.cuh"
-#include "data/transform_params.h"
+#include "math/transform_params.h"
 
 #define STREAM(d) cuda_stream(d)
 

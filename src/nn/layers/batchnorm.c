@@ -53,7 +53,7 @@ static int fused(const ct_layer *l, const ct_exec *e) {
   return l->act != CT_ACT_NONE && e->training && e->be->batchnorm_act_fwd;
 }
 
-/* Whether a max pool took this layer's ReLU gradient over (nn/fuse.h):
+/* Whether a max pool took this layer's ReLU gradient over (plan/fuse.h):
  * the fused forward's reserve then serves no backward. */
 static int relu_moved(const ct_layer *l) { return l->relu_moved == CT_RELU_MOVED_TO_POOL; }
 
@@ -138,7 +138,7 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
   const ct_tensor *gamma = l->ip[2] ? &l->w[0] : NULL;
   ct_tensor *dgamma = l->ip[2] ? &l->g[0] : NULL, *dbeta = l->ip[2] ? &l->g[1] : NULL;
   /* A max pool that alone reads this output has applied the ReLU's
-   * gradient already (CT_RELU_MOVED_TO_POOL, nn/fuse.h): the plain
+   * gradient already (CT_RELU_MOVED_TO_POOL, plan/fuse.h): the plain
    * backward then runs on dy as it is, after a fused forward too (the
    * saved statistics are the same; the reserve only serves the fused
    * backward), and y need not be kept. */

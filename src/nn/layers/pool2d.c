@@ -52,7 +52,7 @@ static ct_status max_fwd(ct_layer *l, ct_exec *e) {
  * each window's gradient goes to its argmax alone, whose ReLU output is
  * the window's max, so masking dy by (y > 0) and scattering gives the
  * producer's masked gradient to the last bit, without keeping the
- * producer's output (nn/fuse.h). */
+ * producer's output (plan/fuse.h). */
 static ct_status max_bwd(ct_layer *l, ct_exec *e) {
   ct_pool2d_params p = params(l);
   if (!l->dx[0].data) return CT_OK;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 struct ct_device_task {
   void (*fn)(void *);

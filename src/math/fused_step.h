@@ -1,4 +1,6 @@
-/* The fused training-step update shared by the host reference
+/* src/math/: host code and CUDA kernels share it; any layer may include it.
+ *
+ * The fused training-step update shared by the host reference
  * (src/optim/optimizer_fused.c) and the CUDA kernels
  * (src/backend/cuda/cuda_optim.cu): per-element formulas, the argument
  * block and the device-resident step statistics. Compiled as C (gcc) and as
@@ -13,8 +15,8 @@
  * inf/NaN, then a one-thread update moves the scale (GradScaler). The
  * device never waits for the host: the scale, the skip decision and the
  * clip coefficient are read from device memory by the kernels. */
-#ifndef CTRAIN_OPTIM_FUSED_STEP_H
-#define CTRAIN_OPTIM_FUSED_STEP_H
+#ifndef CTRAIN_MATH_FUSED_STEP_H
+#define CTRAIN_MATH_FUSED_STEP_H
 
 #include <math.h>
 #include <stddef.h>

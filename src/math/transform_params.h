@@ -1,4 +1,6 @@
-/* The per-sample transform arithmetic shared by the CPU loader
+/* src/math/: host code and CUDA kernels share it; any layer may include it.
+ *
+ * The per-sample transform arithmetic shared by the CPU loader
  * (src/data/transform.c), the host batch version (transform_batch.c) and
  * the CUDA batch transform (src/backend/cuda/cuda_transform.cu): the random
  * draws (crop offsets, flip) from (seed, epoch, sample), the bilinear
@@ -14,8 +16,8 @@
  * a*b + c is left for a compiler to fuse). Divisions and subtractions are
  * IEEE on both sides (nvcc's default -prec-div=true; --use_fast_math would
  * break this). */
-#ifndef CTRAIN_DATA_TRANSFORM_PARAMS_H
-#define CTRAIN_DATA_TRANSFORM_PARAMS_H
+#ifndef CTRAIN_MATH_TRANSFORM_PARAMS_H
+#define CTRAIN_MATH_TRANSFORM_PARAMS_H
 
 #include <math.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* Segments and the step timeline of activation recompute (see recompute.h). */
-#include "nn/recompute.h"
+#include "plan/recompute.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -1,8 +1,10 @@
 /* The device object behind the opaque ct_device handle. Internal: backends
  * keep their private state (oneDNN engine and stream, CUDA stream and
- * handles) in `impl`. */
-#ifndef CTRAIN_DEVICE_IMPL_H
-#define CTRAIN_DEVICE_IMPL_H
+ * handles) in `impl`. It lives in src/backend, not src/core, because a
+ * device is a backend table plus state: device.c binds one to the other,
+ * and core stays free of any backend. */
+#ifndef CTRAIN_BACKEND_DEVICE_IMPL_H
+#define CTRAIN_BACKEND_DEVICE_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

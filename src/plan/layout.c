@@ -1,6 +1,6 @@
 /* Activation layout choice (see layout.h). */
-#include "nn/layout.h"
-#include "nn/fuse.h"
+#include "plan/layout.h"
+#include "plan/fuse.h"
 
 #include <string.h>
 

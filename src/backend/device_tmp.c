@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device_impl.h"
+#include "backend/device_impl.h"
 
 #define TMP_MIN_KEEP ((size_t)256 << 10)
 

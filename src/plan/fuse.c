@@ -2,7 +2,7 @@
  * model keeps PyTorch's module list (state_dict names, summary rows, model
  * files) and the fusion is an execution detail of the bound step, so the
  * graph the user built stays the one they see. */
-#include "nn/fuse.h"
+#include "plan/fuse.h"
 
 static ct_status noop(ct_layer *l, ct_exec *e) {
   (void)l, (void)e;

@@ -1,6 +1,6 @@
 /* Binding a model to a device: the memory plan of a step.
  *
- * Timeline (nn/recompute.h): forward of layer i at time i, then the
+ * Timeline (plan/recompute.h): forward of layer i at time i, then the
  * backward phase: per segment, last first, the recompute forwards of its
  * dropped layers and the backwards of its layers (without recompute the
  * backward of layer i is at 2L-1-i). Each layer output is one activation
@@ -22,11 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device_impl.h"
+#include "amp/amp_model.h"
+#include "backend/device_impl.h"
 #include "nn/device_state.h"
 #include "nn/exec_impl.h"
-#include "nn/fuse.h"
-#include "nn/layout.h"
+#include "plan/fuse.h"
+#include "plan/layout.h"
 
 /* SIZE_MAX when the product overflows: the plan then refuses it (a batch
  * of 2^31 samples of 2^31 elements wrapped to a small arena that the
@@ -116,7 +117,7 @@ static void grad_alias(const ct_model *m, const ct_exec_bufs *b, int *alias, int
   for (int i = 0; i < L; i++) alias[i] = -1;
   if (!ct_fuse_enabled()) return;
   /* An activation layer's act is its op, applied out of place; a max pool
-   * that took over its producer's ReLU applies it in place (nn/fuse.h). */
+   * that took over its producer's ReLU applies it in place (plan/fuse.h). */
   for (int i = 0; i < L; i++) {
     const ct_layer *l = &m->layers[i];
     span[i] = bwd[i];
