@@ -70,8 +70,6 @@
 
 #include "bench_util.h"
 #include "ctrain/ctrain.h"
-#include "ctrain/step.h"
-#include "ctrain/tuning.h"
 
 #define CK(x)                                             \
   do {                                                    \

@@ -21,6 +21,8 @@
 #include "ctrain/tensorboard.h"
 #include "ctrain/history.h"
 #include "ctrain/progress.h"
+#include "ctrain/step.h"
+#include "ctrain/tuning.h"
 
 #define CTRAIN_VERSION "0.1.0"
 

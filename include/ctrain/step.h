@@ -64,7 +64,7 @@ typedef struct ct_step_config {
   /* A schedule stepped once per taken optimizer step (OneCycleLR and
    * the per-iteration ones), or NULL; the step then owns its stepping. */
   ct_scheduler *step_sched;
-  int lag;                     /* device models: steps the read-back may lag (0..CT_STEP_LAG_MAX; fit uses 1) */
+  int lag;                     /* device models: steps the read-back may lag (0..2; fit uses 1) */
   int cuda_graph;              /* device models: capture the whole step once warm and replay it */
 } ct_step_config;
 
@@ -172,9 +172,10 @@ ct_status ct_step_eval_batch(ct_model *m, ct_device *dev, const ct_batch *b, ct_
  * [b->n, K] (host memory). */
 ct_status ct_step_predict_batch(ct_model *m, ct_device *dev, const ct_batch *b, float *probs);
 
-/* With accumulation: whether the step's read-back is lagged and, once
- * decided, whether a CUDA graph is in use; *note gets a one-line reason
- * when cuda_graph was asked for and is not used (else NULL). */
+/* The read-back lag in effect (0 on a host model, or on a device that
+ * cannot run ahead) and, once decided, whether a CUDA graph is in use;
+ * *note gets a one-line reason when cuda_graph was asked for and is not
+ * used (else NULL). */
 int ct_step_lag(const ct_step *s);
 int ct_step_graph_on(const ct_step *s, const char **note);
 

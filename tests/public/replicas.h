@@ -22,19 +22,11 @@
 #include "ctrain/model.h"
 #include "ctrain/optim.h"
 #include "ctrain/step.h"
+#include "try.h"
 
 #define R 2      /* replicas */
 #define NB 16    /* the global batch */
 #define CLIP 0.05
-
-#define TRY(x)                                                                                  \
-  do {                                                                                          \
-    ct_status s_ = (x);                                                                         \
-    if (s_ != CT_OK) {                                                                          \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, ct_last_error());       \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
 
 /* The communicator: each collective is complete when the last replica
  * arrives, which reduces for all. In threads mode the others wait for it

@@ -20,17 +20,9 @@
 #include "ctrain/device.h"
 #include "ctrain/loss.h"
 #include "ctrain/model.h"
+#include "try.h"
 
 #define NB 8
-
-#define TRY(x)                                                                                  \
-  do {                                                                                          \
-    ct_status s_ = (x);                                                                         \
-    if (s_ != CT_OK) {                                                                          \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, ct_last_error());       \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
 
 static void *to_host(const ct_tensor *t) {
   size_t b = ct_tensor_nbytes(t);

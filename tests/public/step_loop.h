@@ -15,19 +15,11 @@
 #include "ctrain/model.h"
 #include "ctrain/optim.h"
 #include "ctrain/step.h"
+#include "try.h"
 #include "ctrain/trainer.h"
 
 #define STEPS 6
 #define BATCH 16
-
-#define TRY(x)                                                                   \
-  do {                                                                           \
-    ct_status s_ = (x);                                                          \
-    if (s_ != CT_OK) {                                                           \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, ct_last_error()); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
 
 static ct_model *new_cnn(ct_device *dev) {
   ct_model_options mo = {0, 0, 0, 0, 7};
