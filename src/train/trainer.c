@@ -186,6 +186,64 @@ static ct_status on_result(ct_loader *train, const ct_step_result *r, ct_loop_st
   return s;
 }
 
+/* The epoch's row of the history (written to the log directory's
+ * history.csv/json) and its TensorBoard scalars; val NULL: none. */
+static ct_status log_epoch(ct_history *hist, ct_tb_writer *tb, const ct_train_config *cfg, int64_t epoch, double tl,
+                           double ta, const ct_eval_result *val, double lr, double dt) {
+  const char *hn[] = {"loss", "accuracy", "val_loss", "val_accuracy", "lr", "seconds"};
+  double hv[] = {tl, ta, val ? val->loss : NAN, val ? val->accuracy : NAN, lr, dt};
+  ct_status s = ct_history_add_row(hist, epoch, hn, hv, val ? 6 : 2);
+  if (s == CT_OK && !val) {
+    s = ct_history_add(hist, epoch, "lr", lr);
+    if (s == CT_OK) s = ct_history_add(hist, epoch, "seconds", dt);
+  }
+  if (s == CT_OK && cfg->log_dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/history.csv", cfg->log_dir);
+    s = ct_history_write_csv(hist, path);
+    snprintf(path, sizeof path, "%s/history.json", cfg->log_dir);
+    if (s == CT_OK) s = ct_history_write_json(hist, path);
+  }
+  if (s == CT_OK && tb) {
+    ct_tb_scalar(tb, "epoch/loss", epoch, tl);
+    ct_tb_scalar(tb, "epoch/accuracy", epoch, ta);
+    ct_tb_scalar(tb, "epoch/lr", epoch, lr);
+    if (val) {
+      ct_tb_scalar(tb, "epoch/val_loss", epoch, val->loss);
+      ct_tb_scalar(tb, "epoch/val_accuracy", epoch, val->accuracy);
+    }
+    s = ct_tb_flush(tb);
+  }
+  return s;
+}
+
+/* Copies every parameter and buffer of m into the host buffer buf, one
+ * after another (to_host), or back from it. */
+static ct_status copy_state(ct_model *m, void *buf, int to_host) {
+  char *p = buf;
+  for (int i = 0; i < ct_model_state_count(m); i++) {
+    const ct_tensor *t = &ct_model_state(m, i)->value;
+    CT_TRY(to_host ? ct_device_copy(NULL, p, t->device, t->data, ct_tensor_nbytes(t))
+                   : ct_device_copy(t->device, t->data, NULL, p, ct_tensor_nbytes(t)));
+    p += ct_tensor_nbytes(t);
+  }
+  return CT_OK;
+}
+
+/* The end of epoch `epoch`'s checkpoints: epoch-NNNN, last, best when it
+ * improved, and the older ones beyond keep_last pruned. */
+static ct_status save_epoch(ct_model *m, ct_optimizer *opt, ct_scheduler *sch, const ct_loop_state *ls,
+                            const ct_history *hist, const ct_train_config *cfg, const ct_grad_scaler *gs,
+                            int64_t epoch, int improved) {
+  char file[64];
+  snprintf(file, sizeof file, "epoch-%04lld.safetensors", (long long)epoch);
+  CT_TRY(ct_train_state_save(cfg->checkpoint_dir, file, m, opt, sch, ls, hist, cfg, gs));
+  CT_TRY(ct_train_state_save(cfg->checkpoint_dir, "last.safetensors", m, opt, sch, ls, hist, cfg, gs));
+  if (improved) CT_TRY(ct_train_state_save(cfg->checkpoint_dir, "best.safetensors", m, opt, sch, ls, hist, cfg, gs));
+  ct_train_state_prune(cfg->checkpoint_dir, epoch, cfg->keep_last);
+  return CT_OK;
+}
+
 ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, const ct_train_config *cfg,
                  ct_fit_result *res) {
   memset(res, 0, sizeof *res);
@@ -338,32 +396,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       if (ct_scheduler_kind(sch) == CT_SCHED_PLATEAU) s = ct_scheduler_step_metric(sch, opt, mv);
       else s = ct_scheduler_step(sch, opt);
     }
-    if (s == CT_OK) {
-      const char *hn[] = {"loss", "accuracy", "val_loss", "val_accuracy", "lr", "seconds"};
-      double hv[] = {tl, ta, have_val ? vres.loss : NAN, have_val ? vres.accuracy : NAN, lr, dt};
-      s = ct_history_add_row(hist, epoch + 1, hn, hv, have_val ? 6 : 2);
-      if (s == CT_OK && !have_val) {
-        s = ct_history_add(hist, epoch + 1, "lr", lr);
-        if (s == CT_OK) s = ct_history_add(hist, epoch + 1, "seconds", dt);
-      }
-    }
-    if (s == CT_OK && cfg->log_dir) {
-      char path[4096];
-      snprintf(path, sizeof path, "%s/history.csv", cfg->log_dir);
-      s = ct_history_write_csv(hist, path);
-      snprintf(path, sizeof path, "%s/history.json", cfg->log_dir);
-      if (s == CT_OK) s = ct_history_write_json(hist, path);
-    }
-    if (s == CT_OK && tb) {
-      ct_tb_scalar(tb, "epoch/loss", epoch + 1, tl);
-      ct_tb_scalar(tb, "epoch/accuracy", epoch + 1, ta);
-      ct_tb_scalar(tb, "epoch/lr", epoch + 1, lr);
-      if (have_val) {
-        ct_tb_scalar(tb, "epoch/val_loss", epoch + 1, vres.loss);
-        ct_tb_scalar(tb, "epoch/val_accuracy", epoch + 1, vres.accuracy);
-      }
-      s = ct_tb_flush(tb);
-    }
+    if (s == CT_OK) s = log_epoch(hist, tb, cfg, epoch + 1, tl, ta, have_val ? &vres : NULL, lr, dt);
     if (pg) {
       const char *en[] = {"loss", "accuracy", "val_loss", "val_accuracy"};
       double ev[] = {tl, ta, vres.loss, vres.accuracy};
@@ -377,14 +410,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       ls.best = mv;
       ls.best_epoch = epoch;
       ls.bad_epochs = 0;
-      if (best_state) {
-        char *p = (char *)best_state;
-        for (int i = 0; i < ct_model_state_count(m); i++) {
-          const ct_tensor *t = &ct_model_state(m, i)->value;
-          if (s == CT_OK) s = ct_device_copy(NULL, p, t->device, t->data, ct_tensor_nbytes(t));
-          p += ct_tensor_nbytes(t);
-        }
-      }
+      if (best_state) s = copy_state(m, best_state, 1);
     } else {
       ls.bad_epochs++;
     }
@@ -400,22 +426,12 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
     }
     if (cfg->checkpoint_dir) {
       ls.batch = 0;
-      char file[64];
-      snprintf(file, sizeof file, "epoch-%04lld.safetensors", (long long)epoch + 1);
-      s = ct_train_state_save(cfg->checkpoint_dir, file, m, opt, sch, &ls, hist, cfg, ct_step_scaler(step));
-      if (s == CT_OK) s = ct_train_state_save(cfg->checkpoint_dir, "last.safetensors", m, opt, sch, &ls, hist, cfg, ct_step_scaler(step));
-      if (s == CT_OK && improved) s = ct_train_state_save(cfg->checkpoint_dir, "best.safetensors", m, opt, sch, &ls, hist, cfg, ct_step_scaler(step));
-      if (s == CT_OK) ct_train_state_prune(cfg->checkpoint_dir, epoch + 1, cfg->keep_last);
+      s = save_epoch(m, opt, sch, &ls, hist, cfg, ct_step_scaler(step), epoch + 1, improved);
     }
     if (cfg->max_steps && ls.step >= cfg->max_steps) stop = 1;
   }
   if (s == CT_OK && best_state && ls.best_epoch >= 0 && res->epochs_run > 0) {
-    const char *p = (const char *)best_state;
-    for (int i = 0; i < ct_model_state_count(m); i++) {
-      const ct_tensor *t = &ct_model_state(m, i)->value;
-      if (s == CT_OK) s = ct_device_copy(t->device, t->data, NULL, p, ct_tensor_nbytes(t));
-      p += ct_tensor_nbytes(t);
-    }
+    s = copy_state(m, best_state, 0);
     if (val) {
       s = ct_evaluate(m, dev, val, cfg->loss, cfg->label_smoothing, &vres);
       have_val = s == CT_OK;
