@@ -108,6 +108,11 @@ typedef struct ct_step_hooks {
    * the sync: a strategy whose replicas hold disjoint shards sums them,
    * one that all-reduced whole gradients has them agreeing already. */
   ct_status (*reduce)(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals);
+  /* 1: the hooks only queue work on the device's stream (NCCL
+   * collectives), which a CUDA graph captures and replays. 0: a step
+   * with hooks runs eagerly even when cuda_graph was asked for, since a
+   * replay calls no host code. */
+  int graph_safe;
 } ct_step_hooks;
 
 /* A step for m, prepared for training on dev (ct_model_prepare with
@@ -118,7 +123,8 @@ typedef struct ct_step_hooks {
 ct_status ct_step_create(ct_model *m, ct_device *dev, ct_optimizer *opt, const ct_step_config *c, ct_step **out);
 /* Frees the step; batches still in flight are not released (drain first). */
 void ct_step_destroy(ct_step *s);
-/* Installs hooks (NULL: none). */
+/* Installs hooks (NULL: none); hooks that are not graph_safe turn the
+ * CUDA graph off (ct_step_graph_on's note says so). */
 void ct_step_set_hooks(ct_step *s, const ct_step_hooks *h);
 
 ct_model *ct_step_model(const ct_step *s);

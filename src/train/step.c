@@ -98,6 +98,15 @@ int ct_step_graph_on(const ct_step *s, const char **note) {
 void ct_step_set_hooks(ct_step *s, const ct_step_hooks *h) {
   if (h) s->hooks = *h;
   else memset(&s->hooks, 0, sizeof s->hooks);
+  /* A replayed graph runs no host code: hooks that are not only device
+   * work would be skipped silently (PyTorch's static-graph no_sync trap). */
+  int hooked = s->hooks.grads_ready || s->hooks.sync || s->hooks.reduce;
+  if (hooked && !s->hooks.graph_safe && s->graph_asked) {
+    snprintf(s->note, sizeof s->note, "the step's hooks are host code a replayed graph would skip: running eagerly");
+    s->graph_want = 0;
+    for (int k = 0; k < CT_STAGE_SLOTS; k++)
+      if (s->graph[k]) s->be->graph_free(s->dev, s->graph[k]), s->graph[k] = NULL;
+  }
 }
 
 /* SGD momentum switched on after the state moved (a library caller's

@@ -85,6 +85,63 @@ static void user_loop(ct_model *m, ct_device *dev, ct_loader *l, const ct_optim_
   ct_optimizer_destroy(opt);
 }
 
+static ct_status count_ready(void *ctx, ct_step *s, int layer, size_t first, size_t count) {
+  (void)s, (void)layer, (void)first, (void)count;
+  ++*(int *)ctx;
+  return CT_OK;
+}
+
+/* On a device that captures CUDA graphs: a step asked for a graph
+ * captures one without hooks, and with host hooks runs eagerly and calls
+ * them every step (a replay would skip them). 0 when so. */
+static int graph_hooks_check(ct_device *dev, ct_loader *l) {
+  int bad = 0;
+  for (int hooked = 0; hooked < 2; hooked++) {
+    ct_model *m = new_cnn(dev);
+    size_t n;
+    ct_model_params(m, &n);
+    ct_optim_config oc = ct_optim_config_default(CT_OPTIM_ADAM);
+    ct_optimizer *opt;
+    TRY(ct_optimizer_create(&oc, n, &opt));
+    ct_step_config sc;
+    ct_step_config_default(&sc);
+    sc.lag = 1, sc.cuda_graph = 1;
+    ct_step *step;
+    TRY(ct_step_create(m, dev, opt, &sc, &step));
+    int calls = 0;
+    ct_step_hooks h = {&calls, count_ready, NULL, NULL, 0};
+    if (hooked) ct_step_set_hooks(step, &h);
+    TRY(ct_loader_start_epoch(l, 0, 0));
+    for (int64_t k = 0; k < STEPS; k++) {
+      ct_batch *b;
+      ct_step_result r;
+      int have = 0;
+      TRY(ct_loader_next(l, &b));
+      ct_step_pos pos = ct_step_pos_single(k);
+      TRY(ct_step_train(step, b, &pos, &r, &have));
+      if (have) ct_loader_release(l, r.batch);
+    }
+    for (int have = 1; have;) {
+      ct_step_result r;
+      TRY(ct_step_drain(step, &r, &have));
+      if (have) ct_loader_release(l, r.batch);
+    }
+    const char *note = NULL;
+    int on = ct_step_graph_on(step, &note);
+    /* cnn: 4 layers with parameters (2 convolutions, 2 linear) */
+    if (hooked ? on || calls != 4 * STEPS || !note || !strstr(note, "hooks") : !on) {
+      fprintf(stderr, "FAIL: %s hooks: graph %s (%s), grads_ready called %d times (want %d)\n", hooked ? "with" : "without",
+              on ? "on" : "off", note ? note : "no note", calls, hooked ? 4 * STEPS : 0);
+      bad = 1;
+    }
+    ct_step_destroy(step);
+    ct_optimizer_destroy(opt);
+    ct_model_destroy(m);
+  }
+  if (!bad) printf("ok: a graph is captured without hooks; with host hooks the step runs eagerly and calls them\n");
+  return bad;
+}
+
 /* Returns 0 when both ways end with the same weights, 1 otherwise, 77
  * when the device cannot be opened. */
 static int step_loop_check(const char *spec) {
@@ -148,6 +205,7 @@ static int step_loop_check(const char *spec) {
   }
   free(h1);
   ct_model_destroy(fresh);
+  if (ct_device_can_capture_graphs(dev)) bad |= graph_hooks_check(dev, la);
   ct_loader_destroy(la), ct_loader_destroy(lb), ct_loader_destroy(lc);
   ct_model_destroy(a), ct_model_destroy(b), ct_model_destroy(c);
   ct_dataset_close(ds);
