@@ -309,6 +309,7 @@ static ct_status dropout_from_stats(ct_step *s, int on) {
 }
 
 ct_status ct_step_forward(ct_step *s, const ct_tensor **out) {
+  if (!s->b) return ct_error(CT_ERR_INVALID_ARG, "step: ct_step_forward needs a batch from ct_step_begin");
   CT_TRY(dropout_from_stats(s, 1));
   ct_status st = ct_model_forward(s->m, &s->x, 1, s->pos.key, &s->out);
   ct_status r = dropout_from_stats(s, 0);
@@ -318,7 +319,7 @@ ct_status ct_step_forward(ct_step *s, const ct_tensor **out) {
 }
 
 ct_status ct_step_loss(ct_step *s) {
-  if (!s->out) return ct_error(CT_ERR_INVALID_ARG, "step: ct_step_loss needs ct_step_forward first");
+  if (!s->out || !s->b) return ct_error(CT_ERR_INVALID_ARG, "step: ct_step_loss needs ct_step_forward first");
   if (s->on_device) return ct_device_loss_and_hits(s->dev, s->cfg.loss, s->cfg.label_smoothing, s->out, &s->y, s->st);
   CT_TRY(ct_loss_forward(s->dev, s->cfg.loss, s->out, &s->y, s->cfg.label_smoothing, &s->lv));
   ct_batch_correct(s->out->data, s->y.data, s->b->n, ct_model_output_size(s->m), &s->top1, &s->top5);
@@ -455,6 +456,7 @@ static ct_status device_end(ct_step *s, ct_step_result *done, int *have) {
 
 ct_status ct_step_end(ct_step *s, ct_step_result *done, int *have) {
   *have = 0;
+  if (!s->b) return ct_error(CT_ERR_INVALID_ARG, "step: ct_step_end without a batch from ct_step_begin");
   if (s->on_device) CT_TRY(device_end(s, done, have));
   else {
     memset(done, 0, sizeof *done);
@@ -464,7 +466,7 @@ ct_status ct_step_end(ct_step *s, ct_step_result *done, int *have) {
     done->micro = !s->pos.last;
     *have = 1;
   }
-  s->b = NULL;
+  s->b = NULL, s->out = NULL;
   return *have ? reduce_metrics(s, done) : CT_OK;
 }
 
