@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "ctrain/ctrain.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "nn/model_impl.h"
 
 typedef struct step_result {

@@ -20,7 +20,6 @@
 
 #include "amp/amp_model.h"
 #include "backend/device_impl.h"
-#include "nn/device_state.h"
 #include "nn/model_impl.h"
 
 ct_status ct_model_set_precision(ct_model *m, ct_precision p, ct_opt_level o) {
@@ -150,7 +149,7 @@ ct_status ct_model_round_params(ct_model *m) {
     /* On the device: f32 -> low -> f32 with the backend's cast, the same
      * round-to-nearest-even as the host conversion below. */
     int64_t n = (int64_t)m->n_params;
-    void *low = ct_model_round_scratch(m);
+    void *low = m->round_scratch;
     ct_tensor p32 = ct_tensor_view(m->params, CT_F32, 1, &n), p16 = ct_tensor_view(low, ct_precision_dtype(m->precision), 1, &n);
     p32.device = p16.device = m->dev;
     const ct_backend *be = ct_device_backend(m->dev);

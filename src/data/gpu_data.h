@@ -16,7 +16,7 @@
 /* (ct_gpu_data, CT_GPU_DATA_SLOTS, ct_gpu_data_bytes, ct_gpu_data_create
  * and ct_gpu_data_destroy are public: ctrain/data.h. CT_GPU_DATA_SLOTS raw
  * batches are staged at once: as many as the device step's staging slots,
- * CT_STAGE_SLOTS in src/nn/device_state.h.) */
+ * CT_STAGE_SLOTS in src/exec/device_state.h.) */
 
 
 /* Queues, on g's device, what puts batch b (delivered by g's loader) into

@@ -3,8 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amp/amp_model.h"
-#include "nn/device_state.h"
 #include "nn/model_impl.h"
 
 ct_status ct_model_new(const char *name, ct_model **out) {
@@ -12,18 +10,13 @@ ct_status ct_model_new(const char *name, ct_model **out) {
   if (!m) return ct_error(CT_ERR_OUT_OF_MEMORY, "model: out of host memory");
   snprintf(m->name, sizeof m->name, "%s", name);
   m->output = -1;
-  ct_plan_init(&m->plan);
   *out = m;
   return CT_OK;
 }
 
-void ct_model_destroy(ct_model *m) {
+void ct_model_free(ct_model *m) {
   if (!m) return;
-  ct_model_device_release(m);
-  if (m->arena) ct_device_free(m->dev, m->arena);
-  ct_exec_bufs_free(&m->eb);
-  ct_amp_model_free(m);
-  ct_plan_free(&m->plan);
+  free(m->act_dt), free(m->act_rule);
   for (int i = 0; i < m->n_entries; i++) free(m->entry_names[i]);
   free(m->entry_names);
   free(m->entries);
@@ -409,7 +402,6 @@ float *ct_model_grads(ct_model *m, size_t *n) {
 
 int64_t ct_model_param_count(const ct_model *m) { return (int64_t)m->param_count; }
 
-size_t ct_model_plan_bytes(const ct_model *m) { return m->plan.peak; }
 size_t ct_model_state_bytes(const ct_model *m) {
   return m->n_params * 8 + m->n_buffers * 4 + m->n_counters * 8;
 }

@@ -29,7 +29,7 @@ static ct_status derive(const ct_model *src, int first, int last, ct_model **out
   const int n = last - first + 1;
   m->layers = malloc((size_t)n * sizeof *m->layers);
   if (!m->layers) {
-    ct_model_destroy(m);
+    ct_model_free(m);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", src->name);
   }
   m->cap_layers = m->n_layers = n;
@@ -53,7 +53,7 @@ static ct_status derive(const ct_model *src, int first, int last, ct_model **out
                          : ct_model_finish(m, ndim, shape, src->seed);
   if (s == CT_OK) s = copy_state(m, src);
   if (s != CT_OK) {
-    ct_model_destroy(m);
+    ct_model_free(m);
     return s;
   }
   m->precision = src->precision;

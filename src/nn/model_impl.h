@@ -6,56 +6,17 @@
 #include "ctrain/amp.h"
 #include "ctrain/model.h"
 #include "nn/layer.h"
-#include "plan/recompute.h"
-#include "plan/plan.h"
+
+/* What prepare binds (src/plan, src/exec): the step's memory plan and its
+ * buffers per layer, NULL until the first ct_model_prepare. */
+struct ct_plan;
+struct ct_exec_bufs;
 
 /* Where each parameter and buffer starts in the model's flat f32 state
  * (and so its gradient and optimizer state): the plan's alignment, so a
  * weight is placed as well as an activation. */
-#define CT_STATE_ALIGN CT_PLAN_ALIGN
+#define CT_STATE_ALIGN 256 /* == CT_PLAN_ALIGN (plan/plan.h checks) */
 
-/* ct_exec_bufs.tmp of an input edge whose layer adds its input gradient
- * into the producer's itself (exec_plan.c's dx_accumulates). */
-#define CT_EXEC_DX_ACC (-2)
-
-/* Plan ids of a step's buffers, per layer (-1 = none). */
-typedef struct ct_exec_bufs {
-  int *act;  /* [L] activation buffer of layer i's output (-1 = alias) */
-  int *root; /* [L] layer whose activation buffer layer i's output uses */
-  int *grad; /* [L] dL/dy of layer i */
-  int *ws;   /* [L] workspace kept from forward to backward */
-  int *tmp;  /* [2L] temporary dx of input edge j of layer i (or CT_EXEC_DX_ACC) */
-  int *layout; /* [L] ct_layout of layer i's y and dy (plan/layout.h) */
-  /* Mixed precision (all -1 under O0): input edge j of layer i cast to the
-   * layer's dtype, that edge's gradient in the layer's dtype before it is
-   * cast back, and an fp32 copy of the output (and of its gradient) for
-   * the loss. */
-  int *xcast;  /* [2L] */
-  int *dxcast; /* [2L] */
-  int out32, dout32;
-  /* Activation recompute (plan/recompute.h): the segments and times of the
-   * step, and for a layer whose output is dropped the buffers its
-   * recompute forward writes (output, workspace, cast inputs); the plain
-   * act/ws/xcast ids then serve its first forward only. -1 elsewhere. */
-  ct_timeline tl;
-  int *act_rc;   /* [L] */
-  int *ws_rc;    /* [L] */
-  int *xcast_rc; /* [2L] */
-  /* Pass workspaces (the cuDNN workspace a convolution needs only while
-   * it runs): entry 3i + CT_PASS_* of layer i's forward, recompute forward
-   * and backward, each alive at that pass's time alone. */
-  int *pws; /* [3L] */
-  /* Low-precision weight copies (src/amp/amp_model.c): layer i's for its
-   * forward (for the whole step in an inference plan), and in a training
-   * plan its second, cast again for its recompute forward or its
-   * backward-data pass, whichever comes first. lpw_bwd points into lpw's
-   * block. */
-  int *lpw, *lpw_bwd; /* [L] each */
-  /* The gradient of the model input (ct_model_set_input_grad), -1 = none. */
-  int in_grad;
-} ct_exec_bufs;
-
-enum { CT_PASS_FWD, CT_PASS_RC, CT_PASS_BWD };
 
 /* "Layer `layer`'s parameter gradients, grads[first, first + count) of the
  * flat buffer, are final for this backward." */
@@ -86,8 +47,8 @@ struct ct_model {
   ct_device *dev;
   int64_t max_batch;
   int training_plan;
-  ct_plan plan;
-  ct_exec_bufs eb;
+  struct ct_plan *plan;
+  struct ct_exec_bufs *eb;
   void *arena;
   ct_tensor input;         /* x of the last forward (the recompute reads it) */
   int64_t last_batch;
@@ -114,6 +75,7 @@ struct ct_model {
    * flat storage, arena and staging live in one block on a CUDA device;
    * it keeps the host buffers. opt_buffers: optimizer buffers to plan for. */
   struct ct_model_dstate *dstate;
+  void *round_scratch;   /* O3 on a device: where the params are rounded (in dstate's block) */
   int opt_buffers;
   /* 1: one x staging buffer serves every slot (ct_model_share_stage_x). */
   int stage_x_shared;
@@ -133,8 +95,6 @@ struct ct_model {
   void *grad_hook_ctx;
 };
 
-/* Installs (fn non-NULL) or removes the backward's per-layer hook. */
-void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx);
 
 /* Points every state entry's value/grad views (and the layers' w/g views)
  * at the flat storage, wherever it lives now (model.c). */
@@ -156,6 +116,11 @@ static inline int ct_model_readers(const ct_model *m, int i) {
  * write of the whole gradient buffer per step (228 MB for AlexNet with
  * 10 classes). Until that backward the gradients hold stale values. */
 void ct_model_overwrite_grads(ct_model *m);
+
+/* Frees what the model's definition owns (graph, names, flat storage,
+ * the precision policy's per-layer tables): a model never prepared, or
+ * what ct_model_destroy (src/exec) leaves after releasing the bound state. */
+void ct_model_free(ct_model *m);
 
 /* Graph building. Each call appends a layer reading the given inputs
  * (layer indices, -1 = the model input) and returns its index, or -1 after
@@ -185,12 +150,6 @@ int ct_g_softmax(ct_model *m, const char *name, int in, int log);
  * initialises the state. The last layer added is the output. */
 ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64_t seed);
 
-/* Frees the executor's per-model tables (called by ct_model_destroy). */
-void ct_exec_bufs_free(ct_exec_bufs *b);
-/* The arena peak the prepared training plan would have with `segments`
- * recompute segments (CT_RECOMPUTE_AUTO: the best count); the plan in use
- * is unchanged. For the out-of-memory advice (device_state.c). */
-ct_status ct_model_plan_peak_with_recompute(ct_model *m, int segments, size_t *peak);
 
 /* Zoo constructors: build the graph for the options (see zoo.c). */
 ct_status ct_zoo_build(const char *name, const ct_model_options *opt, ct_model **out);

@@ -382,7 +382,7 @@ ct_status ct_model_parse_file(const char *path, const ct_model_options *opt, ct_
     }
   }
   if (s != CT_OK) {
-    ct_model_destroy(p.m);
+    ct_model_free(p.m);
     return s;
   }
   *out = p.m;

@@ -24,14 +24,50 @@
 
 #include "amp/amp_model.h"
 #include "backend/device_impl.h"
-#include "nn/device_state.h"
-#include "nn/exec_impl.h"
+#include "plan/exec_plan.h"
 #include "plan/fuse.h"
 #include "plan/layout.h"
 
 /* SIZE_MAX when the product overflows: the plan then refuses it (a batch
  * of 2^31 samples of 2^31 elements wrapped to a small arena that the
  * forward pass overran). */
+ct_layout ct_exec_layout(const ct_model *m, int i) { return i >= 0 ? (ct_layout)m->eb->layout[i] : m->in_layout; }
+
+/* The layout layer i reads input edge j in: its source's (a cast copy
+ * keeps its source's element order), except for the cast copy of the model
+ * input that a channels-last convolution reads on a backend whose own
+ * layout is NHWC. That cast writes NHWC, so the convolution reads its
+ * input where it lies instead of transposing the whole batch in every
+ * forward and weight-gradient pass (the first convolution of AlexNet and
+ * ResNet-50 under autocast). A narrowed input (ct_model_narrow_input) is
+ * no cast edge: it arrives in that layout (m->in_layout). */
+ct_layout ct_exec_edge_layout(const ct_model *m, int i, int j) {
+  const ct_layer *l = &m->layers[i];
+  if (l->inputs[j] < 0 && !m->want_input_grad && l->cls == &ct_layer_conv2d && l->in_ndim[j] == 3 &&
+      ct_exec_layout(m, i) == CT_LAYOUT_NHWC &&
+      ct_exec_edge_cast(m, i, j) && m->dev && ct_device_backend(m->dev)->act_layout == CT_LAYOUT_NHWC)
+    return CT_LAYOUT_NHWC;
+  return ct_exec_layout(m, l->inputs[j]);
+}
+
+void ct_exec_shape_tensors(ct_model *m, int64_t n) {
+  for (int i = 0; i < m->n_layers; i++) {
+    ct_layer *l = &m->layers[i];
+    for (int j = 0; j < l->n_inputs; j++) {
+      l->x[j].layout = l->dx[j].layout = ct_exec_edge_layout(m, i, j);
+      l->x[j].dtype = l->dx[j].dtype = ct_exec_out_dt(m, i);
+      ct_layer_batch_shape(&l->x[j], n, l->in_ndim[j], l->in_shape[j]);
+      ct_layer_batch_shape(&l->dx[j], n, l->in_ndim[j], l->in_shape[j]);
+      l->x[j].device = l->dx[j].device = m->dev;
+    }
+    l->y.layout = l->dy.layout = ct_exec_layout(m, i);
+    l->y.dtype = l->dy.dtype = ct_exec_out_dt(m, i);
+    ct_layer_batch_shape(&l->y, n, l->out_ndim, l->out_shape);
+    ct_layer_batch_shape(&l->dy, n, l->out_ndim, l->out_shape);
+    l->y.device = l->dy.device = m->dev;
+  }
+}
+
 static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
   size_t numel = (size_t)ct_shape_numel(l->out_ndim, l->out_shape), es = ct_dtype_size(ct_exec_out_dt(m, l->index));
   if (n > 0 && numel > SIZE_MAX / (size_t)n / es) return SIZE_MAX;
@@ -338,8 +374,8 @@ static ct_status plan_with_segments(ct_model *m, ct_device *dev, int64_t max_bat
  * untouched). */
 static ct_status trial_peak(ct_model *m, ct_device *dev, int64_t max_batch, int segments, size_t *peak) {
   ct_exec_bufs trial = {0};
-  trial.root = m->eb.root;
-  trial.layout = m->eb.layout;
+  trial.root = m->eb->root;
+  trial.layout = m->eb->layout;
   ct_plan p;
   ct_plan_init(&p);
   ct_status s = plan_with_segments(m, dev, max_batch, 1, segments, &trial, &p);
@@ -359,7 +395,7 @@ static ct_status choose_segments(ct_model *m, ct_device *dev, int64_t max_batch,
   const int L = m->n_layers;
   int *cut = malloc(sizeof(int) * (size_t)(L ? L : 1));
   if (!cut) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
-  int n_cuts = ct_recompute_cuts(m, m->eb.root, cut);
+  int n_cuts = ct_recompute_cuts(m, m->eb->root, cut);
   free(cut);
   size_t plain, best, peak;
   CT_TRY(trial_peak(m, dev, max_batch, 0, &plain));
@@ -422,27 +458,17 @@ ct_dtype ct_model_input_dtype(const ct_model *m, ct_layout *layout) {
   return m->in_dt;
 }
 
-ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int training) {
-  if (max_batch <= 0) return ct_error(CT_ERR_INVALID_ARG, "model '%s': batch size must be positive", m->name);
-  /* A resident model first brings its state home; the plan below is
-   * built on the host buffers and moved again at the end. */
-  ct_model_device_release(m);
-  if (m->arena) ct_device_free(m->dev, m->arena);
-  m->arena = NULL;
-  ct_plan_free(&m->plan);
-  ct_plan_init(&m->plan);
-  m->dev = dev;
-  m->max_batch = max_batch;
-  m->training_plan = training;
-  m->has_forward = 0;
-  for (int i = 0; i < m->n_entries; i++) m->entries[i].value.device = m->entries[i].grad.device = dev;
-  for (int i = 0; i < m->n_layers; i++)
-    for (int k = 0; k < m->layers[i].n_state; k++) m->layers[i].w[k].device = m->layers[i].g[k].device = dev;
+ct_status ct_exec_plan_build(ct_model *m, ct_device *dev, int64_t max_batch, int training) {
+  if (!m->plan) m->plan = calloc(1, sizeof *m->plan);
+  if (!m->eb) m->eb = calloc(1, sizeof *m->eb);
+  if (!m->plan || !m->eb) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
+  ct_plan_free(m->plan);
+  ct_plan_init(m->plan);
   ct_model_fuse(m);
   CT_TRY(ct_amp_model_plan(m));
   ct_amp_model_bind_weights(m);
 
-  ct_exec_bufs *b = &m->eb;
+  ct_exec_bufs *b = m->eb;
   ct_exec_bufs_free(b);
   const int L = m->n_layers;
   b->root = malloc(sizeof(int) * (size_t)(L ? L : 1));
@@ -462,19 +488,12 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, dev, max_batch, &segments));
   else if (ct_recompute_layer_mode(segments))
     CT_TRY(mode_if_smaller(m, dev, max_batch, &segments));
-  CT_TRY(plan_with_segments(m, dev, max_batch, training, segments, b, &m->plan));
-  if (ct_model_device_resident(dev)) return ct_model_device_bind(m, dev);
-  m->arena = ct_device_alloc(dev, m->plan.peak ? m->plan.peak : 64);
-  if (!m->arena)
-    return ct_error(CT_ERR_OUT_OF_MEMORY,
-                    "model '%s': the step's memory plan needs %zu bytes for batch %lld and they cannot be allocated; try a smaller --batch-size",
-                    m->name, m->plan.peak, (long long)max_batch);
-  return CT_OK;
+  return plan_with_segments(m, dev, max_batch, training, segments, b, m->plan);
 }
 
 ct_status ct_model_plan_peak_with_recompute(ct_model *m, int segments, size_t *peak) {
   *peak = 0;
-  if (!m->eb.root || !m->training_plan) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no training plan", m->name);
+  if (!m->eb || !m->eb->root || !m->training_plan) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no training plan", m->name);
   if (segments == CT_RECOMPUTE_AUTO) CT_TRY(choose_segments(m, m->dev, m->max_batch, &segments));
   return trial_peak(m, m->dev, m->max_batch, segments, peak);
 }
@@ -489,9 +508,9 @@ ct_status ct_model_set_recompute(ct_model *m, int segments) {
   return CT_OK;
 }
 
-int ct_model_recompute_segments(const ct_model *m) { return m->eb.tl.nseg ? m->eb.tl.nseg : 1; }
+int ct_model_recompute_segments(const ct_model *m) { return m->eb && m->eb->tl.nseg ? m->eb->tl.nseg : 1; }
 
-int ct_model_recompute_mode(const ct_model *m) { return m->eb.tl.n_rerun ? m->eb.tl.mode : 0; }
+int ct_model_recompute_mode(const ct_model *m) { return m->eb && m->eb->tl.n_rerun ? m->eb->tl.mode : 0; }
 
 ct_status ct_recompute_parse(const char *s, int *out) {
   static const struct {
@@ -527,4 +546,4 @@ const char *ct_recompute_mode_str(int mode, char *buf, size_t n) {
   return buf;
 }
 
-int ct_model_recompute_layers(const ct_model *m) { return m->eb.tl.n_rerun; }
+int ct_model_recompute_layers(const ct_model *m) { return m->eb ? m->eb->tl.n_rerun : 0; }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/exec_impl.h"
+#include "plan/exec_plan.h"
 
 /* last_read[r]: the last layer reading root r's buffer (through r or a
  * view of it), r itself when nobody does; the model output counts as read

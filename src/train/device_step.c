@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "data/gpu_data.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "nn/layer.h"
 #include "nn/model_impl.h"
 #include "optim/optimizer_device.h"

@@ -87,7 +87,7 @@ int ct_lag_ring_due(const ct_lag_ring *r);
  * the caller's) and returns its slot; -1 when empty. */
 int ct_lag_ring_pop(ct_lag_ring *r, ct_step_result *out);
 
-/* Double-buffered batch staging (the slots of nn/device_state.h): the
+/* Double-buffered batch staging (the slots of exec/device_state.h): the
  * staging slot the next pushed step uses (steps take slots in turn), and
  * the read-back slot (event) the host must wait on before copying that
  * step's batch, because the step that last used the staging slot is still

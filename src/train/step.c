@@ -26,7 +26,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
+#include "exec/exec_impl.h"
 #include "nn/model_impl.h"
 #include "optim/optimizer_device.h"
 #include "optim/optimizer_impl.h"

@@ -20,7 +20,7 @@
 #include "ctrain/tensorboard.h"
 #include "data/gpu_data.h"
 #include "io/train_state.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "train/accumulate.h"
 
 static double now_s(void) {

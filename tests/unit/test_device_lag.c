@@ -19,7 +19,7 @@
 #include "test_util.h"
 
 #include "ctrain/model.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "optim/optimizer_device.h"
 #include "optim/optimizer_impl.h"
 #include "train/device_step.h"

@@ -17,6 +17,7 @@
 
 #include "plan/fuse.h"
 #include "nn/model_impl.h"
+#include "plan/exec_plan.h"
 #include "step_harness.h"
 
 typedef struct run_out {
@@ -89,7 +90,7 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
   for (int i = 0; i < m->n_layers; i++) r->fused += ct_layer_is_fused(&m->layers[i]);
   CHECK(!ct_layer_is_fused(&m->layers[m->output]));
   r->plan = ct_model_plan_bytes(m);
-  r->naive = m->plan.naive;
+  r->naive = m->plan->naive;
   /* Two steps, so the second forward sees weights the first backward
    * produced; the inference re-prepare runs the pass again, which must
    * not refold. */
@@ -99,11 +100,11 @@ static int run(ct_device *dev, const char *name, int c, int h, int w, int64_t N,
     r->adds++;
     int shared = 0;
     for (int j = 0; j < l->n_inputs; j++)
-      shared += l->inputs[j] >= 0 && m->eb.grad[i] >= 0 && m->eb.grad[l->inputs[j]] == m->eb.grad[i];
+      shared += l->inputs[j] >= 0 && m->eb->grad[i] >= 0 && m->eb->grad[l->inputs[j]] == m->eb->grad[i];
     r->shared += shared;
     r->adds_sharing += shared > 0;
   }
-  for (int e = 0; e < 2 * m->n_layers; e++) r->acc += m->eb.tmp[e] == CT_EXEC_DX_ACC;
+  for (int e = 0; e < 2 * m->n_layers; e++) r->acc += m->eb->tmp[e] == CT_EXEC_DX_ACC;
   rc = step_run(dev, m, c, h, w, N, 2, &r->s);
 done:
   ct_model_destroy(m);

@@ -7,7 +7,7 @@
  * out-of-memory message built from the memory plan's numbers. */
 #include "test_util.h"
 
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "optim/optimizer_device.h"
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;

@@ -11,7 +11,7 @@
 #include "test_util.h"
 
 #include "ctrain/trainer.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "optim/optimizer_device.h"
 
 static uint64_t rs = 0x2545f4914f6cdd1dull;

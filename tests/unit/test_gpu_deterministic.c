@@ -24,7 +24,7 @@
 #include "test_util.h"
 #include "step_harness.h"
 
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "train/device_step.h"
 
 enum { B = 4, STEPS = 2 };

@@ -24,8 +24,8 @@
 #include "test_util.h"
 
 #include "backend/backend.h"
-#include "nn/device_state.h"
-#include "nn/exec_impl.h"
+#include "exec/device_state.h"
+#include "exec/exec_impl.h"
 #include "plan/layout.h"
 #include "nn/model_impl.h"
 #include "optim/optimizer_device.h"

@@ -55,10 +55,11 @@
 #include "step_harness.h"
 
 #include "backend/backend.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "plan/fuse.h"
 #include "plan/layout.h"
 #include "nn/model_impl.h"
+#include "plan/exec_plan.h"
 #include "optim/optimizer_device.h"
 #include "train/device_step.h"
 

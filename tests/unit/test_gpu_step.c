@@ -17,7 +17,7 @@
 #include "test_util.h"
 
 #include "backend/backend.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "optim/optimizer_device.h"
 #include "train/device_step.h"
 #include "train/linreg_device.h"

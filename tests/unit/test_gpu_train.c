@@ -10,8 +10,9 @@
 
 #include "backend/backend.h"
 #include "ctrain/checkpoint.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "nn/model_impl.h"
+#include "plan/exec_plan.h"
 #include "optim/optimizer_device.h"
 #include "train/device_step.h"
 
@@ -116,9 +117,9 @@ static void check_planned_workspace(ct_model *m, ct_device *gpu, int64_t batch) 
     if (l->cls != &ct_layer_conv2d) continue;
     convs++;
     for (int bwd = 0; bwd < 2; bwd++) {
-      const int id = m->eb.pws[3 * i + (bwd ? CT_PASS_BWD : CT_PASS_FWD)];
+      const int id = m->eb->pws[3 * i + (bwd ? CT_PASS_BWD : CT_PASS_FWD)];
       const size_t need = l->cls->pass_workspace_bytes(l, &e, bwd);
-      const int when = bwd ? m->eb.tl.bwd[i] : i;
+      const int when = bwd ? m->eb->tl.bwd[i] : i;
       if (!need) {
         CHECK_MSG(id < 0, "conv layer %d: a %s workspace planned for a pass that needs none", i,
                   bwd ? "backward" : "forward");
@@ -128,7 +129,7 @@ static void check_planned_workspace(ct_model *m, ct_device *gpu, int64_t batch) 
       CHECK_MSG(id >= 0, "conv layer %d needs %zu bytes of %s workspace and has none planned", i, need,
                 bwd ? "backward" : "forward");
       if (id < 0) continue;
-      const ct_plan_buf *pb = &m->plan.bufs[id];
+      const ct_plan_buf *pb = &m->plan->bufs[id];
       CHECK_MSG(pb->bytes >= need && pb->first == when && pb->last == when,
                 "conv layer %d %s workspace: %zu bytes live [%d, %d], expected %zu at %d", i,
                 bwd ? "backward" : "forward", pb->bytes, pb->first, pb->last, need, when);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "nn/model_impl.h"
+#include "plan/exec_plan.h"
 #include "test_util.h"
 
 static ct_model *make(const char *name, int c, int h, int w, int classes, uint64_t seed) {
@@ -60,7 +61,7 @@ static void test_plan(const char *name, int c, int h, int w, int batch) {
   CHECK_OK(ct_device_open("cpu", &d));
   if (!m || !d) return;
   CHECK_OK(ct_model_prepare(m, d, batch, 1));
-  const ct_plan *p = &m->plan;
+  const ct_plan *p = m->plan;
   int bad = 0;
   size_t top = 0;
   for (int i = 0; i < p->n; i++) {

@@ -19,6 +19,7 @@
 #include "test_util.h"
 
 #include "nn/model_impl.h"
+#include "plan/exec_plan.h"
 #include "step_harness.h"
 
 typedef struct rc_run {
@@ -40,7 +41,7 @@ static void rc_free(rc_run *r) {
  * recomputes precede all its backwards, segment ends are clean cuts and
  * are kept, and the last segment drops nothing. */
 static void check_timeline(const ct_model *m, const char *name) {
-  const ct_timeline *tl = &m->eb.tl;
+  const ct_timeline *tl = &m->eb->tl;
   int L = m->n_layers, n = 0;
   for (int i = 0; i < L; i++) {
     if (!tl->rerun[i]) {
@@ -67,11 +68,11 @@ static void check_timeline(const ct_model *m, const char *name) {
   int seen_end = 0;
   int *cut = calloc((size_t)L, sizeof(int));
   if (!cut) return;
-  ct_recompute_cuts(m, m->eb.root, cut);
+  ct_recompute_cuts(m, m->eb->root, cut);
   for (int i = 0; i < L - 1; i++)
     if (ct_timeline_seg_end(tl, i)) {
       seen_end++;
-      CHECK_MSG(!tl->rerun[m->eb.root[i]], "%s: segment end %d dropped", name, i);
+      CHECK_MSG(!tl->rerun[m->eb->root[i]], "%s: segment end %d dropped", name, i);
       CHECK_MSG(cut[i], "%s: segment ends at %d, not a clean cut", name, i);
     }
   CHECK_MSG(seen_end == tl->nseg - 1, "%s: %d segment ends for %d segments", name, seen_end, tl->nseg);
@@ -225,7 +226,7 @@ static void check_selective_convs(ct_device *dev) {
   int convs = 0;
   for (int i = 0; i < m->n_layers; i++) {
     const ct_layer *l = &m->layers[i];
-    if (l->cls != &ct_layer_conv2d || !m->eb.tl.rerun[i]) continue;
+    if (l->cls != &ct_layer_conv2d || !m->eb->tl.rerun[i]) continue;
     int64_t macs = (int64_t)(l->ip[0] / l->ip[10]) * l->ip[2] * l->ip[3];
     CHECK_MSG(macs <= CT_RECOMPUTE_SELECTIVE_MACS && l->ip[2] == 1 && l->ip[3] == 1,
               "resnet50 selective: %s reruns at %lld multiply-adds per output", l->name, (long long)macs);

@@ -289,7 +289,7 @@ ct_status ct_zoo_build(const char *name, const ct_model_options *opt, ct_model *
     ct_status s = zoo[i].fn(opt, m, in, &nd);
     if (s == CT_OK) s = ct_model_finish(m, nd, in, opt->seed);
     if (s != CT_OK) {
-      ct_model_destroy(m);
+      ct_model_free(m);
       return s;
     }
     *out = m;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "nn/model_impl.h"
+#include "plan/exec_plan.h"
 
 static void commas(int64_t v, char *buf, size_t n) {
   char tmp[32];
@@ -67,7 +68,7 @@ ct_status ct_model_summary(ct_model *m, int64_t batch, FILE *out) {
   fprintf(out, "Batch size: %lld\n", (long long)batch);
   fprintf(out, "Input size (MB): %.2f\n", in_mb);
   fprintf(out, "Forward/backward pass size (MB): %.2f  (memory plan peak; %.2f without buffer reuse)\n",
-          (double)m->plan.peak / mb, (double)m->plan.naive / mb);
+          (double)m->plan->peak / mb, (double)m->plan->naive / mb);
   size_t plain = 0;
   if (ct_model_recompute_layers(m) && ct_model_plan_peak_with_recompute(m, 0, &plain) == CT_OK) {
     char how[32];
@@ -83,7 +84,7 @@ ct_status ct_model_summary(ct_model *m, int64_t batch, FILE *out) {
     fprintf(out, "Low-precision weight copies (MB): %.2f  (in the memory plan: cast for each layer's forward, and "
                  "again for its backward)\n", low_mb);
   }
-  fprintf(out, "Estimated Total Size (MB): %.2f\n", in_mb + (double)m->plan.peak / mb + 2 * params_mb + buf_mb);
+  fprintf(out, "Estimated Total Size (MB): %.2f\n", in_mb + (double)m->plan->peak / mb + 2 * params_mb + buf_mb);
   fprintf(out, "%s\n", line);
   return CT_OK;
 }
@@ -92,7 +93,7 @@ double ct_model_forward_macs(const ct_model *m, int recomputed_only) {
   double macs = 0;
   for (int i = 0; i < m->n_layers; i++) {
     const ct_layer *l = &m->layers[i];
-    if (recomputed_only && !(m->eb.tl.rerun && i < m->eb.tl.L && m->eb.tl.rerun[i])) continue;
+    if (recomputed_only && !(m->eb->tl.rerun && i < m->eb->tl.L && m->eb->tl.rerun[i])) continue;
     if (l->cls == &ct_layer_conv2d) {
       double out = (double)l->out_shape[0] * (double)l->out_shape[1] * (double)l->out_shape[2];
       macs += out * (double)(l->ip[0] / l->ip[10]) * l->ip[2] * l->ip[3];

@@ -3,8 +3,8 @@
  * buffers and counters, the low-precision weight copy, the optimizer's
  * state, the batch staging buffers and the step statistics; and the
  * out-of-memory message that gives the plan's numbers. Internal. */
-#ifndef CTRAIN_NN_DEVICE_STATE_H
-#define CTRAIN_NN_DEVICE_STATE_H
+#ifndef CTRAIN_EXEC_DEVICE_STATE_H
+#define CTRAIN_EXEC_DEVICE_STATE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -75,8 +75,5 @@ int64_t *ct_model_stage_y(ct_model *m);
 void *ct_model_stage_x_at(ct_model *m, int k);
 int64_t *ct_model_stage_y_at(ct_model *m, int k);
 ct_step_stats *ct_model_step_stats(ct_model *m);
-/* Device scratch of n_params 16-bit values for O3 rounding when the model
- * has no low-precision weight copy to round through (NULL otherwise). */
-void *ct_model_round_scratch(ct_model *m);
 
 #endif

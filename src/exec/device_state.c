@@ -10,8 +10,9 @@
 
 #include "amp/amp_model.h"
 #include "backend/device_impl.h"
-#include "nn/device_state.h"
+#include "exec/device_state.h"
 #include "nn/model_impl.h"
+#include "plan/exec_plan.h"
 
 struct ct_model_dstate {
   void *block;
@@ -101,7 +102,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   const ct_backend *be = ct_device_backend(dev);
   int need_round = m->opt_level == CT_OPT_O3;
   int64_t in_numel = ct_shape_numel(m->in_ndim, m->in_shape);
-  size_t o_arena = 0, o_params = o_arena + al(m->plan.peak ? m->plan.peak : 64);
+  size_t o_arena = 0, o_params = o_arena + al(m->plan->peak ? m->plan->peak : 64);
   size_t o_grads = o_params + al(m->n_params * 4), o_buffers = o_grads + al(m->n_params * 4);
   /* num_batches_tracked stays in host memory: batch norm's forward counts
    * it on the host, and nothing on the device reads it. */
@@ -115,7 +116,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   size_t o_stats = o_y + CT_STAGE_SLOTS * y_bytes, total = o_stats + al(sizeof(ct_step_stats));
 
   ct_mem_numbers nums = {ct_device_name(dev), m->name, ct_precision_name(m->precision), m->max_batch,
-                         al(m->plan.peak), al(m->n_params * 4), al(m->n_params * 4),
+                         al(m->plan->peak), al(m->n_params * 4), al(m->n_params * 4),
                          al(m->n_buffers * 4), lp_bytes, opt_bytes,
                          o_stats - o_x + al(sizeof(ct_step_stats)), 0, 0, 0};
   if (be->mem_info && be->mem_info(dev, &nums.dev_free, &nums.dev_total) != CT_OK) nums.dev_free = nums.dev_total = 0;
@@ -169,6 +170,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   m->grads_clean = 1;
   m->arena = b + o_arena;
   m->dstate = ds;
+  m->round_scratch = ds->lp_round;
   ct_model_bind_state(m);
   ct_amp_model_bind_weights(m);
   return CT_OK;
@@ -188,6 +190,7 @@ void ct_model_device_release(ct_model *m) {
   ct_device_free(m->dev, ds->block);
   m->arena = NULL;
   m->dstate = NULL;
+  m->round_scratch = NULL;
   free(ds);
   ct_model_bind_state(m);
   ct_amp_model_bind_weights(m);
@@ -207,7 +210,6 @@ int64_t *ct_model_stage_y_at(ct_model *m, int k) {
 }
 ct_step_stats *ct_model_step_stats(ct_model *m) { return m->dstate ? m->dstate->stats : NULL; }
 
-void *ct_model_round_scratch(ct_model *m) { return m->dstate ? m->dstate->lp_round : NULL; }
 
 void ct_model_share_stage_x(ct_model *m, int on) { m->stage_x_shared = on != 0; }
 int ct_model_stage_x_shared(const ct_model *m) { return m->stage_x_shared; }

@@ -7,48 +7,9 @@
 
 #include "amp/amp_model.h"
 #include "backend/device_impl.h"
-#include "nn/exec_impl.h"
+#include "exec/exec_impl.h"
 
-static ct_layout layout_of(const ct_model *m, int i) {
-  return i >= 0 ? (ct_layout)m->eb.layout[i] : m->in_layout;
-}
-
-/* The layout layer i reads input edge j in: its source's (a cast copy
- * keeps its source's element order), except for the cast copy of the model
- * input that a channels-last convolution reads on a backend whose own
- * layout is NHWC. That cast writes NHWC, so the convolution reads its
- * input where it lies instead of transposing the whole batch in every
- * forward and weight-gradient pass (the first convolution of AlexNet and
- * ResNet-50 under autocast). A narrowed input (ct_model_narrow_input) is
- * no cast edge: it arrives in that layout (m->in_layout). */
-ct_layout ct_exec_edge_layout(const ct_model *m, int i, int j) {
-  const ct_layer *l = &m->layers[i];
-  if (l->inputs[j] < 0 && !m->want_input_grad && l->cls == &ct_layer_conv2d && l->in_ndim[j] == 3 &&
-      layout_of(m, i) == CT_LAYOUT_NHWC &&
-      ct_exec_edge_cast(m, i, j) && m->dev && ct_device_backend(m->dev)->act_layout == CT_LAYOUT_NHWC)
-    return CT_LAYOUT_NHWC;
-  return layout_of(m, l->inputs[j]);
-}
-
-void ct_exec_shape_tensors(ct_model *m, int64_t n) {
-  for (int i = 0; i < m->n_layers; i++) {
-    ct_layer *l = &m->layers[i];
-    for (int j = 0; j < l->n_inputs; j++) {
-      l->x[j].layout = l->dx[j].layout = ct_exec_edge_layout(m, i, j);
-      l->x[j].dtype = l->dx[j].dtype = ct_exec_out_dt(m, i);
-      ct_layer_batch_shape(&l->x[j], n, l->in_ndim[j], l->in_shape[j]);
-      ct_layer_batch_shape(&l->dx[j], n, l->in_ndim[j], l->in_shape[j]);
-      l->x[j].device = l->dx[j].device = m->dev;
-    }
-    l->y.layout = l->dy.layout = layout_of(m, i);
-    l->y.dtype = l->dy.dtype = ct_exec_out_dt(m, i);
-    ct_layer_batch_shape(&l->y, n, l->out_ndim, l->out_shape);
-    ct_layer_batch_shape(&l->dy, n, l->out_ndim, l->out_shape);
-    l->y.device = l->dy.device = m->dev;
-  }
-}
-
-static void *at(ct_model *m, int id) { return id < 0 ? NULL : (char *)m->arena + m->plan.bufs[id].offset; }
+static void *at(ct_model *m, int id) { return id < 0 ? NULL : (char *)m->arena + m->plan->bufs[id].offset; }
 
 /* Buffer `id`, or in the backward phase its recompute twin when it has one. */
 static void *at2(ct_model *m, int id, int id_rc, int late) { return at(m, late && id_rc >= 0 ? id_rc : id); }
@@ -93,9 +54,9 @@ static void bind(ct_model *m, ct_exec_bufs *b, const ct_tensor *x, int64_t n, in
 
 void ct_exec_pass_workspace(ct_model *m, int i, int pass, ct_exec *e) {
   const ct_backend *be = ct_device_backend(m->dev);
-  const int id = pass >= 0 && m->eb.pws ? m->eb.pws[3 * i + pass] : -1;
+  const int id = pass >= 0 && m->eb->pws ? m->eb->pws[3 * i + pass] : -1;
   e->pass_ws = id >= 0 ? at(m, id) : NULL;
-  e->pass_ws_bytes = id >= 0 ? m->plan.bufs[id].bytes : 0;
+  e->pass_ws_bytes = id >= 0 ? m->plan->bufs[id].bytes : 0;
   if (be->set_workspace) be->set_workspace(m->dev, e->pass_ws, e->pass_ws_bytes);
 }
 
@@ -104,7 +65,7 @@ static ct_tensor edge_source(const ct_model *m, const ct_layer *l, int j, const 
   ct_tensor t = l->x[j];
   int src = l->inputs[j];
   t.dtype = ct_exec_src_dt(m, src);
-  t.layout = layout_of(m, src);
+  t.layout = ct_exec_layout(m, src);
   t.data = src < 0 ? x->data : m->layers[src].y.data;
   return t;
 }
@@ -121,12 +82,12 @@ static ct_status low_weights(ct_model *m, int i, int id, int cast) {
  * layer. */
 static ct_status forward_layer(ct_model *m, int i, ct_exec *e, const ct_tensor *x) {
   ct_layer *l = &m->layers[i];
-  const ct_exec_bufs *b = &m->eb;
+  const ct_exec_bufs *b = m->eb;
   ct_status s = CT_OK;
   if (b->lpw)
     s = e->recompute ? low_weights(m, i, b->lpw_bwd[i], 1) : low_weights(m, i, b->lpw[i], m->training_plan || m->lp_dirty);
   for (int j = 0; j < l->n_inputs && s == CT_OK; j++)
-    if (m->eb.xcast[2 * i + j] >= 0) {
+    if (m->eb->xcast[2 * i + j] >= 0) {
       ct_tensor src = edge_source(m, l, j, x);
       s = e->be->cast(e->dev, &src, &l->x[j]);
     }
@@ -161,7 +122,7 @@ ct_status ct_model_forward(ct_model *m, const ct_tensor *x, int training, uint32
                     m->in_layout == CT_LAYOUT_NHWC ? " channels-last" : "",
                     ct_dtype_name(x->dtype) ? ct_dtype_name(x->dtype) : "?",
                     x->layout == CT_LAYOUT_PLAIN ? "" : x->layout == CT_LAYOUT_NHWC ? " channels-last" : " blocked");
-  ct_exec_bufs *b = &m->eb;
+  ct_exec_bufs *b = m->eb;
   bind(m, b, x, n, 0);
   ct_exec e = {m->dev, ct_device_backend(m->dev), training, n, m->seed, step, 0, NULL, 0};
   for (int i = 0; i < m->n_layers; i++) CT_TRY(forward_layer(m, i, &e, x));
@@ -203,7 +164,7 @@ ct_status ct_model_set_input_grad(ct_model *m, int on) {
 }
 
 ct_status ct_model_input_grad(ct_model *m, ct_tensor *dx) {
-  if (m->eb.in_grad < 0 || !m->arena)
+  if (!m->arena || m->eb->in_grad < 0)
     return ct_error(CT_ERR_INVALID_ARG, "model '%s': no input gradient (call ct_model_set_input_grad before a training "
                     "ct_model_prepare)", m->name);
   *dx = m->in_grad;
@@ -213,7 +174,7 @@ ct_status ct_model_input_grad(ct_model *m, ct_tensor *dx) {
 ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
   if (!m->has_forward)
     return ct_error(CT_ERR_INVALID_ARG, "model '%s': backward needs a training forward pass first", m->name);
-  ct_exec_bufs *b = &m->eb;
+  ct_exec_bufs *b = m->eb;
   ct_layer *o = &m->layers[m->output];
   if (ct_tensor_numel(dout) != ct_tensor_numel(&o->y))
     return ct_error(CT_ERR_SHAPE, "model '%s': output gradient has %lld elements, output has %lld", m->name,
@@ -278,7 +239,7 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
 
 ct_status ct_model_output_grad(ct_model *m, ct_tensor *dout) {
   if (!m->has_forward) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no training forward pass to take a gradient of", m->name);
-  *dout = m->eb.out32 >= 0 ? m->dout32 : m->layers[m->output].dy;
+  *dout = m->eb->out32 >= 0 ? m->dout32 : m->layers[m->output].dy;
   return CT_OK;
 }
 

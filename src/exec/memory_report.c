@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "nn/model_impl.h"
+#include "plan/exec_plan.h"
 
 enum { K_OUT, K_OUT_RC, K_GRAD, K_WS, K_PWS, K_CAST, K_DCAST, K_TMP, K_LOSS, K_LPW, K_COUNT };
 static const char *const kind_name[K_COUNT] = {
@@ -31,8 +32,8 @@ static void own(owner *o, int n, int id, int kind, int layer) {
 /* Who each plan buffer belongs to. Shared ids (an aliased gradient) keep
  * their first owner: the lowest layer index. */
 static void owners(const ct_model *m, owner *o) {
-  const ct_exec_bufs *b = &m->eb;
-  const int n = m->plan.n, L = m->n_layers;
+  const ct_exec_bufs *b = m->eb;
+  const int n = m->plan->n, L = m->n_layers;
   for (int k = 0; k < n; k++) o[k].kind = -1, o[k].layer = -1;
   for (int i = 0; i < L; i++) {
     if (b->act) own(o, n, b->act[i], K_OUT, i);
@@ -56,7 +57,7 @@ static void owners(const ct_model *m, owner *o) {
 
 /* "forward of layer 3 (features.3)" for time t of the step's timeline. */
 static void time_label(const ct_model *m, int t, char *buf, size_t n) {
-  const ct_timeline *tl = &m->eb.tl;
+  const ct_timeline *tl = &m->eb->tl;
   const int L = m->n_layers;
   for (int i = 0; i < L && tl->bwd; i++)
     if (tl->bwd[i] == t) {
@@ -84,9 +85,9 @@ static void sort_ids(int *ids, int n, const ct_plan_buf *p) {
 }
 
 ct_status ct_model_memory_report(ct_model *m, int top, FILE *out) {
-  if (!m->arena || !m->eb.root)
+  if (!m->arena || !m->eb->root)
     return ct_error(CT_ERR_INVALID_ARG, "memory report: prepare the model first (ct_model_prepare)");
-  const ct_plan *plan = &m->plan;
+  const ct_plan *plan = m->plan;
   const double mb = 1024.0 * 1024.0;
   int T = 0;
   for (int k = 0; k < plan->n; k++)

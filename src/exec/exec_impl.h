@@ -1,0 +1,19 @@
+/* The passes that run in a prepared model's arena (executor.c): the
+ * runtime descriptors for a batch and the pass workspaces. The plan's
+ * own tables and predicates are plan/exec_plan.h. Internal. */
+#ifndef CTRAIN_EXEC_EXEC_IMPL_H
+#define CTRAIN_EXEC_EXEC_IMPL_H
+
+#include "plan/exec_plan.h"
+
+/* Hands layer i's planned workspace of pass `pass` (CT_PASS_FWD, _RC or
+ * _BWD: exec_plan.c) to the backend and to the layer (e->pass_ws) for the
+ * calls that follow, or none (pass -1; also where the plan has none for
+ * that pass). */
+void ct_exec_pass_workspace(ct_model *m, int i, int pass, ct_exec *e);
+
+/* Installs (fn non-NULL) or removes the backward's per-layer hook
+ * (ct_model_grad_hook, called after each layer with parameters). */
+void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx);
+
+#endif
