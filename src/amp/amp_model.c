@@ -1,7 +1,7 @@
 /* A model's precision: the dtype of every layer (from the policy), the
  * low-precision copies of the weights of layers that compute in the low
  * precision, and O3's rounding of the fp32 parameters. The executor
- * (src/nn/executor.c) plans and binds buffers by these dtypes.
+ * (src/exec/executor.c) plans and binds buffers by these dtypes.
  *
  * The weight copies are buffers of the memory plan (exec_plan.c): in a
  * training plan a layer's copy is cast from the fp32 weights for its

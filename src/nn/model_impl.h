@@ -71,7 +71,7 @@ struct ct_model {
   int lp_dirty;            /* the weights changed since an inference plan's copies were cast */
   ct_tensor out32, dout32; /* fp32 output and its gradient when the output layer is not fp32 */
 
-  /* Device-resident state (src/nn/device_state.c): non-NULL while the
+  /* Device-resident state (src/exec/device_state.c): non-NULL while the
    * flat storage, arena and staging live in one block on a CUDA device;
    * it keeps the host buffers. opt_buffers: optimizer buffers to plan for. */
   struct ct_model_dstate *dstate;

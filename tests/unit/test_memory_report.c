@@ -1,4 +1,4 @@
-/* ct_model_memory_report (src/nn/memory_report.c): refused before
+/* ct_model_memory_report (src/exec/memory_report.c): refused before
  * prepare; on prepared models it names an owner (layer and role) for every
  * buffer alive at the plan's peak, its kinds add up to the live bytes,
  * live bytes plus gaps are the arena (ct_model_plan_bytes), and the
