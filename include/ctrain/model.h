@@ -151,10 +151,13 @@ ct_status ct_recompute_parse(const char *s, int *out);
  * previous plan. Moves parameters to the device. */
 ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int training);
 /* On a device that keeps the model resident (CUDA), one device block
- * holds its state, arena, batch staging and optimizer state. Per-parameter
- * f32 optimizer buffers to plan for (ct_optim_state_buffers: SGD with
- * momentum 1, Adam/AdamW 2, amsgrad 3); call before ct_model_prepare so
- * the block holds them and the out-of-memory check counts them. */
+ * holds its state, arena and batch staging; the optimizer's state is the
+ * optimizer's own allocation (it belongs to whoever owns the optimizer: a
+ * sharded optimizer holds only its part). Per-parameter f32 optimizer
+ * buffers the memory check of ct_model_prepare counts beside the block
+ * (ct_optim_state_buffers: SGD with momentum 1, Adam/AdamW 2, amsgrad 3),
+ * so a run that cannot fit fails before its first step with every part
+ * named. Call before ct_model_prepare. */
 void ct_model_reserve_optimizer_state(ct_model *m, int buffers);
 
 /* on: the block's two batch staging slots (the copy of batch k+1 lands
@@ -202,10 +205,11 @@ ct_status ct_model_output_grad(ct_model *m, ct_tensor *dout);
 /* Sets every parameter gradient to zero. */
 ct_status ct_model_zero_grad(ct_model *m);
 
-/* Replicas and stages (data, model and pipeline parallel). A model keeps
- * its definition (the graph as built, with names, shapes and
- * initialisation) apart from what ct_model_prepare binds to a device.
- * ct_model_replicate makes a new model of the whole definition,
+/* Replicas and stages (data, model and pipeline parallel). A model's
+ * definition (the graph as built, with names, shapes and initialisation)
+ * is an immutable object of its own, shared by the model and every
+ * replica and stage made from it; each ct_model is one state of it on a
+ * device. ct_model_replicate makes a new state of the whole definition,
  * ct_model_stage one of its layers [first, last] (0-based, in the order
  * they were added; ct_model_layer_count counts them); each starts from a
  * copy of m's current parameters, buffers and settings (precision, memory

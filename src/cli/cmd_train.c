@@ -172,7 +172,7 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_train_config_default(&cfg);
   if (s == CT_OK) s = cli_apply_precision(&o, m, &cfg.scaler);
   if (s == CT_OK) {
-    /* The device block holds the optimizer state too: plan for it. */
+    /* The memory check at prepare counts the optimizer state too. */
     ct_optim_kind k0 = !strcmp(o.optimizer, "adam") ? CT_OPTIM_ADAM : !strcmp(o.optimizer, "adamw") ? CT_OPTIM_ADAMW : CT_OPTIM_SGD;
     ct_optim_config oc = ct_optim_config_default(k0);
     if (o.have_momentum) oc.momentum = o.momentum;

@@ -20,8 +20,6 @@ struct ct_model_dstate {
   float *h_params, *h_grads, *h_buffers;
   int64_t *h_counters;
   void *lp_round;      /* O3: the params rounded through the low precision here */
-  float *opt_slab;
-  size_t opt_floats;
   void *x[CT_STAGE_SLOTS];     /* [max_batch, ...] in the input's dtype each (one buffer for all when shared) */
   int64_t *y[CT_STAGE_SLOTS];  /* [max_batch] each */
   ct_step_stats *stats;
@@ -108,11 +106,14 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
    * it on the host, and nothing on the device reads it. */
   size_t o_lp = o_buffers + al(m->n_buffers * 4);
   size_t lp_bytes = need_round ? al(m->n_params * 2) : 0;
-  size_t o_opt = o_lp + lp_bytes, opt_bytes = al((size_t)m->opt_buffers * m->n_params * 4);
+  /* The optimizer's state is its own allocation (ct_optimizer_to_device),
+   * made when the step starts; it is counted here so a run that cannot fit
+   * fails now, with every part named. */
+  size_t opt_bytes = al((size_t)m->opt_buffers * m->n_params * 4);
   /* Staging: the x buffers (one when shared), then CT_STAGE_SLOTS y. */
   const int nx = m->stage_x_shared ? 1 : CT_STAGE_SLOTS;
   size_t x_bytes = al((size_t)(m->max_batch * in_numel) * ct_dtype_size(m->in_dt)), y_bytes = al((size_t)m->max_batch * 8);
-  size_t o_x = o_opt + opt_bytes, o_y = o_x + (size_t)nx * x_bytes;
+  size_t o_x = o_lp + lp_bytes, o_y = o_x + (size_t)nx * x_bytes;
   size_t o_stats = o_y + CT_STAGE_SLOTS * y_bytes, total = o_stats + al(sizeof(ct_step_stats));
 
   ct_mem_numbers nums = {ct_device_name(dev), m->name, ct_precision_name(m->precision), m->max_batch,
@@ -120,7 +121,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
                          al(m->n_buffers * 4), lp_bytes, opt_bytes,
                          o_stats - o_x + al(sizeof(ct_step_stats)), 0, 0, 0};
   if (be->mem_info && be->mem_info(dev, &nums.dev_free, &nums.dev_total) != CT_OK) nums.dev_free = nums.dev_total = 0;
-  void *block = nums.dev_total && total > nums.dev_free ? NULL : ct_device_alloc(dev, total);
+  void *block = nums.dev_total && total + opt_bytes > nums.dev_free ? NULL : ct_device_alloc(dev, total);
   if (!block) {
     char msg[1024];
     size_t rc_peak = 0;
@@ -142,8 +143,6 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   ds->block = block;
   ds->bytes = total;
   ds->h_params = m->params, ds->h_grads = m->grads, ds->h_buffers = m->buffers, ds->h_counters = m->counters;
-  ds->opt_slab = opt_bytes ? (float *)(b + o_opt) : NULL;
-  ds->opt_floats = (size_t)m->opt_buffers * m->n_params;
   for (int k = 0; k < CT_STAGE_SLOTS; k++) {
     ds->x[k] = b + o_x + (size_t)(k % nx) * x_bytes;
     ds->y[k] = (int64_t *)(b + o_y + (size_t)k * y_bytes);
@@ -196,10 +195,6 @@ void ct_model_device_release(ct_model *m) {
   ct_amp_model_bind_weights(m);
 }
 
-float *ct_model_optimizer_slab(ct_model *m, size_t *floats) {
-  if (floats) *floats = m->dstate ? m->dstate->opt_floats : 0;
-  return m->dstate ? m->dstate->opt_slab : NULL;
-}
 void *ct_model_stage_x(ct_model *m) { return ct_model_stage_x_at(m, 0); }
 int64_t *ct_model_stage_y(ct_model *m) { return ct_model_stage_y_at(m, 0); }
 void *ct_model_stage_x_at(ct_model *m, int k) {

@@ -1,7 +1,8 @@
 /* A model's state on a device with its own memory (CUDA): one device
- * allocation holding the step arena, the flat parameters, gradients,
- * buffers and counters, the low-precision weight copy, the optimizer's
- * state, the batch staging buffers and the step statistics; and the
+ * allocation holding the step arena, the flat parameters, gradients and
+ * buffers, O3's rounding buffer, the batch staging buffers and the step
+ * statistics (the optimizer's state is the optimizer's own allocation,
+ * counted in the memory check only); and the
  * out-of-memory message that gives the plan's numbers. Internal. */
 #ifndef CTRAIN_EXEC_DEVICE_STATE_H
 #define CTRAIN_EXEC_DEVICE_STATE_H
@@ -63,11 +64,9 @@ void ct_model_device_release(ct_model *m);
 int ct_model_stage_x_shared(const ct_model *m);
 
 
-/* The resident model's pieces (NULL when not resident): the optimizer
- * slab (*floats set to its size), batch staging for x [max_batch, ...]
- * (f32, or the narrowed input's dtype) and y [max_batch] int64 (slot 0),
- * and the step statistics block. */
-float *ct_model_optimizer_slab(ct_model *m, size_t *floats);
+/* The resident model's pieces (NULL when not resident): batch staging
+ * for x [max_batch, ...] (f32, or the narrowed input's dtype) and y
+ * [max_batch] int64 (slot 0), and the step statistics block. */
 void *ct_model_stage_x(ct_model *m);
 int64_t *ct_model_stage_y(ct_model *m);
 /* Staging slot k (0..CT_STAGE_SLOTS-1; other k give NULL) for x and y,

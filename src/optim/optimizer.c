@@ -91,11 +91,8 @@ ct_status ct_optimizer_create(const ct_optim_config *cfg, size_t n_params, ct_op
 void ct_optimizer_destroy(ct_optimizer *o) {
   if (!o) return;
   if (o->dev) {
-    /* Buffers carved from the model's block belong to the model. */
-    if (o->dev_owned & 1u) ct_device_free(o->dev, o->momentum_buffer);
-    if (o->dev_owned & 2u) ct_device_free(o->dev, o->exp_avg);
-    if (o->dev_owned & 4u) ct_device_free(o->dev, o->exp_avg_sq);
-    if (o->dev_owned & 8u) ct_device_free(o->dev, o->max_exp_avg_sq);
+    if (o->dev_block) ct_device_free(o->dev, o->dev_block);
+    if (o->late_momentum) ct_device_free(o->dev, o->late_momentum);
     free(o);
     return;
   }

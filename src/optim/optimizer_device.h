@@ -36,16 +36,12 @@ void ct_optim_fused_stats_host(const float *grads, size_t n, ct_step_stats *st);
 void ct_optim_fused_update_host(const ct_fused_optim_args *a, const ct_step_stats *st, float *params,
                                 const float *grads, float *s0, float *s1, float *s2);
 
-/* Moves o's state buffers to dev (copying their contents) so a step runs
- * there; later ct_optimizer_state() hands out device pointers and
- * ct_optimizer_device() says where they live. Host backends (no alloc
- * hook) keep host memory and this is a no-op. Fails with
- * CT_ERR_OUT_OF_MEMORY naming the buffer. */
+/* Moves o's state buffers to dev (copying their contents) into one
+ * device allocation that o owns, so a step runs there; later
+ * ct_optimizer_state() hands out device pointers and ct_optimizer_device()
+ * says where they live. Host backends (no alloc hook) keep host memory
+ * and this is a no-op. Fails with CT_ERR_OUT_OF_MEMORY naming the size. */
 ct_status ct_optimizer_to_device(ct_optimizer *o, ct_device *dev);
-/* The same, taking the buffers from slab (device memory of slab_floats
- * floats, e.g. the model's block) in order while they fit, so the state
- * is part of the one planned allocation. */
-ct_status ct_optimizer_to_device_at(ct_optimizer *o, ct_device *dev, float *slab, size_t slab_floats);
 /* ct_optimizer_device, the device holding o's state, and ct_optim_state_buffers
  * are public (ctrain/optim.h). */
 

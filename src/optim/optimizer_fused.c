@@ -87,40 +87,36 @@ void ct_optim_fused_update_host(const ct_fused_optim_args *a, const ct_step_stat
 
 ct_device *ct_optimizer_device(const ct_optimizer *o) { return o->dev; }
 
-/* Moves one host buffer to dev: into the next piece of the slab when one
- * is left, else into its own allocation. */
-static ct_status move(ct_optimizer *o, ct_device *dev, float **p, float **slab, size_t *left, const char *name) {
-  if (!*p) return CT_OK;
-  float *d;
-  if (*slab && *left >= o->n) {
-    d = *slab;
-    *slab += o->n;
-    *left -= o->n;
-  } else {
-    d = ct_device_alloc(dev, o->n * sizeof(float));
-    if (!d)
-      return ct_error_wrap(CT_ERR_OUT_OF_MEMORY, "optimizer: cannot allocate state '%s' (%zu floats) on %s", name, o->n,
-                           ct_device_name(dev));
-    o->dev_owned |= 1u << (p == &o->momentum_buffer ? 0 : p == &o->exp_avg ? 1 : p == &o->exp_avg_sq ? 2 : 3);
-  }
-  CT_TRY(ct_device_copy(dev, d, NULL, *p, o->n * sizeof(float)));
-  free(*p);
-  *p = d;
-  return CT_OK;
-}
-
-ct_status ct_optimizer_to_device_at(ct_optimizer *o, ct_device *dev, float *slab, size_t slab_floats) {
+ct_status ct_optimizer_to_device(ct_optimizer *o, ct_device *dev) {
   if (!dev || !ct_device_backend(dev)->alloc || o->dev) return CT_OK;
-  /* Set first so destroy releases what was moved if a later move fails. */
+  float **bufs[] = {&o->momentum_buffer, &o->exp_avg, &o->exp_avg_sq, &o->max_exp_avg_sq};
+  size_t k = 0;
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) k += *bufs[i] != NULL;
+  float *block = k && o->n ? ct_device_alloc(dev, k * o->n * sizeof(float)) : NULL;
+  if (k && o->n && !block)
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "optimizer: cannot allocate its state (%zu buffers of %zu floats, %.3f GiB) on %s",
+                    k, o->n, (double)(k * o->n * sizeof(float)) / 1073741824.0, ct_device_name(dev));
+  /* Every copy first, so a failed one leaves the state whole on the host. */
+  float *d = block;
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+    if (!*bufs[i]) continue;
+    ct_status s = ct_device_copy(dev, d, NULL, *bufs[i], o->n * sizeof(float));
+    if (s != CT_OK) {
+      ct_device_free(dev, block);
+      return ct_error_wrap(s, "optimizer: moving its state to %s", ct_device_name(dev));
+    }
+    d += o->n;
+  }
   o->dev = dev;
-  CT_TRY(move(o, dev, &o->momentum_buffer, &slab, &slab_floats, "momentum_buffer"));
-  CT_TRY(move(o, dev, &o->exp_avg, &slab, &slab_floats, "exp_avg"));
-  CT_TRY(move(o, dev, &o->exp_avg_sq, &slab, &slab_floats, "exp_avg_sq"));
-  CT_TRY(move(o, dev, &o->max_exp_avg_sq, &slab, &slab_floats, "max_exp_avg_sq"));
+  o->dev_block = block;
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+    if (!*bufs[i]) continue;
+    free(*bufs[i]);
+    *bufs[i] = block;
+    block += o->n;
+  }
   return CT_OK;
 }
-
-ct_status ct_optimizer_to_device(ct_optimizer *o, ct_device *dev) { return ct_optimizer_to_device_at(o, dev, NULL, 0); }
 
 int ct_optim_state_buffers(const ct_optim_config *c) {
   if (c->kind == CT_OPTIM_SGD) return c->momentum != 0;
@@ -153,9 +149,8 @@ ct_status ct_optimizer_update_device(ct_optimizer *o, ct_device *dev, float *par
   if (host_args) {
     if (o->cfg.kind == CT_OPTIM_SGD && o->cfg.momentum != 0 && !o->momentum_buffer) {
       /* OneCycleLR turned momentum on after creation: a zeroed device buffer. */
-      o->momentum_buffer = ct_device_alloc(dev, o->n * sizeof(float));
+      o->momentum_buffer = o->late_momentum = ct_device_alloc(dev, o->n * sizeof(float));
       if (!o->momentum_buffer) return ct_error_wrap(CT_ERR_OUT_OF_MEMORY, "optimizer: momentum_buffer on %s", ct_device_name(dev));
-      o->dev_owned |= 1u;
       int64_t n = (int64_t)o->n;
       ct_tensor t = ct_tensor_view(o->momentum_buffer, CT_F32, 1, &n);
       t.device = dev;

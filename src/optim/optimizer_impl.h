@@ -16,7 +16,8 @@ struct ct_optimizer {
   float *exp_avg_sq;         /* Adam/AdamW, [n] */
   float *max_exp_avg_sq;     /* amsgrad, [n] or NULL */
   ct_device *dev;            /* NULL: state in host memory; else on this device (optimizer_fused.c) */
-  unsigned dev_owned;        /* bit i: buffer i (momentum, exp_avg, exp_avg_sq, max) is its own allocation */
+  void *dev_block;           /* on a device: the one allocation holding the buffers moved there */
+  float *late_momentum;      /* an SGD momentum buffer created on the device after the move, or NULL */
 };
 
 /* The fused passes (optimizer_step.c); the caller has validated pointers

@@ -19,9 +19,7 @@
 ct_status ct_device_train_begin(ct_model *m, ct_device *dev, ct_optimizer *opt, const ct_grad_scaler *gs) {
   ct_step_stats *st = ct_model_step_stats(m);
   if (!st) return ct_error(CT_ERR_INVALID_ARG, "model '%s' is not resident on %s", ct_model_name(m), ct_device_name(dev));
-  size_t slab_floats = 0;
-  float *slab = ct_model_optimizer_slab(m, &slab_floats);
-  CT_TRY(ct_optimizer_to_device_at(opt, dev, slab, slab_floats));
+  CT_TRY(ct_optimizer_to_device(opt, dev));
   ct_step_stats h;
   memset(&h, 0, sizeof h);
   ct_scaler_to_dev(gs, &h.scaler);
