@@ -134,7 +134,8 @@ struct ct_layer {
   int n_state;
   ct_state_decl state[CT_LAYER_MAX_STATE];
 
-  /* Runtime, filled by the executor for each pass. */
+  /* Runtime, filled by the executor for each pass: everything from x on
+   * (a definition keeps none of it, nn/model_def.c). */
   ct_tensor x[CT_LAYER_MAX_IN];  /* inputs [N, ...] */
   ct_tensor y;                   /* output [N, ...] */
   ct_tensor dy;                  /* gradient of the output */

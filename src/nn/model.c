@@ -21,7 +21,7 @@ void ct_model_free(ct_model *m) {
   free(m->entry_names);
   free(m->entries);
   free(m->layers);
-  free(m->def_layers);
+  ct_model_def_release(m->def);
   free(m->params);
   free(m->grads);
   free(m->buffers);
@@ -265,7 +265,7 @@ static size_t state_align(size_t n) {
  * (aligned_alloc's rule) and never zero. */
 static size_t bytes_up(size_t bytes) { return (bytes / CT_STATE_ALIGN + 1) * CT_STATE_ALIGN; }
 
-ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64_t seed) {
+ct_status ct_model_finish_state(ct_model *m, int ndim, const int64_t *in_shape, uint64_t seed) {
   if (m->n_layers == 0) return ct_error(CT_ERR_INVALID_ARG, "model '%s': no layers", m->name);
   m->in_ndim = ndim;
   for (int i = 0; i < ndim; i++) {
@@ -355,12 +355,19 @@ ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64
      * the others' initial values. */
     l->cls->init(l, seed ^ ((uint64_t)li * 0x9E3779B97F4A7C15ull), st, ct);
   }
+  return CT_OK;
+}
+
+ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64_t seed) {
+  CT_TRY(ct_model_finish_state(m, ndim, in_shape, seed));
   /* The definition as built, before any prepare rewrites the graph
-   * (fusion): replicas and stages are made from it. */
-  free(m->def_layers);
-  m->def_layers = malloc((size_t)m->n_layers * sizeof *m->def_layers);
-  if (!m->def_layers) return ct_error(CT_ERR_OUT_OF_MEMORY, "model '%s': out of host memory", m->name);
-  memcpy(m->def_layers, m->layers, (size_t)m->n_layers * sizeof *m->def_layers);
+   * (fusion): replicas and stages share it. */
+  ct_model_def *d;
+  ct_status s = ct_model_def_new(ndim, in_shape, m->layers, m->n_layers, seed, &d);
+  if (s != CT_OK) return ct_error_wrap(s, "model '%s'", m->name);
+  ct_model_def_release(m->def);
+  m->def = d;
+  m->def_first = 0;
   return CT_OK;
 }
 

@@ -6,6 +6,7 @@
 #include "ctrain/amp.h"
 #include "ctrain/model.h"
 #include "nn/layer.h"
+#include "nn/model_def.h"
 
 /* What prepare binds (src/plan, src/exec): the step's memory plan and its
  * buffers per layer, NULL until the first ct_model_prepare. */
@@ -22,13 +23,18 @@ struct ct_exec_bufs;
  * flat buffer, are final for this backward." */
 typedef ct_status (*ct_model_grad_hook)(void *ctx, int layer, size_t first, size_t count);
 
+/* One state of a definition (nn/model_def.h) on a device: the working
+ * graph (the definition's layers, which prepare may fuse, with views into
+ * this state), the flat parameters, gradients and buffers, and what
+ * prepare binds. */
 struct ct_model {
   char name[64];
   int in_ndim;           /* 3 for images, 1 for vectors */
   int64_t in_shape[3];
   int n_layers, cap_layers;
   ct_layer *layers;
-  ct_layer *def_layers;  /* [n_layers] the graph as ct_model_finish left it */
+  ct_model_def *def;     /* shared; NULL until ct_model_finish */
+  int def_first;         /* layer i here is def->layers[def_first + i] (a stage's offset) */
   int output;            /* index of the layer whose output is the model's */
 
   /* State dict entries (names owned here) and flat storage. */
@@ -147,8 +153,12 @@ int ct_g_add(ct_model *m, const char *name, int a, int b);
 int ct_g_softmax(ct_model *m, const char *name, int in, int log);
 
 /* Sets the input shape, infers every layer's shapes, lays out and
- * initialises the state. The last layer added is the output. */
+ * initialises the state, and makes the definition (a new one, replacing
+ * any the model had). The last layer added is the output. */
 ct_status ct_model_finish(ct_model *m, int ndim, const int64_t *in_shape, uint64_t seed);
+/* ct_model_finish without making a definition: for a replica or stage,
+ * which shares its source's (model_derive.c). */
+ct_status ct_model_finish_state(ct_model *m, int ndim, const int64_t *in_shape, uint64_t seed);
 
 
 /* Zoo constructors: build the graph for the options (see zoo.c). */
