@@ -244,10 +244,7 @@ static ct_status save_epoch(ct_model *m, ct_optimizer *opt, ct_scheduler *sch, c
   return CT_OK;
 }
 
-ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, const ct_train_config *cfg,
-                 ct_fit_result *res) {
-  memset(res, 0, sizeof *res);
-  res->resumed_from_epoch = -1;
+static ct_status fit_check(const ct_train_config *cfg) {
   if (cfg->epochs <= 0) return ct_error(CT_ERR_INVALID_ARG, "fit: epochs must be positive");
   if (cfg->loss == CT_LOSS_MSE) return ct_error(CT_ERR_UNSUPPORTED, "fit: the trainer trains classifiers (cross_entropy or nll)");
   if (cfg->monitor && strcmp(cfg->monitor, "loss") && strcmp(cfg->monitor, "accuracy") &&
@@ -256,210 +253,271 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
   if (cfg->accumulate < 0 || cfg->accumulate > CT_ACCUMULATE_MAX)
     return ct_error(CT_ERR_INVALID_ARG, "fit: accumulate must be in [0, %d] (0 or 1 = off), got %d", CT_ACCUMULATE_MAX,
                     cfg->accumulate);
-  const int acc = cfg->accumulate > 1 ? cfg->accumulate : 1;
+  return CT_OK;
+}
+
+/* What one ct_fit call holds from its start to its end. */
+typedef struct fit_run {
+  ct_model *m;
+  ct_device *dev;
+  ct_loader *train, *val;
+  const ct_train_config *cfg;
+  ct_fit_result *res;
+  ct_optimizer *opt;
+  ct_scheduler *sch;
+  ct_history *hist;
+  ct_tb_writer *tb;
+  ct_step *step;
+  float *best_state; /* host copy of parameters and buffers at the best epoch (restore_best) */
+  ct_loop_state ls;
+  ct_grad_scaler gs; /* the configured scaler, or a disabled one */
+  const char *monitor;
+  int maximize, acc, graph_told, have_val;
+  int64_t batches, batch_size;
+  ct_eval_result vres;
+} fit_run;
+
+/* Creates the optimizer, scheduler, history, logs and step, restoring
+ * the checkpoint first when resuming. */
+static ct_status fit_open(fit_run *f) {
+  const ct_train_config *cfg = f->cfg;
   size_t np;
-  ct_model_params(m, &np);
-  ct_optimizer *opt = NULL;
-  ct_scheduler *sch = NULL;
-  ct_history *hist = NULL;
-  ct_tb_writer *tb = NULL;
-  float *best_state = NULL;
-  size_t nb = 0;
-  ct_status s = ct_optimizer_create(&cfg->optim, np, &opt);
-  if (s == CT_OK && cfg->use_scheduler) s = ct_scheduler_create(&cfg->sched, opt, &sch);
-  if (s == CT_OK) s = ct_history_create(&hist);
-  const char *monitor = cfg->monitor ? cfg->monitor : "val_loss";
-  int maximize = cfg->monitor_max || strstr(monitor, "accuracy") != NULL;
-  ct_loop_state ls = {0};
-  ct_grad_scaler gs = cfg->scaler;
-  if (!gs.enabled) ct_grad_scaler_init(&gs, 0, 0, 1.0);
-  ls.best = maximize ? -INFINITY : INFINITY;
-  ls.best_epoch = -1;
+  ct_model_params(f->m, &np);
+  f->acc = cfg->accumulate > 1 ? cfg->accumulate : 1;
+  f->monitor = cfg->monitor ? cfg->monitor : "val_loss";
+  f->maximize = cfg->monitor_max || strstr(f->monitor, "accuracy") != NULL;
+  f->gs = cfg->scaler;
+  if (!f->gs.enabled) ct_grad_scaler_init(&f->gs, 0, 0, 1.0);
+  f->ls.best = f->maximize ? -INFINITY : INFINITY;
+  f->ls.best_epoch = -1;
+  f->batches = ct_loader_batches_per_epoch(f->train);
+  f->batch_size = ct_loader_get_options(f->train)->batch_size;
+  ct_status s = ct_optimizer_create(&cfg->optim, np, &f->opt);
+  if (s == CT_OK && cfg->use_scheduler) s = ct_scheduler_create(&cfg->sched, f->opt, &f->sch);
+  if (s == CT_OK) s = ct_history_create(&f->hist);
   if (s == CT_OK && cfg->checkpoint_dir) s = ct_ensure_dir(cfg->checkpoint_dir);
   if (s == CT_OK && cfg->resume) {
     if (!cfg->checkpoint_dir) s = ct_error(CT_ERR_INVALID_ARG, "fit: resume needs a checkpoint directory");
-    else s = ct_train_state_restore(cfg->checkpoint_dir, m, opt, sch, &ls, hist, cfg, &gs);
-    if (s == CT_OK) res->resumed_from_epoch = (int)ls.epoch;
+    else s = ct_train_state_restore(cfg->checkpoint_dir, f->m, f->opt, f->sch, &f->ls, f->hist, cfg, &f->gs);
+    if (s == CT_OK) f->res->resumed_from_epoch = (int)f->ls.epoch;
   }
   /* The step; a model resident on a device trains there, its optimizer
-   * state moved into its block after any restore loaded it on the host.
+   * state moved to the device after any restore loaded it on the host.
    * The read-back runs one step behind (the host never waits for the GPU
    * inside an epoch); the graph, when asked for, after two eager warm-up
    * steps. */
-  ct_step *step = NULL;
   if (s == CT_OK) {
     ct_step_config sc;
     ct_step_config_default(&sc);
     sc.loss = cfg->loss, sc.label_smoothing = cfg->label_smoothing, sc.clip_grad_norm = cfg->clip_grad_norm;
-    sc.accumulate = acc, sc.scaler = gs, sc.step_sched = cfg->sched_per_step ? sch : NULL;
+    sc.accumulate = f->acc, sc.scaler = f->gs, sc.step_sched = cfg->sched_per_step ? f->sch : NULL;
     sc.lag = 1, sc.cuda_graph = cfg->cuda_graph;
-    s = ct_step_create(m, dev, opt, &sc, &step);
+    s = ct_step_create(f->m, f->dev, f->opt, &sc, &f->step);
     if (s != CT_OK) s = ct_error_wrap(s, "fit");
   }
   if (s == CT_OK && cfg->log_dir) s = ct_ensure_dir(cfg->log_dir);
-  if (s == CT_OK && cfg->log_dir) s = ct_tb_open(cfg->log_dir, &tb);
-  if (s == CT_OK && tb && cfg->settings_text) s = ct_tb_text(tb, "settings", ls.step, cfg->settings_text);
+  if (s == CT_OK && cfg->log_dir) s = ct_tb_open(cfg->log_dir, &f->tb);
+  if (s == CT_OK && f->tb && cfg->settings_text) s = ct_tb_text(f->tb, "settings", f->ls.step, cfg->settings_text);
   if (s == CT_OK && cfg->restore_best) {
-    /* A host copy of parameters and buffers at the best epoch. */
-    for (int i = 0; i < ct_model_state_count(m); i++) nb += ct_tensor_nbytes(&ct_model_state(m, i)->value);
-    best_state = malloc(nb ? nb : 1);
-    if (!best_state) s = ct_error(CT_ERR_OUT_OF_MEMORY, "fit: cannot keep a copy of the best weights (%zu bytes)", nb);
+    size_t nb = 0;
+    for (int i = 0; i < ct_model_state_count(f->m); i++) nb += ct_tensor_nbytes(&ct_model_state(f->m, i)->value);
+    f->best_state = malloc(nb ? nb : 1);
+    if (!f->best_state) s = ct_error(CT_ERR_OUT_OF_MEMORY, "fit: cannot keep a copy of the best weights (%zu bytes)", nb);
   }
-  res->epoch_seconds = calloc((size_t)cfg->epochs + 1, sizeof(double));
-  if (s == CT_OK && !res->epoch_seconds) s = ct_error(CT_ERR_OUT_OF_MEMORY, "fit: out of host memory");
-  int64_t batches = ct_loader_batches_per_epoch(train), batch_size = ct_loader_get_options(train)->batch_size;
-  if (s == CT_OK && ls.batch % acc != 0 && ls.batch < batches)
+  f->res->epoch_seconds = calloc((size_t)cfg->epochs + 1, sizeof(double));
+  if (s == CT_OK && !f->res->epoch_seconds) s = ct_error(CT_ERR_OUT_OF_MEMORY, "fit: out of host memory");
+  if (s == CT_OK && f->ls.batch % f->acc != 0 && f->ls.batch < f->batches)
     s = ct_error(CT_ERR_INVALID_ARG, "fit: the checkpoint stopped at batch %lld, inside a group of --accumulate %d",
-                 (long long)ls.batch, acc);
-  int stop = 0, graph_told = 0;
-  ct_eval_result vres = {0};
-  int have_val = 0;
-  const char *names[2] = {"loss", "accuracy"};
-  for (; s == CT_OK && !stop && ls.epoch < cfg->epochs; ls.batch = 0) {
-    int64_t epoch = ls.epoch;
-    ct_progress *pg = NULL;
-    s = ct_loader_start_epoch(train, epoch, ls.batch);
-    if (s == CT_OK && cfg->progress) s = ct_progress_begin(cfg->progress, (int)epoch + 1, cfg->epochs, batches, cfg->progress_tty, &pg);
-    double t0 = now_s();
-    int64_t images = 0;
-    while (s == CT_OK) {
-      ct_batch *b;
-      s = ct_loader_next(train, &b);
-      if (s != CT_OK || !b) break;
-      /* The batch's place in its accumulation group (one group of one,
-       * factor exactly 1, without accumulation); the statistics of a step
-       * arrive when it is done (one step later on a device model), so
-       * losses, accuracy, logs and progress may run behind the queue. */
-      ct_accum_pos ap = ct_accum_position(acc, b->index, b->n, batches, b->order_n, batch_size);
-      ct_step_pos pos = {ls.step, (uint32_t)(ls.step * acc + ap.index), ap.first, ap.last, (float)ap.factor};
-      ct_step_result r;
-      int have = 0;
-      ls.batch = b->index + 1;
-      s = ct_step_train(step, b, &pos, &r, &have);
-      if (s != CT_OK) break;
-      if (ap.last) ls.step++;
-      if (have) s = on_result(train, &r, &ls, ct_step_scaler(step), opt, cfg, tb, pg, names, t0, &images);
-      if (s != CT_OK) break;
-      if (ap.last && cfg->max_steps && ls.step >= cfg->max_steps) {
-        stop = 1;
-        break;
-      }
-    }
-    /* The steps still in flight finish the epoch's numbers. */
-    for (int have = 1; s == CT_OK && have;) {
-      ct_step_result r;
-      s = ct_step_drain(step, &r, &have);
-      if (s == CT_OK && have) s = on_result(train, &r, &ls, ct_step_scaler(step), opt, cfg, tb, pg, names, t0, &images);
-    }
-    /* Once, at the end of the first epoch where it is decided: a graph,
-     * or a reason for none. Until the warm-up steps have run neither
-     * exists (an epoch of two batches is all warm-up), so the line waits;
-     * the last epoch prints it whatever it is. */
-    if (s == CT_OK && ct_step_on_device(step) && cfg->progress && cfg->cuda_graph && !graph_told) {
-      const char *note = NULL;
-      int on = ct_step_graph_on(step, &note);
-      if (on || note || stop || ls.epoch + 1 >= cfg->epochs) {
-        fprintf(cfg->progress, "cuda graph: %s%s\n", on ? "on" : "off: ", on ? "" : note ? note : "not captured");
-        graph_told = 1;
-      }
-    }
-    double dt = now_s() - t0;
-    ls.train_seconds += dt;
-    ls.train_images += images;
-    res->epoch_seconds[res->epochs_run] = dt;
-    if (s != CT_OK) {
-      if (pg) ct_progress_free(pg);
-      break;
-    }
-    int finished_epoch = ls.batch >= batches;
-    if (!finished_epoch) {
-      /* Stopped by max_steps mid-epoch: checkpoint the position and report. */
-      if (pg) ct_progress_free(pg);
-      if (cfg->checkpoint_dir) s = ct_train_state_save(cfg->checkpoint_dir, "last.safetensors", m, opt, sch, &ls, hist, cfg, ct_step_scaler(step));
-      res->train_loss = ls.seen ? ls.loss_sum / (double)ls.seen : NAN;
-      res->train_accuracy = ls.seen ? (double)ls.correct / (double)ls.seen : 0;
-      res->epochs_run++;
-      if (s == CT_OK && val) {
-        s = ct_evaluate(m, dev, val, cfg->loss, cfg->label_smoothing, &vres);
-        have_val = s == CT_OK;
-      }
-      break;
-    }
-    double tl = ls.seen ? ls.loss_sum / (double)ls.seen : NAN, ta = ls.seen ? (double)ls.correct / (double)ls.seen : 0;
-    if (val) {
-      s = ct_evaluate(m, dev, val, cfg->loss, cfg->label_smoothing, &vres);
-      have_val = s == CT_OK;
-    }
-    double lr = ct_optimizer_get_lr(opt);
-    double mv = monitored(monitor, tl, ta, &vres, have_val);
-    if (s == CT_OK && sch && !cfg->sched_per_step) {
-      if (ct_scheduler_kind(sch) == CT_SCHED_PLATEAU) s = ct_scheduler_step_metric(sch, opt, mv);
-      else s = ct_scheduler_step(sch, opt);
-    }
-    if (s == CT_OK) s = log_epoch(hist, tb, cfg, epoch + 1, tl, ta, have_val ? &vres : NULL, lr, dt);
-    if (pg) {
-      const char *en[] = {"loss", "accuracy", "val_loss", "val_accuracy"};
-      double ev[] = {tl, ta, vres.loss, vres.accuracy};
-      ct_status ps = ct_progress_end(pg, en, ev, have_val ? 4 : 2);
-      if (s == CT_OK) s = ps;
-    }
+                 (long long)f->ls.batch, f->acc);
+  return s;
+}
+
+/* The epoch's batches from the loader's position, then the steps still
+ * in flight. *stop: max_steps was reached. */
+static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *images, int *stop) {
+  static const char *const names[2] = {"loss", "accuracy"};
+  ct_loop_state *ls = &f->ls;
+  ct_status s = CT_OK;
+  while (s == CT_OK) {
+    ct_batch *b;
+    s = ct_loader_next(f->train, &b);
+    if (s != CT_OK || !b) break;
+    /* The batch's place in its accumulation group (one group of one,
+     * factor exactly 1, without accumulation); the statistics of a step
+     * arrive when it is done (one step later on a device model), so
+     * losses, accuracy, logs and progress may run behind the queue. */
+    ct_accum_pos ap = ct_accum_position(f->acc, b->index, b->n, f->batches, b->order_n, f->batch_size);
+    ct_step_pos pos = {ls->step, (uint32_t)(ls->step * f->acc + ap.index), ap.first, ap.last, (float)ap.factor};
+    ct_step_result r;
+    int have = 0;
+    ls->batch = b->index + 1;
+    s = ct_step_train(f->step, b, &pos, &r, &have);
     if (s != CT_OK) break;
-    /* Keep-best, early stopping. */
-    int improved = maximize ? mv > ls.best + cfg->min_delta : mv < ls.best - cfg->min_delta;
-    if (improved) {
-      ls.best = mv;
-      ls.best_epoch = epoch;
-      ls.bad_epochs = 0;
-      if (best_state) s = copy_state(m, best_state, 1);
-    } else {
-      ls.bad_epochs++;
-    }
-    res->train_loss = tl;
-    res->train_accuracy = ta;
-    res->epochs_run++;
-    ls.epoch = epoch + 1;
-    ls.loss_sum = 0;
-    ls.correct = ls.top5 = ls.seen = 0;
-    if (cfg->patience > 0 && ls.bad_epochs >= cfg->patience) {
-      stop = 1;
-      res->stopped_early = 1;
-    }
-    if (cfg->checkpoint_dir) {
-      ls.batch = 0;
-      s = save_epoch(m, opt, sch, &ls, hist, cfg, ct_step_scaler(step), epoch + 1, improved);
-    }
-    if (cfg->max_steps && ls.step >= cfg->max_steps) stop = 1;
-  }
-  if (s == CT_OK && best_state && ls.best_epoch >= 0 && res->epochs_run > 0) {
-    s = copy_state(m, best_state, 0);
-    if (val) {
-      s = ct_evaluate(m, dev, val, cfg->loss, cfg->label_smoothing, &vres);
-      have_val = s == CT_OK;
+    if (ap.last) ls->step++;
+    if (have) s = on_result(f->train, &r, ls, ct_step_scaler(f->step), f->opt, f->cfg, f->tb, pg, names, t0, images);
+    if (s == CT_OK && ap.last && f->cfg->max_steps && ls->step >= f->cfg->max_steps) {
+      *stop = 1;
+      break;
     }
   }
-  res->steps = ls.step;
-  res->val = vres;
-  res->images_per_second = ls.train_seconds > 0 ? (double)ls.train_images / ls.train_seconds : 0;
+  for (int have = 1; s == CT_OK && have;) {
+    ct_step_result r;
+    s = ct_step_drain(f->step, &r, &have);
+    if (s == CT_OK && have) s = on_result(f->train, &r, ls, ct_step_scaler(f->step), f->opt, f->cfg, f->tb, pg, names, t0, images);
+  }
+  return s;
+}
+
+/* Once, at the end of the first epoch where it is decided: a graph, or a
+ * reason for none. Until the warm-up steps have run neither exists (an
+ * epoch of two batches is all warm-up), so the line waits; the last epoch
+ * prints it whatever it is. */
+static void tell_graph(fit_run *f, int stop) {
+  const ct_train_config *cfg = f->cfg;
+  if (!ct_step_on_device(f->step) || !cfg->progress || !cfg->cuda_graph || f->graph_told) return;
+  const char *note = NULL;
+  int on = ct_step_graph_on(f->step, &note);
+  if (on || note || stop || f->ls.epoch + 1 >= cfg->epochs) {
+    fprintf(cfg->progress, "cuda graph: %s%s\n", on ? "on" : "off: ", on ? "" : note ? note : "not captured");
+    f->graph_told = 1;
+  }
+}
+
+/* Stopped by max_steps mid-epoch: checkpoint the position and report. */
+static ct_status stop_mid_epoch(fit_run *f) {
+  ct_loop_state *ls = &f->ls;
+  ct_status s = CT_OK;
+  if (f->cfg->checkpoint_dir)
+    s = ct_train_state_save(f->cfg->checkpoint_dir, "last.safetensors", f->m, f->opt, f->sch, ls, f->hist, f->cfg,
+                            ct_step_scaler(f->step));
+  f->res->train_loss = ls->seen ? ls->loss_sum / (double)ls->seen : NAN;
+  f->res->train_accuracy = ls->seen ? (double)ls->correct / (double)ls->seen : 0;
+  f->res->epochs_run++;
+  if (s == CT_OK && f->val) {
+    s = ct_evaluate(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, &f->vres);
+    f->have_val = s == CT_OK;
+  }
+  return s;
+}
+
+/* A finished epoch: validation, the epoch's schedule step, history and
+ * logs, the progress line (pg is ended), keep-best, early stopping and
+ * the epoch's checkpoints. *stop: early stopping or max_steps. */
+static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt, int *stop) {
+  const ct_train_config *cfg = f->cfg;
+  ct_loop_state *ls = &f->ls;
+  ct_status s = CT_OK;
+  double tl = ls->seen ? ls->loss_sum / (double)ls->seen : NAN, ta = ls->seen ? (double)ls->correct / (double)ls->seen : 0;
+  if (f->val) {
+    s = ct_evaluate(f->m, f->dev, f->val, cfg->loss, cfg->label_smoothing, &f->vres);
+    f->have_val = s == CT_OK;
+  }
+  double lr = ct_optimizer_get_lr(f->opt);
+  double mv = monitored(f->monitor, tl, ta, &f->vres, f->have_val);
+  if (s == CT_OK && f->sch && !cfg->sched_per_step) {
+    if (ct_scheduler_kind(f->sch) == CT_SCHED_PLATEAU) s = ct_scheduler_step_metric(f->sch, f->opt, mv);
+    else s = ct_scheduler_step(f->sch, f->opt);
+  }
+  if (s == CT_OK) s = log_epoch(f->hist, f->tb, cfg, epoch + 1, tl, ta, f->have_val ? &f->vres : NULL, lr, dt);
+  if (pg) {
+    const char *en[] = {"loss", "accuracy", "val_loss", "val_accuracy"};
+    double ev[] = {tl, ta, f->vres.loss, f->vres.accuracy};
+    ct_status ps = ct_progress_end(pg, en, ev, f->have_val ? 4 : 2);
+    if (s == CT_OK) s = ps;
+  }
+  if (s != CT_OK) return s;
+  int improved = f->maximize ? mv > ls->best + cfg->min_delta : mv < ls->best - cfg->min_delta;
+  if (improved) {
+    ls->best = mv;
+    ls->best_epoch = epoch;
+    ls->bad_epochs = 0;
+    if (f->best_state) s = copy_state(f->m, f->best_state, 1);
+  } else {
+    ls->bad_epochs++;
+  }
+  f->res->train_loss = tl;
+  f->res->train_accuracy = ta;
+  f->res->epochs_run++;
+  ls->epoch = epoch + 1;
+  ls->loss_sum = 0;
+  ls->correct = ls->top5 = ls->seen = 0;
+  if (cfg->patience > 0 && ls->bad_epochs >= cfg->patience) {
+    *stop = 1;
+    f->res->stopped_early = 1;
+  }
+  if (cfg->checkpoint_dir) {
+    ls->batch = 0;
+    s = save_epoch(f->m, f->opt, f->sch, ls, f->hist, cfg, ct_step_scaler(f->step), epoch + 1, improved);
+  }
+  if (cfg->max_steps && ls->step >= cfg->max_steps) *stop = 1;
+  return s;
+}
+
+/* Restores the best weights when asked, fills the result and frees the
+ * run; returns s, or the first error of these. */
+static ct_status fit_close(fit_run *f, ct_status s) {
+  ct_fit_result *res = f->res;
+  if (s == CT_OK && f->best_state && f->ls.best_epoch >= 0 && res->epochs_run > 0) {
+    s = copy_state(f->m, f->best_state, 0);
+    if (f->val) {
+      s = ct_evaluate(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, &f->vres);
+      f->have_val = s == CT_OK;
+    }
+  }
+  res->steps = f->ls.step;
+  res->val = f->vres;
+  res->images_per_second = f->ls.train_seconds > 0 ? (double)f->ls.train_images / f->ls.train_seconds : 0;
   /* (the low-precision weight copies are in the plan) */
-  res->peak_memory_bytes = ct_model_plan_bytes(m) + ct_model_state_bytes(m);
-  res->device_peak_bytes = ct_device_mem_peak(dev);
-  const ct_grad_scaler *fgs = step ? ct_step_scaler(step) : &gs;
+  res->peak_memory_bytes = ct_model_plan_bytes(f->m) + ct_model_state_bytes(f->m);
+  res->device_peak_bytes = ct_device_mem_peak(f->dev);
+  const ct_grad_scaler *fgs = f->step ? ct_step_scaler(f->step) : &f->gs;
   res->skipped_steps = fgs->skipped_steps;
   res->loss_scale = fgs->scale;
-  for (size_t i = 0; opt && i < ct_optimizer_state_count(opt); i++) {
+  for (size_t i = 0; f->opt && i < ct_optimizer_state_count(f->opt); i++) {
     const char *sn;
     float *d;
     size_t cnt;
-    if (ct_optimizer_state(opt, i, &sn, &d, &cnt) == CT_OK) res->peak_memory_bytes += cnt * sizeof(float);
+    if (ct_optimizer_state(f->opt, i, &sn, &d, &cnt) == CT_OK) res->peak_memory_bytes += cnt * sizeof(float);
   }
-  if (tb) {
-    ct_status ts = ct_tb_close(tb);
+  if (f->tb) {
+    ct_status ts = ct_tb_close(f->tb);
     if (s == CT_OK) s = ts;
   }
-  free(best_state);
-  res->history = hist; /* the caller prints or saves it; freed with the result */
-  ct_step_destroy(step);
-  ct_scheduler_destroy(sch);
-  ct_optimizer_destroy(opt);
+  free(f->best_state);
+  res->history = f->hist; /* the caller prints or saves it; freed with the result */
+  ct_step_destroy(f->step);
+  ct_scheduler_destroy(f->sch);
+  ct_optimizer_destroy(f->opt);
   return s;
+}
+
+ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, const ct_train_config *cfg,
+                 ct_fit_result *res) {
+  memset(res, 0, sizeof *res);
+  res->resumed_from_epoch = -1;
+  CT_TRY(fit_check(cfg));
+  fit_run f = {.m = m, .dev = dev, .train = train, .val = val, .cfg = cfg, .res = res};
+  ct_status s = fit_open(&f);
+  for (int stop = 0; s == CT_OK && !stop && f.ls.epoch < cfg->epochs; f.ls.batch = 0) {
+    int64_t epoch = f.ls.epoch, images = 0;
+    ct_progress *pg = NULL;
+    s = ct_loader_start_epoch(train, epoch, f.ls.batch);
+    if (s == CT_OK && cfg->progress)
+      s = ct_progress_begin(cfg->progress, (int)epoch + 1, cfg->epochs, f.batches, cfg->progress_tty, &pg);
+    double t0 = now_s();
+    if (s == CT_OK) s = train_epoch(&f, pg, t0, &images, &stop);
+    if (s == CT_OK) tell_graph(&f, stop);
+    double dt = now_s() - t0;
+    f.ls.train_seconds += dt;
+    f.ls.train_images += images;
+    res->epoch_seconds[res->epochs_run] = dt;
+    if (s == CT_OK && f.ls.batch >= f.batches) {
+      s = end_epoch(&f, pg, epoch, dt, &stop);
+      continue;
+    }
+    ct_progress_free(pg);
+    if (s == CT_OK) s = stop_mid_epoch(&f);
+    break;
+  }
+  return fit_close(&f, s);
 }
