@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "ctrain/atomic_file.h"
 
 ct_status cli_open_data(const cli_opts *o, int train, ct_dataset **ds, ct_loader **ld, int shuffle, int augment) {
   ct_dataset_options dopt;
@@ -90,20 +91,7 @@ ct_status cli_open_model(const cli_opts *o, const ct_dataset *ds, ct_model **m) 
 
 ct_status cli_check_output(const char *flag, const char *path) {
   if (!path) return CT_OK;
-  struct stat sb;
   if (!*path) return ct_error(CT_ERR_INVALID_ARG, "%s: empty path", flag);
-  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-    return ct_error(CT_ERR_IO, "%s %s: is a directory; give a file name", flag, path);
-  char *dir = strdup(path);
-  if (!dir) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: out of memory", flag);
-  char *slash = strrchr(dir, '/');
-  if (!slash) strcpy(dir, ".");
-  else if (slash == dir) dir[1] = 0;
-  else *slash = 0;
-  ct_status s = CT_OK;
-  if (stat(dir, &sb) != 0) s = ct_error(CT_ERR_IO, "%s %s: folder %s: %s", flag, path, dir, strerror(errno));
-  else if (!S_ISDIR(sb.st_mode)) s = ct_error(CT_ERR_IO, "%s %s: %s is not a folder", flag, path, dir);
-  else if (access(dir, W_OK) != 0) s = ct_error(CT_ERR_IO, "%s %s: folder %s is not writable: %s", flag, path, dir, strerror(errno));
-  free(dir);
-  return s;
+  ct_status s = ct_atomic_file_check(path);
+  return s == CT_OK ? s : ct_error_wrap(s, "%s", flag);
 }

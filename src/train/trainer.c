@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ctrain/atomic_file.h"
 #include "ctrain/history.h"
 #include "ctrain/progress.h"
 #include "ctrain/step.h"
@@ -277,6 +278,15 @@ typedef struct fit_run {
   ct_eval_result vres;
 } fit_run;
 
+/* Whether file can be written in dir before the first step, not after
+ * the work (a read-only or full directory). */
+static ct_status probe_dir(const char *dir, const char *file) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  ct_status s = ct_atomic_file_check(path);
+  return s == CT_OK ? s : ct_error_wrap(s, "fit: cannot write in %s", dir);
+}
+
 /* Creates the optimizer, scheduler, history, logs and step, restoring
  * the checkpoint first when resuming. */
 static ct_status fit_open(fit_run *f) {
@@ -296,6 +306,7 @@ static ct_status fit_open(fit_run *f) {
   if (s == CT_OK && cfg->use_scheduler) s = ct_scheduler_create(&cfg->sched, f->opt, &f->sch);
   if (s == CT_OK) s = ct_history_create(&f->hist);
   if (s == CT_OK && cfg->checkpoint_dir) s = ct_ensure_dir(cfg->checkpoint_dir);
+  if (s == CT_OK && cfg->checkpoint_dir) s = probe_dir(cfg->checkpoint_dir, "last.safetensors");
   if (s == CT_OK && cfg->resume) {
     if (!cfg->checkpoint_dir) s = ct_error(CT_ERR_INVALID_ARG, "fit: resume needs a checkpoint directory");
     else s = ct_train_state_restore(cfg->checkpoint_dir, f->m, f->opt, f->sch, &f->ls, f->hist, cfg, &f->gs);
@@ -316,6 +327,7 @@ static ct_status fit_open(fit_run *f) {
     if (s != CT_OK) s = ct_error_wrap(s, "fit");
   }
   if (s == CT_OK && cfg->log_dir) s = ct_ensure_dir(cfg->log_dir);
+  if (s == CT_OK && cfg->log_dir) s = probe_dir(cfg->log_dir, "history.csv");
   if (s == CT_OK && cfg->log_dir) s = ct_tb_open(cfg->log_dir, &f->tb);
   if (s == CT_OK && f->tb && cfg->settings_text) s = ct_tb_text(f->tb, "settings", f->ls.step, cfg->settings_text);
   if (s == CT_OK && cfg->restore_best) {
