@@ -3,6 +3,7 @@
  * label byte(s) followed by 3072 bytes, the 32x32 red, green and blue planes
  * (already CHW). CIFAR-100 records carry a coarse and a fine label; the fine
  * label (100 classes) is the one used, as torchvision does. */
+#include "core/file_open.h"
 #include "data/dataset_impl.h"
 
 #include <errno.h>
@@ -74,11 +75,9 @@ ct_status ct_cifar_load(ct_dataset *ds, const char *dir, int train, int hundred)
   ct_status s = CT_OK;
   for (int i = 0; i < nfiles && s == CT_OK; i++) {
     snprintf(path, sizeof path, "%s/%s", base, files[i]);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-      s = ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-      break;
-    }
+    FILE *f;
+    s = ct_fopen_regular(path, NULL, "rb", &f);
+    if (s != CT_OK) break;
     long long n = sizes[i] / record;
     for (long long r = 0; r < n; r++, at++) {
       if (fread(rec, 1, (size_t)record, f) != (size_t)record) {

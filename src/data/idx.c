@@ -2,6 +2,7 @@
  * big-endian header (magic 2051 + count, rows, cols for images; magic 2049 +
  * count for labels) then one unsigned byte per pixel or label. zlib's gz
  * reader also reads uncompressed files, so raw and .gz go the same way. */
+#include "core/file_open.h"
 #include "data/dataset_impl.h"
 
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define IDX_IMAGES_MAGIC 2051
@@ -86,8 +88,14 @@ static ct_status check_claim(gzFile f, const char *path, uint32_t n, uint32_t ro
 }
 
 static gzFile open_gz(const char *path, ct_status *s) {
-  gzFile f = gzopen(path, "rb");
-  if (!f) *s = ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fd;
+  *s = ct_open_regular(path, NULL, &fd);
+  if (*s != CT_OK) return NULL;
+  gzFile f = gzdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    *s = ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  }
   return f;
 }
 

@@ -17,6 +17,8 @@
 #include <jerror.h>
 #endif
 
+#include "core/file_open.h"
+
 #if defined(CTRAIN_HAVE_PNG) || defined(CTRAIN_HAVE_JPEG)
 /* A header's size is a claim, and the output is allocated from it before
  * any pixel is decoded: a corrupt header could ask for terabytes. Images
@@ -116,8 +118,8 @@ static void jpeg_quiet(j_common_ptr c, int level) {
 
 static ct_status decode_jpeg(const char *path, long long file_size, uint8_t **pixels, int *h, int *w,
                              int *channels) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  FILE *f;
+  CT_TRY(ct_fopen_regular(path, NULL, "rb", &f));
   struct jpeg_decompress_struct cinfo;
   jpeg_err err;
   /* volatile: modified between setjmp and longjmp. */
@@ -178,8 +180,8 @@ static ct_status decode_jpeg(const char *path, long long file_size, uint8_t **pi
 ct_status ct_image_decode(const char *path, uint8_t **pixels, int *h, int *w, int *channels) {
   *pixels = NULL;
   unsigned char sig[8] = {0};
-  FILE *f = fopen(path, "rb");
-  if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  FILE *f;
+  CT_TRY(ct_fopen_regular(path, NULL, "rb", &f));
   size_t n = fread(sig, 1, sizeof sig, f);
   int read_err = ferror(f);
   struct stat st;

@@ -45,6 +45,7 @@ static ct_status resolve(const char *path, char *out, size_t cap, enum target *k
         return CT_OK;
       }
       if (lstat(cur, &sb) != 0) {
+        if (errno == ENOTDIR) return ct_error(CT_ERR_IO, "%s: a part of the folder path of %s is not a folder", path, cur);
         if (errno != ENOENT) return ct_error(CT_ERR_IO, "%s: cannot stat %s: %s", path, cur, strerror(errno));
         *kind = T_NEW;
         break;

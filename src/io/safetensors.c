@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file_open.h"
 #include "io/json.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -354,11 +355,10 @@ ct_status ct_safetensors_open(const char *path, ct_safetensors **out) {
   if (!path) return ct_error(CT_ERR_INVALID_ARG, "safetensors: NULL path");
   ct_safetensors *st = new_handle(path);
   if (!st) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-  st->fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (st->fd < 0) {
-    int e = errno;
+  ct_status os = ct_open_regular(path, NULL, &st->fd);
+  if (os != CT_OK) {
     ct_safetensors_close(st);
-    return ct_error(e == ENOENT ? CT_ERR_NOT_FOUND : CT_ERR_IO, "%s: cannot open: %s", path, strerror(e));
+    return os;
   }
   struct stat sb;
   memset(&sb, 0, sizeof sb);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file_open.h"
 #include "nn/model_impl.h"
 
 #define MAX_TOK 16
@@ -351,8 +352,7 @@ ct_status ct_model_parse_file(const char *path, const ct_model_options *opt, ct_
   parser p;
   memset(&p, 0, sizeof p);
   p.path = path;
-  p.f = fopen(path, "r");
-  if (!p.f) return ct_error(CT_ERR_IO, "%s: cannot open model file: %s", path, strerror(errno));
+  CT_TRY(ct_fopen_regular(path, "model file", "r", &p.f));
   const char *base = strrchr(path, '/');
   ct_status s = ct_model_new(base ? base + 1 : path, &p.m);
   const char *ended = NULL;

@@ -127,7 +127,7 @@ static void refused(void) {
   FILE *p = fopen(plain, "w");
   fclose(p);
   CHECK(ct_atomic_file_check(inside) == CT_ERR_IO);
-  CHECK_MSG(strstr(ct_last_error(), "Not a directory"), "%s", ct_last_error());
+  CHECK_MSG(strstr(ct_last_error(), "is not a folder"), "%s", ct_last_error());
   unlink(plain);
 }
 
