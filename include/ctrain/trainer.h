@@ -11,6 +11,7 @@
 #ifndef CTRAIN_TRAINER_H
 #define CTRAIN_TRAINER_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "ctrain/amp.h"
@@ -102,6 +103,14 @@ typedef struct ct_train_config {
    * loss and accuracy are per sample as without accumulation; on a CUDA
    * device cuda_graph trains eagerly (see docs/GPU.md). */
   int accumulate;
+  /* Read at every optimizer-step boundary (the last micro-batch of a
+   * group) when not NULL: a non-zero value stops fit there. The steps in
+   * flight finish, a mid-epoch checkpoint (resumable exactly) is written
+   * when checkpoint_dir is set, no validation runs, and fit returns CT_OK
+   * with ct_fit_result.stopped_by set to the value. A signal handler may
+   * set it (ctrain train does for SIGINT, SIGTERM, SIGHUP); the library
+   * installs no handler. */
+  volatile sig_atomic_t *stop_request;
 } ct_train_config;
 
 void ct_train_config_default(ct_train_config *c);
@@ -111,12 +120,17 @@ typedef struct ct_fit_result {
   int64_t steps;            /* optimizer steps (one per accumulation group) */
   double train_loss;        /* mean of the last epoch */
   double train_accuracy;
-  ct_eval_result val;       /* after the last epoch (or the restored best) */
+  ct_eval_result val;       /* after the last epoch (or the restored best); NaN when none ran */
   double images_per_second; /* training only, evaluation excluded */
   double *epoch_seconds;    /* [epochs_run], owned; free with ct_fit_result_free */
   struct ct_history *history; /* per-epoch metrics of the whole run (resumed epochs too), owned */
   int stopped_early;
+  int stopped_by;           /* the stop_request value that stopped fit (a signal number), else 0 */
   int resumed_from_epoch;   /* -1 when not resumed */
+  /* 1: resumed a run that had already trained all its epochs; nothing was
+   * trained, train_loss/train_accuracy are its last epoch's (history) and
+   * val is evaluated again on its final weights. */
+  int already_done;
   size_t peak_memory_bytes; /* step arena (low-precision weight copies included) + parameters, gradients, optimizer state */
   /* The device's own high-water mark at the end (ct_device_mem_peak):
    * everything ctrain allocated on it through its allocator. On cuda the

@@ -58,6 +58,11 @@ typedef struct cli_opts {
  * CT_ERR_INVALID_ARG with the flag named. */
 ct_status cli_apply_precision(const cli_opts *o, ct_model *m, ct_grad_scaler *scaler);
 
+/* Installs the handlers of src/cli/signals.c and returns the flag they
+ * set (the signal number) for ct_train_config.stop_request. A run stopped
+ * by one exits with 128 + that number after writing what it would have. */
+volatile sig_atomic_t *cli_stop_on_signals(void);
+
 int cli_exit_code(ct_status s);
 /* Prints "ctrain: error: <message>" to stderr and returns the exit code. */
 int cli_fail(ct_status s);

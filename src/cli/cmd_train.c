@@ -193,6 +193,7 @@ int cmd_train(int argc_in, char **argv_in) {
     o.lr = cfg.optim.lr, o.momentum = cfg.optim.momentum, o.weight_decay = cfg.optim.weight_decay;
     cfg.epochs = o.epochs;
     cfg.max_steps = o.max_steps;
+    cfg.stop_request = cli_stop_on_signals();
     cfg.accumulate = o.accumulate;
     cfg.seed = o.seed;
     cfg.clip_grad_norm = o.clip;
@@ -262,9 +263,18 @@ int cmd_train(int argc_in, char **argv_in) {
   }
   if (s == CT_OK) {
     print_history(res.history);
-    if (res.resumed_from_epoch >= 0) printf("resumed from epoch %d\n", res.resumed_from_epoch);
-    printf("test_loss: %.4f - test_accuracy: %.4f - train_loss: %.4f - %.0f img/s\n", res.val.loss, res.val.accuracy,
-           res.train_loss, res.images_per_second);
+    if (res.already_done)
+      printf("nothing to train: the checkpoint in %s finished epoch %d of %d; its final weights evaluated again\n",
+             o.checkpoint_dir, res.resumed_from_epoch, o.epochs);
+    else if (res.resumed_from_epoch >= 0)
+      printf("resumed from epoch %d\n", res.resumed_from_epoch);
+    if (res.stopped_by)
+      printf("stopped by signal %d (%s) at step %lld%s%s; no test evaluation\n", res.stopped_by,
+             strsignal(res.stopped_by), (long long)res.steps, o.checkpoint_dir ? ", resumable from " : "",
+             o.checkpoint_dir ? o.checkpoint_dir : "");
+    else
+      printf("test_loss: %.4f - test_accuracy: %.4f - train_loss: %.4f - %.0f img/s\n", res.val.loss,
+             res.val.accuracy, res.train_loss, res.images_per_second);
     if (o.save) s = ct_weights_save(m, o.save);
   }
   if (s == CT_OK && o.metrics_json) {
@@ -278,7 +288,7 @@ int cmd_train(int argc_in, char **argv_in) {
     out.res = &res;
     s = cli_write_metrics_json(o.metrics_json, &out);
   }
-  int code = s == CT_OK ? 0 : cli_fail(s);
+  int code = s != CT_OK ? cli_fail(s) : res.stopped_by ? 128 + res.stopped_by : 0;
   ct_fit_result_free(&res);
   ct_model_destroy(m);
   ct_loader_destroy(ltr);

@@ -29,6 +29,8 @@ ct_status cli_write_metrics_json(const char *path, const cli_metrics *m) {
     fprintf(f, "  \"epoch_seconds\": [");
     for (int i = 0; i < r->epochs_run; i++) fprintf(f, "%s%.6f", i ? ", " : "", r->epoch_seconds[i]);
     fprintf(f, "],\n  \"stopped_early\": %s,\n", r->stopped_early ? "true" : "false");
+    fprintf(f, "  \"stopped_by_signal\": %d,\n  \"already_done\": %s,\n", r->stopped_by,
+            r->already_done ? "true" : "false");
     fprintf(f, "  \"resumed_from_epoch\": %d,\n", r->resumed_from_epoch);
     if (m->opt_level) fprintf(f, "  \"opt_level\": \"%s\",\n", m->opt_level);
     fprintf(f, "  \"skipped_steps\": %lld,\n", (long long)r->skipped_steps);

@@ -74,8 +74,11 @@ static ct_status meta_number(const char *path, const char *key, const char *v, i
                              double *out) {
   char *end = NULL;
   errno = 0;
-  double x = integer ? (double)strtoll(v, &end, 10) : strtod(v, &end);
-  if (!*v || *end || (integer && errno == ERANGE) || !(x >= lo && x <= hi)) {
+  long long ll = integer ? strtoll(v, &end, 10) : 0;
+  double x = integer ? (double)ll : strtod(v, &end);
+  /* An integer is checked as one: 2^53 + 1 would round into range. */
+  int out_of_range = integer ? errno == ERANGE || ll < (long long)lo || ll > (long long)hi : !(x >= lo && x <= hi);
+  if (!*v || *end || out_of_range) {
     if (integer)
       return ct_error(CT_ERR_PARSE, "%s: metadata '%s' is '%.40s', expected an integer in [%.0f, %.0f]", path, key, v,
                       lo, hi);
@@ -253,6 +256,33 @@ static void settings_diff(const char *ck, const char *run, char *out, size_t n) 
   }
 }
 
+/* The loop counters against each other: each in range is not enough (a
+ * loop.correct above loop.seen put an accuracy of 390 into the history). */
+static ct_status check_loop(const char *path, const ct_loop_state *l) {
+#define REFUSE(...) return ct_error(CT_ERR_PARSE, __VA_ARGS__)
+  if (l->correct > l->seen || l->top5 > l->seen)
+    REFUSE("%s: metadata 'loop.correct' %lld / 'loop.top5' %lld exceed the samples seen, 'loop.seen' %lld", path,
+           (long long)l->correct, (long long)l->top5, (long long)l->seen);
+  if (l->top5 < l->correct)
+    REFUSE("%s: metadata 'loop.top5' %lld is below 'loop.correct' %lld", path, (long long)l->top5, (long long)l->correct);
+  if (!l->seen && l->loss_sum != 0)
+    REFUSE("%s: metadata 'loop.loss_sum' is %g with no samples seen", path, l->loss_sum);
+  if (l->best_epoch >= l->epoch)
+    REFUSE("%s: metadata 'loop.best_epoch' %lld is not before 'loop.epoch' %lld", path, (long long)l->best_epoch,
+           (long long)l->epoch);
+  if (l->bad_epochs > l->epoch)
+    REFUSE("%s: metadata 'loop.bad_epochs' %lld exceeds 'loop.epoch' %lld", path, (long long)l->bad_epochs,
+           (long long)l->epoch);
+  if (l->seen > l->train_images)
+    REFUSE("%s: metadata 'loop.seen' %lld exceeds the images trained on, 'loop.train_images' %lld", path,
+           (long long)l->seen, (long long)l->train_images);
+  if (l->batch > l->train_images)
+    REFUSE("%s: metadata 'loop.batch' %lld exceeds 'loop.train_images' %lld", path, (long long)l->batch,
+           (long long)l->train_images);
+#undef REFUSE
+  return CT_OK;
+}
+
 /* Opens the checkpoint and refuses it when it was made with other
  * settings; *out stays open for the caller on success. */
 static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_train_config *cfg, ct_safetensors **out) {
@@ -314,6 +344,7 @@ static ct_status read_meta(const char *path, ct_safetensors *st, int apply, ct_o
     if (s == CT_OK && loop_fields[i].is_int) *(int64_t *)p = (int64_t)x;
     else if (s == CT_OK) *(double *)p = x;
   }
+  if (s == CT_OK) s = check_loop(path, &got);
   if (s == CT_OK && (v = ct_safetensors_metadata(st, "optim.steps")) &&
       (s = meta_number(path, "optim.steps", v, 1, 0, COUNT_MAX, &x)) == CT_OK && apply)
     s = ct_optimizer_set_steps(o, (int64_t)x);

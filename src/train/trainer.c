@@ -300,6 +300,7 @@ static ct_status fit_open(fit_run *f) {
   if (!f->gs.enabled) ct_grad_scaler_init(&f->gs, 0, 0, 1.0);
   f->ls.best = f->maximize ? -INFINITY : INFINITY;
   f->ls.best_epoch = -1;
+  f->vres.loss = f->vres.accuracy = f->vres.top5 = NAN; /* until an evaluation runs */
   f->batches = ct_loader_batches_per_epoch(f->train);
   f->batch_size = ct_loader_get_options(f->train)->batch_size;
   ct_status s = ct_optimizer_create(&cfg->optim, np, &f->opt);
@@ -338,10 +339,20 @@ static ct_status fit_open(fit_run *f) {
   }
   f->res->epoch_seconds = calloc((size_t)cfg->epochs + 1, sizeof(double));
   if (s == CT_OK && !f->res->epoch_seconds) s = ct_error(CT_ERR_OUT_OF_MEMORY, "fit: out of host memory");
+  if (s == CT_OK && f->ls.batch > f->batches)
+    s = ct_error(CT_ERR_PARSE, "fit: the checkpoint stopped at batch %lld of an epoch of %lld batches",
+                 (long long)f->ls.batch, (long long)f->batches);
   if (s == CT_OK && f->ls.batch % f->acc != 0 && f->ls.batch < f->batches)
     s = ct_error(CT_ERR_INVALID_ARG, "fit: the checkpoint stopped at batch %lld, inside a group of --accumulate %d",
                  (long long)f->ls.batch, f->acc);
   return s;
+}
+
+/* Whether cfg->stop_request asks to stop; records its value. */
+static int stop_requested(fit_run *f) {
+  int v = f->cfg->stop_request ? (int)*f->cfg->stop_request : 0;
+  if (v) f->res->stopped_by = v;
+  return v != 0;
 }
 
 /* The epoch's batches from the loader's position, then the steps still
@@ -371,6 +382,10 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
       *stop = 1;
       break;
     }
+    if (s == CT_OK && ap.last && stop_requested(f)) {
+      *stop = 1;
+      break;
+    }
   }
   for (int have = 1; s == CT_OK && have;) {
     ct_step_result r;
@@ -395,7 +410,8 @@ static void tell_graph(fit_run *f, int stop) {
   }
 }
 
-/* Stopped by max_steps mid-epoch: checkpoint the position and report. */
+/* Stopped mid-epoch (max_steps, or a stop request, which skips the
+ * validation): checkpoint the position and report. */
 static ct_status stop_mid_epoch(fit_run *f) {
   ct_loop_state *ls = &f->ls;
   ct_status s = CT_OK;
@@ -405,7 +421,7 @@ static ct_status stop_mid_epoch(fit_run *f) {
   f->res->train_loss = ls->seen ? ls->loss_sum / (double)ls->seen : NAN;
   f->res->train_accuracy = ls->seen ? (double)ls->correct / (double)ls->seen : 0;
   f->res->epochs_run++;
-  if (s == CT_OK && f->val) {
+  if (s == CT_OK && f->val && !f->res->stopped_by) {
     s = ct_evaluate(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, &f->vres);
     f->have_val = s == CT_OK;
   }
@@ -462,6 +478,7 @@ static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt
     s = save_epoch(f->m, f->opt, f->sch, ls, f->hist, cfg, ct_step_scaler(f->step), epoch + 1, improved);
   }
   if (cfg->max_steps && ls->step >= cfg->max_steps) *stop = 1;
+  if (stop_requested(f)) *stop = 1;
   return s;
 }
 
@@ -469,6 +486,16 @@ static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt
  * run; returns s, or the first error of these. */
 static ct_status fit_close(fit_run *f, ct_status s) {
   ct_fit_result *res = f->res;
+  if (s == CT_OK && res->resumed_from_epoch >= 0 && !res->epochs_run && f->ls.epoch >= f->cfg->epochs) {
+    /* A finished run resumed: its own last numbers, never zeros. */
+    res->already_done = 1;
+    if (ct_history_get(f->hist, f->ls.epoch, "loss", &res->train_loss) != CT_OK) res->train_loss = NAN;
+    if (ct_history_get(f->hist, f->ls.epoch, "accuracy", &res->train_accuracy) != CT_OK) res->train_accuracy = NAN;
+    if (f->val) {
+      s = ct_evaluate(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, &f->vres);
+      f->have_val = s == CT_OK;
+    }
+  }
   if (s == CT_OK && f->best_state && f->ls.best_epoch >= 0 && res->epochs_run > 0) {
     s = copy_state(f->m, f->best_state, 0);
     if (f->val) {
