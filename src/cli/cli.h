@@ -58,9 +58,13 @@ typedef struct cli_opts {
  * CT_ERR_INVALID_ARG with the flag named. */
 ct_status cli_apply_precision(const cli_opts *o, ct_model *m, ct_grad_scaler *scaler);
 
-/* Installs the handlers of src/cli/signals.c and returns the flag they
- * set (the signal number) for ct_train_config.stop_request. A run stopped
- * by one exits with 128 + that number after writing what it would have. */
+/* SIGINT, SIGTERM, SIGHUP (src/cli/signals.c). cli_watch_signals, first
+ * thing, before any thread starts: blocks them and starts the thread that
+ * takes them (until armed, a signal exits at once). cli_stop_on_signals
+ * arms it and returns the flag it then sets (the signal number) for
+ * ct_train_config.stop_request. A run stopped so exits with 128 + that
+ * number after writing what it would have. */
+void cli_watch_signals(void);
 volatile sig_atomic_t *cli_stop_on_signals(void);
 
 int cli_exit_code(ct_status s);

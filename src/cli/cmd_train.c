@@ -118,6 +118,7 @@ int cmd_train(int argc_in, char **argv_in) {
       fputs(HELP, stdout);
       return 0;
     }
+  cli_watch_signals(); /* before any thread starts, so all inherit the mask */
   /* The GPU data flags, the device switches and --cuda-graph are taken
    * out before the shared option parser sees the arguments. */
   char *argv_buf[256];

@@ -40,15 +40,15 @@ static ct_status resolve(const char *path, char *out, size_t cap, enum target *k
     if (snprintf(cur, sizeof cur, "%s", path) >= (int)sizeof cur)
       return ct_error(CT_ERR_INVALID_ARG, "%s: path longer than %d bytes", path, PATH_MAX - 1);
     for (int hops = 0;; hops++) {
-      if (!strncmp(cur, "/proc/", 6) || !strncmp(cur, "/dev/fd/", 8)) {
-        *kind = T_STREAM;
-        return CT_OK;
-      }
       if (lstat(cur, &sb) != 0) {
         if (errno == ENOTDIR) return ct_error(CT_ERR_IO, "%s: a part of the folder path of %s is not a folder", path, cur);
         if (errno != ENOENT) return ct_error(CT_ERR_IO, "%s: cannot stat %s: %s", path, cur, strerror(errno));
         *kind = T_NEW;
         break;
+      }
+      if (!strncmp(cur, "/proc/", 6) || !strncmp(cur, "/dev/fd/", 8)) {
+        *kind = T_STREAM;
+        return CT_OK;
       }
       if (!S_ISLNK(sb.st_mode)) {
         *kind = T_REGULAR;

@@ -1,0 +1,215 @@
+"""What a long run meets, end to end (issue 44): special files as outputs
+and inputs, signals, a resume of a finished run, crafted checkpoint
+metadata, stale temp files and a kill campaign. Every node, link and FIFO
+is made in a temp directory, never the system's own.
+
+- --save through a symlink replaces the link's target and keeps the link;
+  --save into a FIFO with a reader writes through it; --save and
+  --metrics-json into /proc fail before the first step.
+- a FIFO named *.png in a folder dataset, and one given to predict
+  --images, are refused at once (they hung in open()).
+- SIGTERM stops at a step boundary: exit 143, a mid-epoch checkpoint,
+  --save and --metrics-json (stopped_by_signal 15); the resumed run ends
+  bit-identical to an uninterrupted one. Two SIGINTs exit 130 at once.
+- resuming a finished run reports its numbers, not zeros; a checkpoint
+  whose counters disagree (correct > seen, an epoch of 2^53 + 1) is
+  refused with exit 4 naming the key.
+- 10 SIGKILLs at random times across a run with checkpoints: each resume
+  goes on, the final weights are bit-identical to an uninterrupted run,
+  and no temp file is left in the checkpoint directory.
+"""
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as u  # noqa: E402
+
+u.need_binary()
+st = u.need_module("st_util")
+np = u.need_module("numpy")
+
+BASE = ["--model", "mlp", "--batch-size", "32", "--seed", "3", "--optimizer", "adam", "--lr", "0.001"] + u.FAST
+
+
+def popen(args, out):
+    return subprocess.Popen([u.CTRAIN] + u.with_device(args), stdout=out, stderr=subprocess.STDOUT, env=u.ENV)
+
+
+def same_file(a, b, what):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        u.check(fa.read() == fb.read(), "%s: %s and %s differ" % (what, a, b))
+
+
+def special_outputs(d):
+    data = ["--data", "synthetic:64", "--epochs", "1"] + BASE
+    real = os.path.join(d, "real.safetensors")
+    link = os.path.join(d, "link.safetensors")
+    open(real, "w").close()
+    os.symlink("real.safetensors", link)
+    u.run_ok(["train"] + data + ["--save", link], "--save through a symlink")
+    u.check(os.path.islink(link), "--save replaced the symlink itself")
+    u.check(os.path.getsize(real) > 1000, "--save did not write the link's target")
+
+    fifo = os.path.join(d, "w.fifo")
+    os.mkfifo(fifo)
+    got = []
+
+    def reader():
+        with open(fifo, "rb") as f:
+            got.append(f.read())
+
+    t = threading.Thread(target=reader)
+    t.start()
+    # The reader is blocked in open() until the writer opens: start the
+    # writer only once the thread is waiting.
+    time.sleep(0.2)
+    u.run_ok(["train"] + data + ["--save", fifo], "--save into a FIFO with a reader")
+    t.join(60)
+    u.check(got and got[0][:8] != b"" and len(got[0]) > 1000, "nothing came through the FIFO")
+    u.check(stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced")
+
+    for flag in ("--save", "--metrics-json"):
+        r = u.run(["train"] + data + [flag, "/proc/ctrain-no-such/x"], timeout=60)
+        u.check(r.returncode == 3, "%s /proc/...: exit %d, expected 3: %s" % (flag, r.returncode, r.stderr))
+        u.check("Epoch" not in r.stdout, "%s /proc/...: trained before failing" % flag)
+
+
+def fifo_inputs(d):
+    rng = np.random.default_rng(0)
+    root = os.path.join(d, "imgs")
+    for c in ("a", "b"):
+        os.makedirs(os.path.join(root, "train", c))
+        os.makedirs(os.path.join(root, "test", c))
+        for i in range(3):
+            u.write_png(os.path.join(root, "train", c, "%d.png" % i), rng.integers(0, 255, (8, 8)))
+            u.write_png(os.path.join(root, "test", c, "%d.png" % i), rng.integers(0, 255, (8, 8)))
+    os.mkfifo(os.path.join(root, "train", "a", "stuck.png"))
+    r = u.run(["train", "--model", "mlp", "--data", "folder:" + root, "--epochs", "1"] + u.FAST, timeout=60)
+    u.check(r.returncode == 3 and "is a FIFO" in r.stderr, "folder with a FIFO: exit %d: %s" % (r.returncode, r.stderr))
+    r = u.run(["predict", "--model", "mlp", "--weights", os.path.join(d, "real.safetensors"), "--images",
+               os.path.join(root, "train", "a", "stuck.png")], timeout=60)
+    u.check(r.returncode != 0 and "FIFO" in r.stderr, "predict --images FIFO: exit %d: %s" % (r.returncode, r.stderr))
+
+
+def wait_for(path, text, limit=60):
+    """Until the log at path shows text (the run reached that point)."""
+    t0 = time.time()
+    while time.time() - t0 < limit * u.TIME_SCALE:
+        if os.path.exists(path) and text in open(path, errors="replace").read():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def signals(d):
+    data = ["--data", "synthetic:8192", "--epochs", "2"] + BASE
+    ref = os.path.join(d, "ref.safetensors")
+    u.run_ok(["train"] + data + ["--save", ref], "uninterrupted run")
+    ck, w, mj = os.path.join(d, "ck"), os.path.join(d, "sig.safetensors"), os.path.join(d, "sig.json")
+    with open(os.path.join(d, "sig.log"), "w") as log:
+        p = popen(["train"] + data + ["--checkpoint-dir", ck, "--save", w, "--metrics-json", mj], log)
+        wait_for(log.name, "Epoch 2/2")
+        time.sleep(0.3 * u.TIME_SCALE)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(120 * u.TIME_SCALE)
+    text = open(os.path.join(d, "sig.log")).read()
+    u.check(rc == 128 + signal.SIGTERM, "SIGTERM: exit %d, expected 143: %s" % (rc, text[-500:]))
+    u.check("stopped by signal 15" in text, "SIGTERM: no stop line: %s" % text[-500:])
+    u.check(os.path.exists(os.path.join(ck, "last.safetensors")) and os.path.exists(w), "SIGTERM: nothing saved")
+    m = u.read_json(mj) if os.path.exists(mj) else {}
+    u.check(m.get("stopped_by_signal") == 15 and 256 < m.get("steps", 0) < 512,
+            "SIGTERM: metrics %s (expected stopped_by_signal 15, a step inside the run)" % m)
+    r = u.run_ok(["train"] + data + ["--checkpoint-dir", ck, "--resume", "--save", w], "resume after SIGTERM")
+    same_file(ref, w, "resumed after SIGTERM vs uninterrupted")
+
+    # The second SIGINT must come after the first was taken (two pending
+    # ones merge into one) and before the stop has saved: a few tries.
+    for attempt in range(4):
+        saved = os.path.join(d, "int%d.safetensors" % attempt)
+        with open(os.path.join(d, "int.log"), "w") as log:
+            p = popen(["train"] + data + ["--save", saved], log)
+            wait_for(log.name, "Epoch 1/2")
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+            p.send_signal(signal.SIGINT)
+            rc = p.wait(30 * u.TIME_SCALE)
+        if "second interrupt" in open(log.name).read():
+            break
+    u.check(rc == 130, "two SIGINTs: exit %d, expected 130" % rc)
+    u.check(not os.path.exists(saved), "two SIGINTs: saved anyway")
+
+
+def finished_and_crafted(d):
+    data = ["--data", "synthetic:256", "--epochs", "2"] + BASE
+    ck, mj = os.path.join(d, "done"), os.path.join(d, "done.json")
+    first = u.run_ok(["train"] + data + ["--checkpoint-dir", ck, "--metrics-json", mj], "a finished run")
+    m1 = u.read_json(mj)
+    r = u.run_ok(["train"] + data + ["--checkpoint-dir", ck, "--resume", "--metrics-json", mj], "resume of a finished run")
+    m2 = u.read_json(mj)
+    u.check("nothing to train" in r.stdout, "finished run: no note: %s" % r.stdout[-400:])
+    u.check(m2.get("already_done") is True and m2["test_loss"] == m1["test_loss"] and m2["train_loss"] == m1["train_loss"],
+            "finished run resumed: %s vs %s" % (m2, m1))
+    u.check(first.returncode == 0 and m2["test_accuracy"] == m1["test_accuracy"], "finished run: accuracy changed")
+
+    last = os.path.join(ck, "last.safetensors")
+    tensors, meta = st.load(last)
+    for key, value, word in (("loop.correct", str(int(meta["loop.seen"]) + 1000), "loop.correct"),
+                             ("loop.epoch", str(2 ** 53 + 1), "loop.epoch")):
+        bad = dict(meta)
+        bad[key] = value
+        if key == "loop.correct":
+            bad["loop.seen"] = bad["loop.seen"] if int(bad["loop.seen"]) else "64"
+            bad["loop.correct"] = str(int(bad["loop.seen"]) + 1000)
+        ckb = os.path.join(d, "bad_" + key.replace(".", "_"))
+        os.makedirs(ckb)
+        st.save(os.path.join(ckb, "last.safetensors"), tensors, bad)
+        r = u.run(["train"] + data + ["--checkpoint-dir", ckb, "--resume"], timeout=60)
+        u.check(r.returncode == 4 and word in r.stderr, "crafted %s: exit %d: %s" % (key, r.returncode, r.stderr))
+
+
+def kill_campaign(d, kills=10):
+    data = ["--data", "synthetic:1024", "--epochs", "30"] + BASE
+    ref = os.path.join(d, "kref.safetensors")
+    u.run_ok(["train"] + data + ["--save", ref], "uninterrupted run")
+    ck, w = os.path.join(d, "kck"), os.path.join(d, "kill.safetensors")
+    rng = random.Random(44)
+    done, n_kill, attempts = False, 0, 0
+    while not done and attempts < 60:
+        attempts += 1
+        resume = ["--resume"] if os.path.exists(os.path.join(ck, "last.safetensors")) else []
+        with open(os.path.join(d, "kill.log"), "w") as log:
+            p = popen(["train"] + data + ["--checkpoint-dir", ck, "--save", w] + resume, log)
+            try:
+                rc = p.wait(rng.uniform(0.25, 0.9) * u.TIME_SCALE if n_kill < kills else 300 * u.TIME_SCALE)
+                u.check(rc == 0, "kill campaign: a run exited %d: %s" % (rc, open(log.name).read()[-400:]))
+                done = rc == 0
+                if rc:
+                    break
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                n_kill += 1
+    u.check(done and n_kill >= kills, "kill campaign: %d kills, finished %s after %d attempts" % (n_kill, done, attempts))
+    if done:
+        same_file(ref, w, "after %d SIGKILLs vs uninterrupted" % n_kill)
+    left = [f for f in os.listdir(ck) if ".tmp." in f]
+    u.check(not left, "kill campaign: temp files left in the checkpoint directory: %s" % left)
+    print("kill campaign: %d SIGKILLs over %d runs, final weights identical" % (n_kill, attempts))
+
+
+d = u.tmpdir("reliability")
+try:
+    special_outputs(d)
+    fifo_inputs(d)
+    signals(d)
+    finished_and_crafted(d)
+    kill_campaign(d)
+finally:
+    u.cleanup(d)
+u.finish()
