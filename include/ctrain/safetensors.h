@@ -71,6 +71,9 @@ size_t ct_safetensors_nbytes(const ct_safetensors *st, size_t i);
  * means the caller's idea of the tensor is wrong). A short read - the file
  * changed since open - is CT_ERR_IO naming the file and key. */
 ct_status ct_safetensors_read(const ct_safetensors *st, size_t i, void *dst, size_t dst_bytes);
+/* The NaN and +-inf values of tensor i as stored (0 for integer dtypes),
+ * read through in 1 MiB pieces. */
+ct_status ct_safetensors_count_nonfinite(const ct_safetensors *st, size_t i, size_t *count);
 
 /* Reads tensor i converting to `want`: any of F32, F16, BF16, F64 to any
  * other of them (rounding to nearest even), or the tensor's own dtype.

@@ -3,6 +3,7 @@
 #include "ctrain/safetensors.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -447,6 +448,40 @@ ct_status ct_safetensors_read(const ct_safetensors *st, size_t i, void *dst, siz
 }
 
 static int is_float(ct_dtype t) { return t == CT_F32 || t == CT_F16 || t == CT_BF16 || t == CT_F64; }
+
+/* NaN and +-inf among n values of dtype t (float dtypes; 0 otherwise). */
+static size_t count_nonfinite(const void *p, ct_dtype t, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (t == CT_F32) bad += !isfinite(((const float *)p)[i]);
+    else if (t == CT_F64) bad += !isfinite(((const double *)p)[i]);
+    else if (t == CT_F16) bad += (((const uint16_t *)p)[i] & 0x7c00u) == 0x7c00u;
+    else if (t == CT_BF16) bad += (((const uint16_t *)p)[i] & 0x7f80u) == 0x7f80u;
+  }
+  return bad;
+}
+
+ct_status ct_safetensors_count_nonfinite(const ct_safetensors *st, size_t i, size_t *count) {
+  *count = 0;
+  if (!st || i >= st->n) return ct_safetensors_info(st, i, NULL, NULL, NULL, NULL);
+  const st_entry *e = &st->e[i];
+  if (!is_float(e->dtype)) return CT_OK;
+  size_t es = ct_dtype_size(e->dtype), nb = (size_t)(e->end - e->begin), chunk = ((size_t)1 << 20) / es * es;
+  unsigned char *buf = malloc(nb < chunk ? (nb ? nb : 1) : chunk);
+  if (!buf) return ct_error(CT_ERR_OUT_OF_MEMORY, "%s: out of memory", st->label);
+  for (size_t at = 0; at < nb; at += chunk) {
+    size_t n = nb - at < chunk ? nb - at : chunk;
+    int err = read_at(st, st->data_start + e->begin + at, buf, n);
+    if (err) {
+      free(buf);
+      return ct_error(CT_ERR_IO, "%s: tensor " KEYFMT ": reading %zu bytes: %s", st->label, KEYARG(e->name), n,
+                      err == EIO ? "short read (file changed since it was opened?)" : strerror(err));
+    }
+    *count += count_nonfinite(buf, e->dtype, n / es);
+  }
+  free(buf);
+  return CT_OK;
+}
 
 ct_status ct_safetensors_read_as(const ct_safetensors *st, size_t i, ct_dtype want, void *dst, size_t n) {
   if (!st || i >= st->n) return ct_safetensors_info(st, i, NULL, NULL, NULL, NULL);

@@ -146,6 +146,16 @@ ct_status ct_safetensors_load_named(const char *path, ct_named_tensor *dst, size
     if (r->n_unexpected) append_list(msg, sizeof msg, "Unexpected key(s)", r->unexpected, r->n_unexpected);
     s = ct_error(CT_ERR_NOT_FOUND, "%s: error(s) loading state dict: %s", path, msg);
   }
+  /* Weights with NaN or inf were trained on and saved again, never
+   * noticed: refused before anything is written (one more read of the
+   * file, from the page cache by then). */
+  for (size_t i = 0; s == CT_OK && i < n; i++) {
+    size_t bad = 0;
+    if (match[i] >= 0) s = ct_safetensors_count_nonfinite(st, (size_t)match[i], &bad);
+    if (s == CT_OK && bad)
+      s = ct_error(CT_ERR_PARSE, "%s: tensor \"%s\" holds %zu non-finite values (NaN or inf) of %lld; refusing to load it",
+                   path, dst[i].name, bad, (long long)ct_tensor_numel(&dst[i].t));
+  }
 
   /* Pass 2: the data. */
   for (size_t i = 0; s == CT_OK && i < n; i++) {

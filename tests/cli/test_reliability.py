@@ -11,6 +11,8 @@ is made in a temp directory, never the system's own.
 - SIGTERM stops at a step boundary: exit 143, a mid-epoch checkpoint,
   --save and --metrics-json (stopped_by_signal 15); the resumed run ends
   bit-identical to an uninterrupted one. Two SIGINTs exit 130 at once.
+- weights holding NaN (eval --weights, train --init) are refused with
+  exit 4 naming the tensor and the count.
 - resuming a finished run reports its numbers, not zeros; a checkpoint
   whose counters disagree (correct > seen, an epoch of 2^53 + 1) is
   refused with exit 4 naming the key.
@@ -173,6 +175,22 @@ def finished_and_crafted(d):
         u.check(r.returncode == 4 and word in r.stderr, "crafted %s: exit %d: %s" % (key, r.returncode, r.stderr))
 
 
+def nan_weights(d):
+    """Weights holding NaN are refused, naming the tensor and the count."""
+    tensors, meta = st.load(os.path.join(d, "real.safetensors"))
+    name = sorted(k for k in tensors if str(tensors[k].dtype) == "torch.float32")[0]
+    t = tensors[name].clone()  # st_util gives torch tensors
+    t.view(-1)[:3] = float("nan")
+    tensors[name] = t
+    bad = os.path.join(d, "nan.safetensors")
+    st.save(bad, tensors, meta)
+    for args in (["eval", "--model", "mlp", "--data", "synthetic:64", "--weights", bad],
+                 ["train", "--model", "mlp", "--data", "synthetic:64", "--epochs", "1", "--init", bad]):
+        r = u.run(args + u.FAST, timeout=60)
+        u.check(r.returncode == 4 and name in r.stderr and "3 non-finite" in r.stderr,
+                "%s with NaN weights: exit %d: %s" % (args[0], r.returncode, r.stderr))
+
+
 def kill_campaign(d, kills=10):
     data = ["--data", "synthetic:1024", "--epochs", "30"] + BASE
     ref = os.path.join(d, "kref.safetensors")
@@ -209,6 +227,7 @@ try:
     fifo_inputs(d)
     signals(d)
     finished_and_crafted(d)
+    nan_weights(d)
     kill_campaign(d)
 finally:
     u.cleanup(d)
