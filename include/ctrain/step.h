@@ -66,6 +66,11 @@ typedef struct ct_step_config {
   ct_scheduler *step_sched;
   int lag;                     /* device models: steps the read-back may lag (0..2; fit uses 1) */
   int cuda_graph;              /* device models: capture the whole step once warm and replay it */
+  /* 0 (default): without a loss scaler too, a step whose gradients hold
+   * NaN or inf is not applied (ct_step_result.skipped, as the scaler's
+   * skips); on a host model that is one more pass over the gradients.
+   * 1: applied anyway (the weights then hold NaN). */
+  int apply_nonfinite;
 } ct_step_config;
 
 /* Defaults: cross entropy, no clipping, no accumulation, no scaler, lag 0. */
@@ -79,7 +84,7 @@ typedef struct ct_step_result {
   int64_t n;         /* samples in the batch */
   double loss;       /* the batch's mean loss */
   int64_t top1, top5;
-  int skipped;       /* inf/NaN gradients: the update was skipped */
+  int skipped;       /* inf/NaN gradients: the update was skipped (by the scaler, or the guard without one) */
   int micro;         /* not the last micro-batch of its group: no optimizer step */
 } ct_step_result;
 

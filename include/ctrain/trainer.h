@@ -111,7 +111,19 @@ typedef struct ct_train_config {
    * set it (ctrain train does for SIGINT, SIGTERM, SIGHUP); the library
    * installs no handler. */
   volatile sig_atomic_t *stop_request;
+  /* Without a loss scaler, a step whose loss or gradients are NaN or inf
+   * is never applied (ct_step_config.apply_nonfinite 0); then
+   * CT_NONFINITE_STOP (default) ends fit with CT_ERR_INVALID_ARG naming
+   * the step and the first gradient holding them, CT_NONFINITE_SKIP goes
+   * on (counted in skipped_steps). With a scaler, the scaler decides. At
+   * every epoch end and before a mid-epoch checkpoint the weights are
+   * checked too (a ReLU fused into oneDNN's convolution turns NaN into 0,
+   * so NaN weights can leave the loss finite): non-finite weights end fit
+   * with the first tensor named, whatever this says. */
+  int on_nonfinite;
 } ct_train_config;
+
+enum { CT_NONFINITE_STOP = 0, CT_NONFINITE_SKIP = 1 };
 
 void ct_train_config_default(ct_train_config *c);
 

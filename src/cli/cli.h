@@ -23,6 +23,7 @@ typedef struct cli_opts {
   const char *model, *data, *device, *init, *save, *weights, *checkpoint_dir, *log_dir, *metrics_json, *images;
   const char *optimizer, *scheduler, *augment, *input, *monitor, *loss;
   int epochs, threads, workers, resume, no_shuffle, classes, resize, patience, keep_last, restore_best, top;
+  int skip_nonfinite; /* --on-nonfinite skip */
   int lr_patience, step_size; /* 0 = the scheduler's default */
   double lr_factor;          /* 0 = the scheduler's default */
   int64_t batch_size, max_steps;
@@ -76,7 +77,7 @@ int cli_fail(ct_status s);
   "model data epochs batch-size accumulate max-steps optimizer lr momentum weight-decay scheduler lr-factor "        \
   "lr-patience step-size clip-grad-norm label-smoothing input classes resize augment device threads workers seed "   \
   "no-shuffle init save checkpoint-dir keep-last resume monitor patience min-delta restore-best log-dir metrics-json " \
-  "precision opt-level loss-scale loss-scale-init memory-format channels-last recompute"
+  "precision opt-level loss-scale loss-scale-init memory-format channels-last recompute on-nonfinite"
 #define CLI_FLAGS_EVAL                                                                                   \
   "model weights data batch-size input classes resize device threads workers seed metrics-json precision " \
   "opt-level memory-format channels-last"

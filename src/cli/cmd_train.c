@@ -51,6 +51,8 @@ static const char *HELP =
     "  --checkpoint-dir DIR    per-epoch checkpoints, last, best     --keep-last N (3)   --resume\n"
     "  --monitor val_loss|val_accuracy|loss|accuracy (val_loss)  --patience N (early stopping, 0 = off)\n"
     "  --min-delta F           --restore-best\n"
+    "  --on-nonfinite stop|skip (stop) a step whose loss or gradients are NaN/inf (no loss scaler) is never\n"
+    "                          applied; stop ends the run naming it (exit 2), skip passes over it\n"
     "  --log-dir DIR           TensorBoard events, history.csv, history.json\n"
     "  --metrics-json FILE     final metrics as JSON\n"
     "  --precision fp32|bf16|fp16 (fp32)   --opt-level O0|O1|O2|O3 (O1 with a low precision)\n"
@@ -206,6 +208,7 @@ int cmd_train(int argc_in, char **argv_in) {
     cfg.restore_best = o.restore_best;
     cfg.checkpoint_dir = o.checkpoint_dir;
     cfg.keep_last = o.keep_last;
+    cfg.on_nonfinite = o.skip_nonfinite ? CT_NONFINITE_SKIP : CT_NONFINITE_STOP;
     cfg.resume = o.resume;
     cfg.log_dir = o.log_dir;
     cfg.progress = stdout;

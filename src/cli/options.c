@@ -150,6 +150,10 @@ int cli_parse(int argc, char **argv, const char *cmd, const char *allowed, cli_o
       o->scheduler = val;
       if (strcmp(val, "none") && strcmp(val, "plateau") && strcmp(val, "step") && strcmp(val, "cosine") && strcmp(val, "onecycle"))
         return usage_err(cmd, "--scheduler expects none, plateau, step, cosine or onecycle, got '%s'%s", val, "");
+    } else if (!strcmp(name, "on-nonfinite")) {
+      if (strcmp(val, "stop") && strcmp(val, "skip"))
+        return usage_err(cmd, "--on-nonfinite expects stop or skip, got '%s'%s", val, "");
+      o->skip_nonfinite = !strcmp(val, "skip");
     } else if (!strcmp(name, "augment")) {
       o->augment = val;
       if (strcmp(val, "none") && strcmp(val, "flip") && strcmp(val, "crop-flip"))

@@ -33,6 +33,9 @@ typedef struct ct_scaler_dev {
   float scale;
   float growth_factor, backoff_factor;
   int32_t enabled, dynamic;
+  /* 1: without the scaler too, a step with inf/NaN gradients is not
+   * applied (ct_step_config.apply_nonfinite 0); fills the padding. */
+  int32_t guard;
   int64_t growth_interval, growth_tracker, skipped_steps;
 } ct_scaler_dev;
 
@@ -111,7 +114,7 @@ CT_HD const ct_fused_optim_args *ct_step_args_pick(const ct_step_args *t, int64_
 CT_HD float ct_fused_inv_scale(const ct_scaler_dev *s) { return s->enabled ? (float)(1.0 / (double)s->scale) : 1.0f; }
 
 /* Whether the update is skipped: the scaler is on and found inf/NaN. */
-CT_HD int ct_fused_skip(const ct_step_stats *st) { return st->scaler.enabled && st->nonfinite; }
+CT_HD int ct_fused_skip(const ct_step_stats *st) { return (st->scaler.enabled || st->scaler.guard) && st->nonfinite; }
 
 /* The clip coefficient (as f32) and whether to apply it: torch's
  * clip_grad_norm_ rule, and ct_clip_grad_norm's "non-finite norm leaves

@@ -9,9 +9,9 @@ void ct_batch_correct(const float *scores, const int64_t *labels, int64_t n, int
     float sy = (y >= 0 && y < k) ? s[y] : -INFINITY;
     /* Rank of the true class: how many classes score strictly higher (ties
      * broken toward the lower index, as torch.topk/argmax do). */
-    int64_t rank = 0;
+    int64_t rank = sy != sy ? k : 0; /* a NaN score never ranks: the row is wrong */
     for (int64_t j = 0; j < k; j++)
-      if (s[j] > sy || (s[j] == sy && j < y)) rank++;
+      if (s[j] > sy || (s[j] == sy && j < y) || s[j] != s[j]) rank++;
     c1 += rank < 1;
     c5 += rank < 5;
   }

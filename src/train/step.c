@@ -157,6 +157,8 @@ static ct_status step_new(ct_model *m, ct_device *dev, ct_optimizer *opt, const 
   }
   ct_status st = begin ? ct_device_train_begin(m, dev, opt, s->gs) : CT_OK;
   s->st = ct_model_step_stats(m);
+  int32_t guard = !c->apply_nonfinite;
+  if (st == CT_OK && begin) st = ct_device_copy(dev, &s->st->scaler.guard, NULL, &guard, sizeof guard);
   s->lag = ct_device_step_lag(c->lag);
   /* Without async copies and events nothing can run ahead. */
   if (!be->copy_async || !be->event_record || !be->event_wait) s->lag = 0;
@@ -383,9 +385,14 @@ ct_status ct_step_unscale_check_clip(ct_step *s) {
     CT_TRY(reduce(s, CT_STEP_REDUCE_NONFINITE, &s->st->nonfinite, CT_I32, s->dev));
     return reduce(s, CT_STEP_REDUCE_SUMSQ, &s->st->sumsq, CT_F64, s->dev);
   }
-  /* GradScaler's order: unscale (and check) before clipping. */
+  /* GradScaler's order: unscale (and check) before clipping. Without a
+   * scaler the guard checks alone (apply_nonfinite 0). */
   CT_TRY(ct_grad_scaler_unscale(s->gs, s->dev, grads, np, &s->found_inf));
-  if (s->hooks.reduce && s->gs->enabled) {
+  int64_t len = (int64_t)np;
+  ct_tensor g = ct_tensor_view(grads, CT_F32, 1, &len);
+  g.device = s->dev;
+  if (!s->gs->enabled && !s->cfg.apply_nonfinite && np) CT_TRY(s->be->nonfinite(s->dev, &g, &s->found_inf));
+  if (s->hooks.reduce && (s->gs->enabled || !s->cfg.apply_nonfinite)) {
     /* Any replica's overflow skips the step on all of them (its own
      * gradients were left scaled, the others' unscaled: unused either way). */
     int32_t n = s->found_inf;

@@ -155,28 +155,97 @@ static void count_batch(ct_loop_state *ls, double lv, int64_t n, int64_t top1, i
   ls->group_n += n;
 }
 
+/* What one ct_fit call holds from its start to its end. */
+typedef struct fit_run {
+  ct_model *m;
+  ct_device *dev;
+  ct_loader *train, *val;
+  const ct_train_config *cfg;
+  ct_fit_result *res;
+  ct_optimizer *opt;
+  ct_scheduler *sch;
+  ct_history *hist;
+  ct_tb_writer *tb;
+  ct_step *step;
+  float *best_state; /* host copy of parameters and buffers at the best epoch (restore_best) */
+  ct_loop_state ls;
+  ct_grad_scaler gs; /* the configured scaler, or a disabled one */
+  const char *monitor;
+  int maximize, acc, graph_told, have_val;
+  int64_t batches, batch_size;
+  ct_eval_result vres;
+  int64_t guard_skips; /* steps passed over with CT_NONFINITE_SKIP */
+} fit_run;
+
+/* The first state entry of m whose values (grads = 0) or gradients hold
+ * NaN or inf, with the count, into what (a message part); 0 if none. */
+static int first_nonfinite(ct_model *m, int grads, char *what, size_t cap) {
+  for (int i = 0; i < ct_model_state_count(m); i++) {
+    const ct_state_entry *e = ct_model_state(m, i);
+    const ct_tensor *t = grads ? &e->grad : &e->value;
+    if ((grads && e->is_buffer) || !t->data || t->dtype != CT_F32) continue;
+    size_t n = (size_t)ct_tensor_numel(t), bad = 0;
+    float *h = malloc(n * sizeof *h + 4);
+    if (!h || ct_device_copy(NULL, h, t->device, t->data, n * sizeof *h) != CT_OK) {
+      free(h);
+      continue;
+    }
+    for (size_t j = 0; j < n; j++) bad += !isfinite(h[j]);
+    free(h);
+    if (bad) {
+      snprintf(what, cap, "%s%s holds %zu NaN/inf of %zu values", e->name, grads ? "'s gradient" : "", bad, n);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Refuses weights that hold NaN or inf (the run diverged), naming the
+ * first such tensor; when: "after epoch 3" and the like. */
+static ct_status check_weights(fit_run *f, const char *when) {
+  char what[256];
+  if (!first_nonfinite(f->m, 0, what, sizeof what)) return CT_OK;
+  return ct_error(CT_ERR_INVALID_ARG,
+                  "fit: %s (step %lld) the weights are no longer finite: %s; the training diverged and nothing was "
+                  "saved from it (earlier checkpoints are intact); lower --lr or clip gradients (--clip-grad-norm)",
+                  when, (long long)f->ls.step, what);
+}
+
 /* The bookkeeping of one step when its result arrives (at once on a host
  * model, a step after it was queued on a device model with the lagged
  * read-back): sums, checks, logs and progress for the step r.step. The
  * batch is released here, not at queue time: the device may still be
- * copying from it until then. */
-static ct_status on_result(ct_loader *train, const ct_step_result *r, ct_loop_state *ls, const ct_grad_scaler *gs,
-                               const ct_optimizer *opt, const ct_train_config *cfg, ct_tb_writer *tb, ct_progress *pg,
-                               const char *const *names, double t0, int64_t *images) {
+ * copying from it until then. Without a scaler a NaN/inf loss or gradient
+ * stops fit, or with CT_NONFINITE_SKIP is counted and passed over. */
+static ct_status on_result(fit_run *f, const ct_step_result *r, ct_progress *pg, double t0, int64_t *images) {
+  static const char *const names[2] = {"loss", "accuracy"};
+  const ct_train_config *cfg = f->cfg;
+  ct_loop_state *ls = &f->ls;
   int64_t pos = r->batch->index + 1;
-  ct_loader_release(train, r->batch);
+  ct_loader_release(f->train, r->batch);
   double lv = r->loss;
-  if (!isfinite(lv) && !gs->enabled)
-    return ct_error(CT_ERR_INVALID_ARG, "fit: the loss became %g at step %lld; lower --lr or use gradient clipping", lv,
-                    (long long)r->step);
+  if (!ct_step_scaler(f->step)->enabled && (!isfinite(lv) || r->skipped)) {
+    if (cfg->on_nonfinite == CT_NONFINITE_SKIP) {
+      f->guard_skips += !r->micro;
+    } else {
+      char what[256] = "";
+      if (isfinite(lv) && !first_nonfinite(f->m, 1, what, sizeof what))
+        snprintf(what, sizeof what, "a gradient was NaN or inf (later steps overwrote them)");
+      return ct_error(CT_ERR_INVALID_ARG,
+                      "fit: step %lld: %s%s%s; the update was not applied. Lower --lr, clip gradients "
+                      "(--clip-grad-norm), or pass over such steps with --on-nonfinite skip",
+                      (long long)r->step, isfinite(lv) ? "" : "the loss became ", isfinite(lv) ? "" : (lv != lv ? "nan" : "inf"),
+                      isfinite(lv) ? what : "");
+    }
+  }
   /* A per-step schedule was stepped with the update (by the read-back on
    * a device model) if the step was taken: the LR logged is the one after it. */
   ct_status s = CT_OK;
   count_batch(ls, lv, r->n, r->top1, r->top5, images);
-  if (tb && !r->micro) {
+  if (f->tb && !r->micro) {
     double gl = cfg->accumulate > 1 ? ls->group_loss / (double)ls->group_n : lv;
-    ct_tb_scalar(tb, "train/loss_step", r->step + 1, gl);
-    ct_tb_scalar(tb, "train/lr", r->step + 1, ct_optimizer_get_lr(opt));
+    ct_tb_scalar(f->tb, "train/loss_step", r->step + 1, gl);
+    ct_tb_scalar(f->tb, "train/lr", r->step + 1, ct_optimizer_get_lr(f->opt));
   }
   if (!r->micro) ls->group_loss = 0, ls->group_n = 0;
   if (s == CT_OK && pg) {
@@ -257,26 +326,6 @@ static ct_status fit_check(const ct_train_config *cfg) {
   return CT_OK;
 }
 
-/* What one ct_fit call holds from its start to its end. */
-typedef struct fit_run {
-  ct_model *m;
-  ct_device *dev;
-  ct_loader *train, *val;
-  const ct_train_config *cfg;
-  ct_fit_result *res;
-  ct_optimizer *opt;
-  ct_scheduler *sch;
-  ct_history *hist;
-  ct_tb_writer *tb;
-  ct_step *step;
-  float *best_state; /* host copy of parameters and buffers at the best epoch (restore_best) */
-  ct_loop_state ls;
-  ct_grad_scaler gs; /* the configured scaler, or a disabled one */
-  const char *monitor;
-  int maximize, acc, graph_told, have_val;
-  int64_t batches, batch_size;
-  ct_eval_result vres;
-} fit_run;
 
 /* Whether file can be written in dir before the first step, not after
  * the work (a read-only or full directory). */
@@ -324,6 +373,7 @@ static ct_status fit_open(fit_run *f) {
     sc.loss = cfg->loss, sc.label_smoothing = cfg->label_smoothing, sc.clip_grad_norm = cfg->clip_grad_norm;
     sc.accumulate = f->acc, sc.scaler = f->gs, sc.step_sched = cfg->sched_per_step ? f->sch : NULL;
     sc.lag = 1, sc.cuda_graph = cfg->cuda_graph;
+    sc.apply_nonfinite = 0;
     s = ct_step_create(f->m, f->dev, f->opt, &sc, &f->step);
     if (s != CT_OK) s = ct_error_wrap(s, "fit");
   }
@@ -358,7 +408,6 @@ static int stop_requested(fit_run *f) {
 /* The epoch's batches from the loader's position, then the steps still
  * in flight. *stop: max_steps was reached. */
 static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *images, int *stop) {
-  static const char *const names[2] = {"loss", "accuracy"};
   ct_loop_state *ls = &f->ls;
   ct_status s = CT_OK;
   while (s == CT_OK) {
@@ -377,7 +426,7 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
     s = ct_step_train(f->step, b, &pos, &r, &have);
     if (s != CT_OK) break;
     if (ap.last) ls->step++;
-    if (have) s = on_result(f->train, &r, ls, ct_step_scaler(f->step), f->opt, f->cfg, f->tb, pg, names, t0, images);
+    if (have) s = on_result(f, &r, pg, t0, images);
     if (s == CT_OK && ap.last && f->cfg->max_steps && ls->step >= f->cfg->max_steps) {
       *stop = 1;
       break;
@@ -390,7 +439,7 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
   for (int have = 1; s == CT_OK && have;) {
     ct_step_result r;
     s = ct_step_drain(f->step, &r, &have);
-    if (s == CT_OK && have) s = on_result(f->train, &r, ls, ct_step_scaler(f->step), f->opt, f->cfg, f->tb, pg, names, t0, images);
+    if (s == CT_OK && have) s = on_result(f, &r, pg, t0, images);
   }
   return s;
 }
@@ -414,8 +463,8 @@ static void tell_graph(fit_run *f, int stop) {
  * validation): checkpoint the position and report. */
 static ct_status stop_mid_epoch(fit_run *f) {
   ct_loop_state *ls = &f->ls;
-  ct_status s = CT_OK;
-  if (f->cfg->checkpoint_dir)
+  ct_status s = check_weights(f, "when stopped");
+  if (s == CT_OK && f->cfg->checkpoint_dir)
     s = ct_train_state_save(f->cfg->checkpoint_dir, "last.safetensors", f->m, f->opt, f->sch, ls, f->hist, f->cfg,
                             ct_step_scaler(f->step));
   f->res->train_loss = ls->seen ? ls->loss_sum / (double)ls->seen : NAN;
@@ -434,7 +483,13 @@ static ct_status stop_mid_epoch(fit_run *f) {
 static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt, int *stop) {
   const ct_train_config *cfg = f->cfg;
   ct_loop_state *ls = &f->ls;
-  ct_status s = CT_OK;
+  char when[64];
+  snprintf(when, sizeof when, "after epoch %lld", (long long)epoch + 1);
+  ct_status s = check_weights(f, when);
+  if (s != CT_OK) {
+    ct_progress_free(pg);
+    return s;
+  }
   double tl = ls->seen ? ls->loss_sum / (double)ls->seen : NAN, ta = ls->seen ? (double)ls->correct / (double)ls->seen : 0;
   if (f->val) {
     s = ct_evaluate(f->m, f->dev, f->val, cfg->loss, cfg->label_smoothing, &f->vres);
@@ -510,7 +565,7 @@ static ct_status fit_close(fit_run *f, ct_status s) {
   res->peak_memory_bytes = ct_model_plan_bytes(f->m) + ct_model_state_bytes(f->m);
   res->device_peak_bytes = ct_device_mem_peak(f->dev);
   const ct_grad_scaler *fgs = f->step ? ct_step_scaler(f->step) : &f->gs;
-  res->skipped_steps = fgs->skipped_steps;
+  res->skipped_steps = fgs->skipped_steps + f->guard_skips;
   res->loss_scale = fgs->scale;
   for (size_t i = 0; f->opt && i < ct_optimizer_state_count(f->opt); i++) {
     const char *sn;

@@ -1,6 +1,8 @@
-/* Runs one reference-backend op (forward and backward, in f32) on inputs
- * read from raw little-endian float32 files and writes the outputs the same
- * way, for tests/parity/test_ops_torch.py to compare with PyTorch.
+/* Runs one backend op (forward and backward, in f32) on inputs read from
+ * raw little-endian float32 files and writes the outputs the same way, for
+ * tests/parity/test_ops_torch.py and test_nan_torch.py to compare with
+ * PyTorch. The device is CTRAIN_OP_DEVICE (default ref: the portable
+ * reference; cpu, or cuda, where the buffers live in device memory).
  *
  *   ref_op_dump DIR OP INT_ARGS... [-- FLOAT_ARGS...]
  *
@@ -56,25 +58,61 @@ static void write_file(const char *name, const char *ext, const void *p, size_t 
   fclose(f);
 }
 
+/* Device memory for bytes (host memory on a host backend), holding a copy
+ * of host when not NULL. */
+static void *dev_buf(const void *host, size_t bytes) {
+  void *p = B->alloc ? ct_device_alloc(g_dev, bytes ? bytes : 4) : calloc(bytes + 4, 1);
+  if (!p) die("allocation");
+  if (B->alloc) {
+    if (host) TRY(ct_device_copy(g_dev, p, NULL, host, bytes));
+    else if (bytes) TRY(B->fill(g_dev, &(ct_tensor){.data = p, .dtype = CT_F32, .ndim = 1, .shape = {(int64_t)(bytes / 4)}, .device = g_dev}, 0.0f));
+  } else if (host) {
+    memcpy(p, host, bytes);
+  }
+  return p;
+}
+static void *host_copy(const void *dev, size_t bytes) {
+  void *h = malloc(bytes + 4);
+  TRY(ct_device_copy(NULL, h, B->alloc ? g_dev : NULL, dev, bytes));
+  return h;
+}
+static void dev_free(void *p) {
+  if (B->alloc) ct_device_free(g_dev, p);
+  else free(p);
+}
+
 /* f32 tensor read from DIR/name.f32 (shape given), or a fresh one. */
 static ct_tensor in_t(const char *name, int ndim, const int64_t *shape) {
   ct_tensor t = ct_tensor_view(NULL, CT_F32, ndim, shape);
-  t.data = read_file(name, "f32", ct_tensor_nbytes(&t));
+  void *h = read_file(name, "f32", ct_tensor_nbytes(&t));
+  t.data = dev_buf(h, ct_tensor_nbytes(&t));
+  t.device = B->alloc ? g_dev : NULL;
+  free(h);
   return t;
 }
 static ct_tensor new_t(int ndim, const int64_t *shape) {
   ct_tensor t = ct_tensor_view(NULL, CT_F32, ndim, shape);
-  t.data = calloc((size_t)ct_tensor_numel(&t) + 1, sizeof(float));
+  t.data = dev_buf(NULL, ct_tensor_nbytes(&t));
+  t.device = B->alloc ? g_dev : NULL;
   return t;
 }
 static void out_t(const char *name, ct_tensor *t) {
-  write_file(name, "f32", t->data, ct_tensor_nbytes(t));
-  free(t->data);
+  void *h = host_copy(t->data, ct_tensor_nbytes(t));
+  write_file(name, "f32", h, ct_tensor_nbytes(t));
+  free(h);
+  dev_free(t->data);
   t->data = NULL;
+}
+/* Writes an int32 device buffer of bytes as DIR/name.i32 and frees it. */
+static void out_i32(const char *name, void *d, size_t bytes) {
+  void *h = host_copy(d, bytes);
+  write_file(name, "i32", h, bytes);
+  free(h);
+  dev_free(d);
 }
 
 static int run_op(const char *op, const long *a, int na, const double *f) {
-  if (!strcmp(op, "conv")) { /* N C H W O KH KW sh sw ph pw dh dw groups */
+  if (!strcmp(op, "conv")) { /* N C H W O KH KW sh sw ph pw dh dw groups [act] */
     if (na < 14) return 2;
     ct_conv2d_params p = {(int)a[7], (int)a[8], (int)a[9], (int)a[10], (int)a[11], (int)a[12], (int)a[13]};
     int64_t OH = (a[2] + 2 * p.pad_h - p.dil_h * (a[5] - 1) - 1) / p.stride_h + 1;
@@ -82,7 +120,7 @@ static int run_op(const char *op, const long *a, int na, const double *f) {
     int64_t xs[4] = {a[0], a[1], a[2], a[3]}, ws[4] = {a[4], a[1] / p.groups, a[5], a[6]}, ys[4] = {a[0], a[4], OH, OW};
     ct_tensor x = in_t("x", 4, xs), w = in_t("w", 4, ws), b = in_t("b", 1, &a[4]), dy = in_t("dy", 4, ys);
     ct_tensor y = new_t(4, ys), dx = new_t(4, xs), dw = new_t(4, ws), db = new_t(1, &a[4]);
-    TRY(B->conv2d_fwd(g_dev, &p, &x, &w, &b, CT_ACT_NONE, &y));
+    TRY(B->conv2d_fwd(g_dev, &p, &x, &w, &b, na > 14 ? (ct_act)a[14] : CT_ACT_NONE, &y));
     TRY(B->conv2d_bwd_data(g_dev, &p, &dy, &w, &dx));
     TRY(B->conv2d_bwd_weights(g_dev, &p, &x, &dy, &dw, &db, 0.0f));
     out_t("y", &y);
@@ -100,11 +138,10 @@ static int run_op(const char *op, const long *a, int na, const double *f) {
     ct_tensor x = in_t("x", 4, xs), dy = in_t("dy", 4, ys), y = new_t(4, ys), dx = new_t(4, xs);
     if (op[0] == 'm') {
       size_t wsb = B->maxpool2d_workspace_bytes(g_dev, &p, &x, &y);
-      int32_t *ws = malloc(wsb + 4);
+      int32_t *ws = dev_buf(NULL, wsb);
       TRY(B->maxpool2d_fwd(g_dev, &p, &x, &y, ws));
       TRY(B->maxpool2d_bwd(g_dev, &p, &dy, ws, &dx));
-      write_file("idx", "i32", ws, wsb);
-      free(ws);
+      out_i32("idx", ws, wsb);
     } else {
       TRY(B->avgpool2d_fwd(g_dev, &p, &x, &y));
       TRY(B->avgpool2d_bwd(g_dev, &p, &dy, &dx));
@@ -118,11 +155,10 @@ static int run_op(const char *op, const long *a, int na, const double *f) {
     int64_t xs[4] = {a[0], a[1], a[2], a[3]}, ys[4] = {a[0], a[1], a[4], a[5]};
     ct_tensor x = in_t("x", 4, xs), dy = in_t("dy", 4, ys), y = new_t(4, ys), dx = new_t(4, xs);
     if (op[9] == 'm') {
-      int32_t *idx = malloc((size_t)ct_tensor_numel(&y) * 4 + 4);
+      int32_t *idx = dev_buf(NULL, (size_t)ct_tensor_numel(&y) * 4);
       TRY(B->adaptive_maxpool2d_fwd(g_dev, &x, &y, idx));
       TRY(B->adaptive_maxpool2d_bwd(g_dev, &dy, idx, &dx));
-      write_file("idx", "i32", idx, (size_t)ct_tensor_numel(&y) * 4);
-      free(idx);
+      out_i32("idx", idx, (size_t)ct_tensor_numel(&y) * 4);
     } else {
       TRY(B->adaptive_avgpool2d_fwd(g_dev, &x, &y));
       TRY(B->adaptive_avgpool2d_bwd(g_dev, &dy, &dx));
@@ -156,8 +192,11 @@ static int run_op(const char *op, const long *a, int na, const double *f) {
     int64_t xs[2] = {a[0], a[1]}, one = 1;
     ct_tensor x = in_t("x", 2, xs), tf = in_t("target", 1, &a[0]), loss = new_t(1, &one), dx = new_t(2, xs);
     int64_t *tg = malloc((size_t)a[0] * sizeof *tg);
-    for (long i = 0; i < a[0]; i++) tg[i] = (int64_t)((float *)tf.data)[i];
-    ct_tensor t = ct_tensor_1d(tg, CT_I64, a[0]);
+    float *tfh = host_copy(tf.data, (size_t)a[0] * 4);
+    for (long i = 0; i < a[0]; i++) tg[i] = (int64_t)tfh[i];
+    free(tfh);
+    ct_tensor t = ct_tensor_1d(dev_buf(tg, (size_t)a[0] * sizeof *tg), CT_I64, a[0]);
+    t.device = x.device;
     if (op[0] == 'c') {
       TRY(B->cross_entropy_fwd(g_dev, &x, &t, (float)f[0], &loss));
       TRY(B->cross_entropy_bwd(g_dev, &x, &t, (float)f[0], (float)f[1], &dx));
@@ -167,6 +206,7 @@ static int run_op(const char *op, const long *a, int na, const double *f) {
     }
     out_t("loss", &loss);
     out_t("dx", &dx);
+    dev_free(t.data);
     free(tg);
     return 0;
   }
@@ -210,7 +250,11 @@ int main(int argc, char **argv) {
     if (floats && nf < 8) flts[nf++] = strtod(argv[i], NULL);
     if (!floats && ni < 32) ints[ni++] = strtol(argv[i], NULL, 10);
   }
-  if (ct_device_open("ref", &g_dev) != CT_OK) die("ct_device_open(ref)");
+  const char *spec = getenv("CTRAIN_OP_DEVICE") ? getenv("CTRAIN_OP_DEVICE") : "ref";
+  if (ct_device_open(spec, &g_dev) != CT_OK) {
+    fprintf(stderr, "ref_op_dump: no device %s: %s\n", spec, ct_last_error());
+    return 77;
+  }
   B = ct_device_backend(g_dev);
   int rc = run_op(argv[2], ints, ni, flts);
   if (rc == 2) fprintf(stderr, "ref_op_dump: too few integer arguments for %s\n", argv[2]);

@@ -51,7 +51,7 @@ static void act_span(ct_act act, float alpha, const float *in, float *out, int64
       break;
     case CT_ACT_RELU:
 #pragma omp simd
-      for (int64_t i = 0; i < n; i++) out[i] = in[i] > 0.f ? in[i] : 0.f;
+      for (int64_t i = 0; i < n; i++) out[i] = in[i] > 0.f || in[i] != in[i] ? in[i] : 0.f; /* NaN stays NaN */
       break;
     case CT_ACT_LEAKY_RELU:
 #pragma omp simd
@@ -102,7 +102,7 @@ static void act_bwd_span(ct_act act, float alpha, const float *xi, const float *
       break;
     case CT_ACT_RELU:
 #pragma omp simd
-      for (int64_t i = 0; i < n; i++) o[i] = yo[i] > 0.f ? g[i] : 0.f;
+      for (int64_t i = 0; i < n; i++) o[i] = !(yo[i] <= 0.f) ? g[i] : 0.f; /* torch: y <= 0 ? 0 : dy, NaN passes */
       break;
     case CT_ACT_LEAKY_RELU:
 #pragma omp simd

@@ -59,7 +59,7 @@ static inline double ct_ref_act(ct_act a, double alpha, double x) {
 /* d act / d x from x or y (whichever CT_ACT_BWD_NEEDS_* names). */
 static inline double ct_ref_act_grad(ct_act a, double alpha, double x, double y) {
   switch (a) {
-    case CT_ACT_RELU: return y > 0 ? 1.0 : 0.0;
+    case CT_ACT_RELU: return y <= 0 ? 0.0 : 1.0; /* torch's threshold_backward: a NaN y passes dy */
     case CT_ACT_LEAKY_RELU: return x > 0 ? 1.0 : alpha;
     case CT_ACT_GELU: {
       double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752440));

@@ -161,7 +161,7 @@ __device__ __forceinline__ float ct_act_dev(int a, float alpha, float x) {
 
 __device__ __forceinline__ float ct_act_grad_dev(int a, float alpha, float x, float y) {
   switch (a) {
-    case CT_ACT_RELU: return y > 0.f ? 1.f : 0.f;
+    case CT_ACT_RELU: return y <= 0.f ? 0.f : 1.f; /* torch: a NaN y passes dy */
     case CT_ACT_LEAKY_RELU: return x > 0.f ? 1.f : alpha;
     case CT_ACT_GELU: {
       float cdf = 0.5f * (1.f + erff(x * 0.70710678118654752f));

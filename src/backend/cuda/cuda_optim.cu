@@ -179,10 +179,10 @@ __global__ void k_count_correct(const void *scores, int dt, const int64_t *label
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     int64_t y = labels[i];
     float sy = (y >= 0 && y < k) ? ct_ld(scores, dt, i * k + y) : -INFINITY;
-    int64_t rank = 0;
+    int64_t rank = sy != sy ? k : 0; /* a NaN score never ranks: the row is wrong */
     for (int64_t j = 0; j < k; j++) {
       float s = ct_ld(scores, dt, i * k + j);
-      if (s > sy || (s == sy && j < y)) rank++;
+      if (s > sy || (s == sy && j < y) || s != s) rank++;
     }
     c1 += rank < 1;
     c5 += rank < 5;
