@@ -68,6 +68,11 @@ ct_status cli_apply_precision(const cli_opts *o, ct_model *m, ct_grad_scaler *sc
 void cli_watch_signals(void);
 volatile sig_atomic_t *cli_stop_on_signals(void);
 
+/* Before any work: neither split empty (CT_ERR_PARSE), every label
+ * below the model's outputs and the two splits' images of one shape
+ * (CT_ERR_SHAPE); test may be NULL. Scans the labels once. */
+ct_status cli_check_splits(const cli_opts *o, const ct_dataset *train, const ct_dataset *test, const ct_model *m);
+
 int cli_exit_code(ct_status s);
 /* Prints "ctrain: error: <message>" to stderr and returns the exit code. */
 int cli_fail(ct_status s);

@@ -47,6 +47,7 @@ static int wants_help(int argc, char **argv, const char *help) {
 
 static ct_status load_model(const cli_opts *o, const ct_dataset *ds, ct_device *dev, ct_model **m) {
   CT_TRY(cli_open_model(o, ds, m));
+  CT_TRY(cli_check_splits(o, NULL, ds, *m));
   /* Before prepare: the precision decides every activation's dtype. */
   CT_TRY(cli_apply_precision(o, *m, NULL));
   CT_TRY(ct_weights_load(*m, o->weights, 1, NULL));

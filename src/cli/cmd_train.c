@@ -170,6 +170,7 @@ int cmd_train(int argc_in, char **argv_in) {
   if (s == CT_OK) s = cli_open_data(&o, 1, &dtr, &ltr, !o.no_shuffle, 1);
   if (s == CT_OK) s = cli_open_data(&o, 0, &dte, &lte, 0, 0);
   if (s == CT_OK) s = cli_open_model(&o, dtr, &m);
+  if (s == CT_OK) s = cli_check_splits(&o, dtr, dte, m);
   if (s == CT_OK && o.init) s = ct_weights_load(m, o.init, 1, NULL);
   ct_train_config cfg;
   ct_train_config_default(&cfg);
@@ -265,6 +266,7 @@ int cmd_train(int argc_in, char **argv_in) {
     fflush(stdout);
     s = ct_fit(m, dev, ltr, lte, &cfg, &res);
   }
+  if (res.log_warning[0]) fprintf(stderr, "ctrain: warning: %s; logging stopped, training went on\n", res.log_warning);
   if (s == CT_OK) {
     print_history(res.history);
     if (res.already_done)

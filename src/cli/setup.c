@@ -95,3 +95,34 @@ ct_status cli_check_output(const char *flag, const char *path) {
   ct_status s = ct_atomic_file_check(path);
   return s == CT_OK ? s : ct_error_wrap(s, "%s", flag);
 }
+
+/* The largest label of ds (-1 when empty). */
+static int64_t max_label(const ct_dataset *ds) {
+  int64_t top = -1, y;
+  for (int64_t i = 0; i < ct_dataset_size(ds); i++)
+    if (ct_dataset_sample(ds, i, NULL, &y) == CT_OK && y > top) top = y;
+  return top;
+}
+
+ct_status cli_check_splits(const cli_opts *o, const ct_dataset *train, const ct_dataset *test, const ct_model *m) {
+  const ct_dataset *split[2] = {train, test};
+  const char *what[2] = {"train", "test"};
+  for (int k = 0; k < 2; k++) {
+    if (!split[k]) continue;
+    if (ct_dataset_size(split[k]) == 0)
+      return ct_error(CT_ERR_PARSE, "%s: the %s split has no samples", o->data, what[k]);
+    int64_t top = max_label(split[k]), out = ct_model_output_size(m);
+    if (top >= out)
+      return ct_error(CT_ERR_SHAPE, "%s: the %s split has labels up to %lld but model '%s' has %lld outputs%s", o->data,
+                      what[k], (long long)top, ct_model_name(m), (long long)out,
+                      o->classes ? " (--classes); drop --classes or give one more than the largest label" : "");
+  }
+  int c0, h0, w0, c1, h1, w1;
+  if (!train || !test) return CT_OK;
+  ct_dataset_shape(train, &c0, &h0, &w0);
+  ct_dataset_shape(test, &c1, &h1, &w1);
+  if (c0 != c1 || (!o->resize && (h0 != h1 || w0 != w1)))
+    return ct_error(CT_ERR_SHAPE, "%s: the test split's images are %dx%dx%d, the train split's %dx%dx%d%s", o->data, c1,
+                    h1, w1, c0, h0, w0, c0 == c1 ? "; --resize N makes them one size" : "");
+  return CT_OK;
+}

@@ -7,7 +7,6 @@
  * step boundary, checkpoints, and the command saves and writes its
  * metrics before the exit code 128 + signal; a second SIGINT exits at
  * once. Clusters send SIGTERM before a preemption. */
-#define _DEFAULT_SOURCE
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>

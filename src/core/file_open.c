@@ -1,5 +1,4 @@
 /* Non-blocking open of regular files for reading (file_open.h). */
-#define _DEFAULT_SOURCE
 #include "core/file_open.h"
 
 #include <errno.h>

@@ -31,7 +31,9 @@ static ct_status gz_read_exact(gzFile f, const char *path, const char *what, voi
     if (r < 0) {
       int zerr = 0;
       const char *m = gzerror(f, &zerr);
-      return ct_error(CT_ERR_IO, "%s: reading %s failed: %s", path, what, zerr == Z_ERRNO ? strerror(errno) : m);
+      /* zlib's own errors (a bad CRC, a corrupt stream) are the file's content. */
+      return ct_error(zerr == Z_ERRNO ? CT_ERR_IO : CT_ERR_PARSE, "%s: reading %s failed: %s", path, what,
+                      zerr == Z_ERRNO ? strerror(errno) : m);
     }
     if (r == 0) break;
     got += (size_t)r;
@@ -54,7 +56,8 @@ static ct_status expect_eof(gzFile f, const char *path) {
   if (r < 0) {
     int zerr = 0;
     const char *m = gzerror(f, &zerr);
-    return ct_error(CT_ERR_IO, "%s: reading failed after the data: %s", path, zerr == Z_ERRNO ? strerror(errno) : m);
+    return ct_error(zerr == Z_ERRNO ? CT_ERR_IO : CT_ERR_PARSE, "%s: reading failed after the data: %s", path,
+                    zerr == Z_ERRNO ? strerror(errno) : m);
   }
   if (more)
     return ct_error(CT_ERR_PARSE, "%s: %lld bytes after the data the header describes (wrong count or dims?)", path,

@@ -1,4 +1,3 @@
-#define _DEFAULT_SOURCE /* gethostname, lstat, readlink, kill */
 #include "ctrain/atomic_file.h"
 
 #include <dirent.h>
@@ -159,6 +158,8 @@ static ct_status open_temp(ct_atomic_file *f, const char *path) {
   /* O_EXCL: a stale temp file of a dead process with a recycled pid must
    * not be silently appended to or shared. */
   int fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0 && (errno == EACCES || errno == EROFS))
+    return ct_error(CT_ERR_IO, "%s: folder %s is not writable: %s", path, dir, strerror(errno));
   if (fd < 0) return ct_error(CT_ERR_IO, "%s: cannot create temp file %s: %s", path, f->tmp, strerror(errno));
   f->fp = fdopen(fd, "wb");
   if (!f->fp) {

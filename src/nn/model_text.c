@@ -372,12 +372,14 @@ ct_status ct_model_parse_file(const char *path, const ct_model_options *opt, ct_
     else {
       s = ct_model_finish(p.m, nd, in, opt->seed);
       if (s != CT_OK) {
+        /* A size the model refuses is the file's content (exit 4), as a
+         * syntax error is; shape disagreements stay shape errors. */
+        if (s == CT_ERR_INVALID_ARG) s = CT_ERR_PARSE;
         /* Point at the offending line when the failing layer is known. */
         int line = 0;
         for (int i = 0; i < p.m->n_layers && !line; i++)
           if (p.m->layers[i].n_state == 0 && p.m->layers[i].out_ndim == 0) line = p.m->layers[i].line;
-        if (line) ct_error_wrap(s, "%s:%d", path, line);
-        else ct_error_wrap(s, "%s", path);
+        s = line ? ct_error_wrap(s, "%s:%d", path, line) : ct_error_wrap(s, "%s", path);
       }
     }
   }

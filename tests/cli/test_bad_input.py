@@ -237,6 +237,40 @@ def main():
                    ["--save", "not writable"], stdout_empty=True)
             os.chmod(ro, 0o755)
 
+        # ---- the exit-code table, case by case (issue 44): each found
+        # before any work, with the documented code ----
+        d = os.path.join(work, "crc")
+        copy_dir(fm, d)
+        path = os.path.join(d, "train-images-idx3-ubyte.gz")
+        with open(path, "r+b") as f:  # the gzip trailer's CRC-32
+            f.seek(-8, os.SEEK_END)
+            crc = f.read(4)
+            f.seek(-8, os.SEEK_END)
+            f.write(bytes([crc[0] ^ 0xFF]) + crc[1:])
+        expect("IDX gzip with a bad CRC", tr("fashion-mnist:" + d), BAD_INPUT, ["train-images-idx3-ubyte.gz"],
+               stdout_empty=True)
+        for split, prefix in (("train", "train"), ("test", "t10k")):
+            d = os.path.join(work, "empty_" + split)
+            copy_dir(fm, d)
+            u.write_idx_images(os.path.join(d, prefix + "-images-idx3-ubyte.gz"), np.zeros((0, 16, 16), np.uint8))
+            u.write_idx_labels(os.path.join(d, prefix + "-labels-idx1-ubyte.gz"), [])
+            expect("an empty %s split" % split, tr("fashion-mnist:" + d), BAD_INPUT, [split + " split", "no samples"],
+                   stdout_empty=True)
+        d = os.path.join(work, "sizes")
+        copy_dir(fm, d)
+        x, y = u.make_images(rng, 8, 1, 20, 20, 10)
+        u.write_idx_images(os.path.join(d, "t10k-images-idx3-ubyte.gz"), x[:, 0])
+        u.write_idx_labels(os.path.join(d, "t10k-labels-idx1-ubyte.gz"), y)
+        expect("a test split of another image size", tr("fashion-mnist:" + d), SHAPE, ["test split", "20x20", "16x16"],
+               stdout_empty=True)
+        expect("--classes below the labels", tr("fashion-mnist:" + fm, "--classes", "3"), SHAPE,
+               ["labels up to", "3 outputs"], stdout_empty=True)
+        big = os.path.join(work, "big.txt")
+        with open(big, "w") as f:
+            f.write("input 1x16x16\nflatten\nlinear 256 100000\nlinear 100000 100000\n")
+        expect("absurd layer sizes in a model file", ["train", "--model", big, "--data", "fashion-mnist:" + fm] + F,
+               BAD_INPUT, ["big.txt:4", "parameters"], stdout_empty=True)
+
         # ---- predict on images ----
         expect("predict --images on a folder without images", ["predict", "--model", "cnn", "--weights", w,
                                                                 "--images", fm] + F, IO, [fm, ".png"],

@@ -4,7 +4,6 @@
  * stay what they were; a FIFO without a reader fails at once instead of
  * hanging; a socket is refused; a link into /proc/self/fd (/dev/stdout)
  * writes to the open file; the temp files of a killed writer are swept. */
-#define _DEFAULT_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
