@@ -143,6 +143,11 @@ typedef struct ct_fit_result {
    * trained, train_loss/train_accuracy are its last epoch's (history) and
    * val is evaluated again on its final weights. */
   int already_done;
+  /* A log writer (history.csv/json, TensorBoard) that failed, a full disk
+   * say: its message, also written to cfg->progress when set. Logging
+   * stopped there and training went on (checkpoints stay fatal). "" if
+   * none failed. */
+  char log_warning[512];
   size_t peak_memory_bytes; /* step arena (low-precision weight copies included) + parameters, gradients, optimizer state */
   /* The device's own high-water mark at the end (ct_device_mem_peak):
    * everything ctrain allocated on it through its allocator. On cuda the

@@ -1,5 +1,6 @@
 /* safetensors writer: the reference implementation's layout, written
  * atomically. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,7 +206,8 @@ static ct_status write_data(FILE *fp, const ct_named_tensor *nt, const char *pat
   if (nb == 0) return CT_OK;
   if (!nt->t.device) {
     if (fwrite(nt->t.data, 1, nb, fp) != nb)
-      return ct_error(CT_ERR_IO, "%s: writing tensor \"%.200s\" (%zu bytes) failed", path, nt->name, nb);
+      return ct_error(CT_ERR_IO, "%s: writing tensor \"%.200s\" (%zu bytes) failed: %s", path, nt->name, nb,
+                      strerror(errno));
     return CT_OK;
   }
   size_t chunk = nb < ((size_t)1 << 24) ? nb : ((size_t)1 << 24);
@@ -216,7 +218,8 @@ static ct_status write_data(FILE *fp, const ct_named_tensor *nt, const char *pat
     size_t m = nb - done < chunk ? nb - done : chunk;
     s = ct_device_copy(NULL, buf, nt->t.device, (const char *)nt->t.data + done, m);
     if (s != CT_OK) s = ct_error_wrap(s, "%s: copying tensor \"%.200s\" to the host", path, nt->name);
-    else if (fwrite(buf, 1, m, fp) != m) s = ct_error(CT_ERR_IO, "%s: writing tensor \"%.200s\" failed", path, nt->name);
+    else if (fwrite(buf, 1, m, fp) != m)
+      s = ct_error(CT_ERR_IO, "%s: writing tensor \"%.200s\" failed: %s", path, nt->name, strerror(errno));
   }
   free(buf);
   return s;
@@ -243,7 +246,7 @@ ct_status ct_safetensors_write(const char *path, const ct_named_tensor *tensors,
     uint64_t hl = h.len;
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
     if (fwrite(len8, 1, 8, fp) != 8 || fwrite(h.p, 1, h.len, fp) != h.len)
-      s = ct_error(CT_ERR_IO, "%s: writing the header failed", path);
+      s = ct_error(CT_ERR_IO, "%s: writing the header failed: %s", path, strerror(errno));
     for (size_t k = 0; k < n && s == CT_OK; k++) s = write_data(fp, &tensors[order[k]], path);
     if (s == CT_OK) s = ct_atomic_file_commit(af);
     else ct_atomic_file_abort(af);

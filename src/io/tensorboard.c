@@ -1,8 +1,9 @@
-#define _POSIX_C_SOURCE 200809L
+/* __fpurge needs _GNU_SOURCE, which the build defines. */
 #include "ctrain/tensorboard.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,7 +40,21 @@ struct ct_tb_writer {
   FILE *f;
   char *path;
   double last_flush; /* monotonic seconds */
+  off_t durable;     /* the file's size after the last successful flush: whole records only */
+  int failed;        /* a write or flush failed: the file was cut back to durable, nothing more is written */
 };
+
+/* After a failed write or flush (a full disk): drops what stdio still
+ * buffers, cuts the file back to its last whole record and stops the
+ * writer, so a reader never meets half a record. */
+static ct_status fail(ct_tb_writer *w, const char *what, int err) {
+  __fpurge(w->f);
+  clearerr(w->f);
+  if (ftruncate(fileno(w->f), w->durable) == 0) (void)fseeko(w->f, w->durable, SEEK_SET);
+  w->failed = 1;
+  return ct_error(CT_ERR_IO, "%s: %s failed: %s (the file was cut back to its last whole record)", w->path, what,
+                  strerror(err));
+}
 
 /* ---- a minimal protobuf encoder ------------------------------------- */
 
@@ -148,10 +163,11 @@ static ct_status write_record(ct_tb_writer *w, const pb_buf *event) {
   for (int i = 0; i < 8; i++) head[i] = (unsigned char)(len >> (8 * i));
   put_u32le(head + 8, ct_crc32c_mask(ct_crc32c(0, head, 8)));
   put_u32le(tail, ct_crc32c_mask(ct_crc32c(0, event->p, event->n)));
+  if (w->failed) return ct_error(CT_ERR_IO, "%s: not written: an earlier write failed", w->path);
   if (fwrite(head, 1, sizeof head, w->f) != sizeof head ||
       (event->n && fwrite(event->p, 1, event->n, w->f) != event->n) ||
       fwrite(tail, 1, sizeof tail, w->f) != sizeof tail)
-    return ct_error(CT_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+    return fail(w, "write", errno);
   double t = now_monotonic();
   if (t - w->last_flush >= TB_AUTO_FLUSH_S) return ct_tb_flush(w);
   return CT_OK;
@@ -309,14 +325,16 @@ ct_status ct_tb_text(ct_tb_writer *w, const char *tag, int64_t step, const char 
 ct_status ct_tb_flush(ct_tb_writer *w) {
   if (!w) return ct_error(CT_ERR_INVALID_ARG, "ct_tb_flush: writer is NULL");
   w->last_flush = now_monotonic();
-  if (fflush(w->f) != 0) return ct_error(CT_ERR_IO, "%s: flush failed: %s", w->path, strerror(errno));
+  if (w->failed) return ct_error(CT_ERR_IO, "%s: not written: an earlier write failed", w->path);
+  if (fflush(w->f) != 0) return fail(w, "flush", errno);
+  w->durable = ftello(w->f);
   return CT_OK;
 }
 
 ct_status ct_tb_close(ct_tb_writer *w) {
   if (!w) return CT_OK;
   ct_status s = CT_OK;
-  if (fflush(w->f) != 0) s = ct_error(CT_ERR_IO, "%s: flush failed: %s", w->path, strerror(errno));
+  if (!w->failed && fflush(w->f) != 0) s = fail(w, "flush", errno);
   if (fclose(w->f) != 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
   free(w->path);
   free(w);

@@ -175,7 +175,19 @@ typedef struct fit_run {
   int64_t batches, batch_size;
   ct_eval_result vres;
   int64_t guard_skips; /* steps passed over with CT_NONFINITE_SKIP */
+  int logs_off;         /* a log writer failed: no more history files or events */
 } fit_run;
+
+/* A failed log write: warn once, stop logging, train on. */
+static void logs_failed(fit_run *f) {
+  if (f->logs_off) return;
+  f->logs_off = 1;
+  snprintf(f->res->log_warning, sizeof f->res->log_warning, "%s", ct_last_error());
+  if (f->cfg->progress)
+    fprintf(f->cfg->progress, "\nwarning: %s; logging stopped, training goes on\n", f->res->log_warning);
+  (void)ct_tb_close(f->tb);
+  f->tb = NULL;
+}
 
 /* The first state entry of m whose values (grads = 0) or gradients hold
  * NaN or inf, with the count, into what (a message part); 0 if none. */
@@ -256,9 +268,10 @@ static ct_status on_result(fit_run *f, const ct_step_result *r, ct_progress *pg,
   return s;
 }
 
-/* The epoch's row of the history (written to the log directory's
- * history.csv/json) and its TensorBoard scalars; val NULL: none. */
-static ct_status log_epoch(ct_history *hist, ct_tb_writer *tb, const ct_train_config *cfg, int64_t epoch, double tl,
+/* The epoch's row of the history (written to log_dir's history.csv/json
+ * unless NULL) and its TensorBoard scalars (tb NULL: none); val NULL:
+ * none. */
+static ct_status log_epoch(ct_history *hist, ct_tb_writer *tb, const char *log_dir, int64_t epoch, double tl,
                            double ta, const ct_eval_result *val, double lr, double dt) {
   const char *hn[] = {"loss", "accuracy", "val_loss", "val_accuracy", "lr", "seconds"};
   double hv[] = {tl, ta, val ? val->loss : NAN, val ? val->accuracy : NAN, lr, dt};
@@ -267,11 +280,11 @@ static ct_status log_epoch(ct_history *hist, ct_tb_writer *tb, const ct_train_co
     s = ct_history_add(hist, epoch, "lr", lr);
     if (s == CT_OK) s = ct_history_add(hist, epoch, "seconds", dt);
   }
-  if (s == CT_OK && cfg->log_dir) {
+  if (s == CT_OK && log_dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/history.csv", cfg->log_dir);
+    snprintf(path, sizeof path, "%s/history.csv", log_dir);
     s = ct_history_write_csv(hist, path);
-    snprintf(path, sizeof path, "%s/history.json", cfg->log_dir);
+    snprintf(path, sizeof path, "%s/history.json", log_dir);
     if (s == CT_OK) s = ct_history_write_json(hist, path);
   }
   if (s == CT_OK && tb) {
@@ -501,7 +514,9 @@ static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt
     if (ct_scheduler_kind(f->sch) == CT_SCHED_PLATEAU) s = ct_scheduler_step_metric(f->sch, f->opt, mv);
     else s = ct_scheduler_step(f->sch, f->opt);
   }
-  if (s == CT_OK) s = log_epoch(f->hist, f->tb, cfg, epoch + 1, tl, ta, f->have_val ? &f->vres : NULL, lr, dt);
+  if (s == CT_OK && log_epoch(f->hist, f->logs_off ? NULL : f->tb, f->logs_off ? NULL : cfg->log_dir, epoch + 1, tl, ta,
+                             f->have_val ? &f->vres : NULL, lr, dt) != CT_OK)
+    logs_failed(f);
   if (pg) {
     const char *en[] = {"loss", "accuracy", "val_loss", "val_accuracy"};
     double ev[] = {tl, ta, f->vres.loss, f->vres.accuracy};
@@ -573,9 +588,9 @@ static ct_status fit_close(fit_run *f, ct_status s) {
     size_t cnt;
     if (ct_optimizer_state(f->opt, i, &sn, &d, &cnt) == CT_OK) res->peak_memory_bytes += cnt * sizeof(float);
   }
-  if (f->tb) {
-    ct_status ts = ct_tb_close(f->tb);
-    if (s == CT_OK) s = ts;
+  if (f->tb && ct_tb_close(f->tb) != CT_OK) {
+    f->tb = NULL;
+    logs_failed(f);
   }
   free(f->best_state);
   res->history = f->hist; /* the caller prints or saves it; freed with the result */

@@ -16,6 +16,9 @@ is made in a temp directory, never the system's own.
 - resuming a finished run reports its numbers, not zeros; a checkpoint
   whose counters disagree (correct > seen, an epoch of 2^53 + 1) is
   refused with exit 4 naming the key.
+- a full disk (RLIMIT_FSIZE: EFBIG) at a checkpoint keeps the previous one
+  intact and names the cause (exit 3); at the logs, training goes on with
+  a warning and the events file ends at a whole record.
 - 10 SIGKILLs at random times across a run with checkpoints: each resume
   goes on, the final weights are bit-identical to an uninterrupted run,
   and no temp file is left in the checkpoint directory.
@@ -191,6 +194,52 @@ def nan_weights(d):
                 "%s with NaN weights: exit %d: %s" % (args[0], r.returncode, r.stderr))
 
 
+def limited(max_bytes):
+    """A preexec_fn: files this process writes stop at max_bytes (EFBIG,
+    "File too large"), a full disk without root or a tmpfs."""
+    import resource
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+    return apply
+
+
+def full_disk(d):
+    """A checkpoint write that fails keeps the previous checkpoint intact
+    and names the cause; a failing log writer warns and training goes on,
+    its events file cut at a whole record."""
+    data = ["--data", "synthetic:256", "--epochs", "1"] + BASE
+    ck = os.path.join(d, "fullck")
+    u.run_ok(["train"] + data + ["--checkpoint-dir", ck], "first epoch")
+    last = os.path.join(ck, "last.safetensors")
+    before = open(last, "rb").read()
+    args = [u.CTRAIN] + u.with_device(["train", "--data", "synthetic:256", "--epochs", "2"] + BASE +
+                                      ["--checkpoint-dir", ck, "--resume"])
+    r = subprocess.run(args, capture_output=True, text=True, env=u.ENV, preexec_fn=limited(200000), timeout=120)
+    u.check(r.returncode == 3 and "File too large" in r.stderr,
+            "full disk at the checkpoint: exit %d: %s" % (r.returncode, r.stderr.strip()))
+    u.check(open(last, "rb").read() == before, "full disk: the previous checkpoint changed")
+    u.check(not [f for f in os.listdir(ck) if ".tmp." in f], "full disk: temp files left")
+
+    logs, mj = os.path.join(d, "fulllogs"), os.path.join(d, "full.json")
+    args = [u.CTRAIN] + u.with_device(["train", "--data", "synthetic:2048", "--epochs", "2"] + BASE +
+                                      ["--log-dir", logs, "--metrics-json", mj])
+    r = subprocess.run(args, capture_output=True, text=True, env=u.ENV, preexec_fn=limited(6000), timeout=120)
+    u.check(r.returncode == 0 and "warning" in r.stderr and "File too large" in r.stderr,
+            "full disk at the logs: exit %d: %s" % (r.returncode, r.stderr.strip()[-600:]))
+    u.check(os.path.exists(mj) and u.read_json(mj).get("epochs") == 2, "full disk at the logs: training stopped")
+    tb = u.need_module("tb_decode")
+    events = [os.path.join(logs, f) for f in os.listdir(logs) if f.startswith("events.")]
+    for e in events:
+        try:
+            n = len(tb.read_records(open(e, "rb").read()))
+        except tb.DecodeError as err:
+            n = -1
+            u.check(False, "full disk: %s is cut inside a record: %s" % (e, err))
+        u.check(n != 0, "full disk: %s holds no record" % e)
+
+
 def kill_campaign(d, kills=10):
     data = ["--data", "synthetic:1024", "--epochs", "30"] + BASE
     ref = os.path.join(d, "kref.safetensors")
@@ -228,6 +277,7 @@ try:
     signals(d)
     finished_and_crafted(d)
     nan_weights(d)
+    full_disk(d)
     kill_campaign(d)
 finally:
     u.cleanup(d)
