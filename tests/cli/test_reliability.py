@@ -11,6 +11,9 @@ is made in a temp directory, never the system's own.
 - SIGTERM stops at a step boundary: exit 143, a mid-epoch checkpoint,
   --save and --metrics-json (stopped_by_signal 15); the resumed run ends
   bit-identical to an uninterrupted one. Two SIGINTs exit 130 at once.
+- the cnn at --lr 1e6 stops non-zero naming the step (it trained to NaN
+  weights and exited 0), or passes over those steps with --on-nonfinite
+  skip.
 - weights holding NaN (eval --weights, train --init) are refused with
   exit 4 naming the tensor and the count.
 - resuming a finished run reports its numbers, not zeros; a checkpoint
@@ -240,6 +243,21 @@ def full_disk(d):
         u.check(n != 0, "full disk: %s holds no record" % e)
 
 
+def diverging(d):
+    """The cnn at --lr 1e6 without a loss scaler: it used to train to
+    all-NaN weights and exit 0 with a finite test loss."""
+    args = ["train", "--model", "cnn", "--data", "synthetic:512", "--batch-size", "64", "--epochs", "1", "--lr", "1e6"]
+    r = u.run(args + ["--save", os.path.join(d, "div.safetensors")] + u.FAST, timeout=120)
+    u.check(r.returncode == 2 and "step" in r.stderr and ("NaN" in r.stderr or "nan" in r.stderr),
+            "diverging cnn: exit %d: %s" % (r.returncode, r.stderr.strip()[-400:]))
+    u.check(not os.path.exists(os.path.join(d, "div.safetensors")), "diverging cnn: NaN weights saved")
+    mj = os.path.join(d, "div.json")
+    r = u.run(args + ["--on-nonfinite", "skip", "--metrics-json", mj] + u.FAST, timeout=120)
+    m = u.read_json(mj) if os.path.exists(mj) else {}
+    u.check(r.returncode == 0 and m.get("skipped_steps", 0) > 0,
+            "diverging cnn with --on-nonfinite skip: exit %d, metrics %s: %s" % (r.returncode, m, r.stderr[-300:]))
+
+
 def kill_campaign(d, kills=10):
     data = ["--data", "synthetic:1024", "--epochs", "30"] + BASE
     ref = os.path.join(d, "kref.safetensors")
@@ -277,6 +295,7 @@ try:
     signals(d)
     finished_and_crafted(d)
     nan_weights(d)
+    diverging(d)
     full_disk(d)
     kill_campaign(d)
 finally:
