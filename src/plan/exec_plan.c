@@ -28,9 +28,6 @@
 #include "plan/fuse.h"
 #include "plan/layout.h"
 
-/* SIZE_MAX when the product overflows: the plan then refuses it (a batch
- * of 2^31 samples of 2^31 elements wrapped to a small arena that the
- * forward pass overran). */
 ct_layout ct_exec_layout(const ct_model *m, int i) { return i >= 0 ? (ct_layout)m->eb->layout[i] : m->in_layout; }
 
 /* The layout layer i reads input edge j in: its source's (a cast copy
@@ -68,10 +65,16 @@ void ct_exec_shape_tensors(ct_model *m, int64_t n) {
   }
 }
 
-static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
-  size_t numel = (size_t)ct_shape_numel(l->out_ndim, l->out_shape), es = ct_dtype_size(ct_exec_out_dt(m, l->index));
+/* n samples of numel elements of es bytes, or SIZE_MAX when the product
+ * overflows: the plan then refuses it (a batch of 2^31 samples of 2^31
+ * elements wrapped to a small arena that the forward pass overran). */
+static size_t batch_bytes(size_t numel, int64_t n, size_t es) {
   if (n > 0 && numel > SIZE_MAX / (size_t)n / es) return SIZE_MAX;
   return (size_t)n * numel * es;
+}
+
+static size_t act_bytes(const ct_model *m, const ct_layer *l, int64_t n) {
+  return batch_bytes((size_t)ct_shape_numel(l->out_ndim, l->out_shape), n, ct_dtype_size(ct_exec_out_dt(m, l->index)));
 }
 
 /* Tables indexed per layer (L) or per input edge (2L). */
@@ -307,7 +310,7 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
   }
   if (ct_exec_out_dt(m, m->output) != CT_F32) {
     const ct_layer *o = &m->layers[m->output];
-    size_t bytes = (size_t)(max_batch * ct_shape_numel(o->out_ndim, o->out_shape)) * sizeof(float);
+    size_t bytes = batch_bytes((size_t)ct_shape_numel(o->out_ndim, o->out_shape), max_batch, sizeof(float));
     b->out32 = ct_plan_add(plan, bytes, L - 1, training ? L : T);
     if (training) b->dout32 = ct_plan_add(plan, bytes, L - 1, L);
   }
@@ -324,12 +327,13 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
       for (int j = 0; j < l->n_inputs; j++) {
         int src = l->inputs[j];
         /* In the producer's dtype: a cast edge's gradient is cast into it. */
-        size_t bytes = (size_t)ct_tensor_numel(&l->x[j]) * ct_dtype_size(ct_exec_src_dt(m, src));
+        size_t bytes = batch_bytes((size_t)ct_shape_numel(l->in_ndim[j], l->in_shape[j]), max_batch,
+                                   ct_dtype_size(ct_exec_src_dt(m, src)));
         if (src < 0 && m->want_input_grad) {
           /* The first writer (in backward order) writes the input's
            * gradient, the later ones add theirs through a temporary. */
           if (b->in_grad < 0) {
-            size_t ib = (size_t)(max_batch * ct_shape_numel(m->in_ndim, m->in_shape)) * sizeof(float);
+            size_t ib = batch_bytes((size_t)ct_shape_numel(m->in_ndim, m->in_shape), max_batch, sizeof(float));
             b->in_grad = ct_plan_add(plan, ib, bwd[i], T);
           } else {
             b->tmp[2 * i + j] = ct_plan_add(plan, bytes, bwd[i], bwd[i]);
