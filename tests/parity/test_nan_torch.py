@@ -7,23 +7,15 @@ the same value (2e-5 relative). ReLU and max pooling used to turn NaN
 into a finite value, so a diverged network still reported finite losses.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("torch/numpy not available: skipped")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import op_dump  # noqa: E402 (exits 77 without torch or the tool)
+from op_dump import out  # noqa: E402
 
-BUILD = os.environ.get("CTRAIN_BUILD_DIR", "build")
-TOOL = os.path.join(BUILD, "tests", "ref_op_dump")
-if not os.path.exists(TOOL):
-    print(f"{TOOL} not built: skipped")
-    sys.exit(77)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 torch.manual_seed(44)
 failures = []
@@ -32,21 +24,7 @@ DEVICE = "ref"
 
 
 def run(tmp, op, ints, floats=(), **inputs):
-    for name, t in inputs.items():
-        t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tofile(os.path.join(tmp, name + ".f32"))
-    cmd = [TOOL, tmp, op] + [str(int(v)) for v in ints]
-    if floats:
-        cmd += ["--"] + [repr(float(v)) for v in floats]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, CTRAIN_OP_DEVICE=DEVICE))
-    if r.returncode == 77:
-        print(f"skip: {r.stderr.strip()}")
-        sys.exit(77)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr}")
-
-
-def out(tmp, name):
-    return torch.from_numpy(np.fromfile(os.path.join(tmp, f"{name}.f32"), dtype="<f4").copy())
+    op_dump.run(tmp, op, ints, floats, device=DEVICE, **inputs)
 
 
 def same(what, got, want, tol=2e-5):

@@ -5,44 +5,18 @@ smoothing, exact GELU, softmax). Runs each op in f32 through
 tests/tools/ref_op_dump on random inputs and compares outputs and input
 gradients with torch.nn.functional (autograd for the backward)."""
 import os
-import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("torch/numpy not available: skipped")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from op_dump import out, run  # noqa: E402 (exits 77 without torch or the tool)
 
-BUILD = os.environ.get("CTRAIN_BUILD_DIR", "build")
-TOOL = os.path.join(BUILD, "tests", "ref_op_dump")
-if not os.path.exists(TOOL):
-    print(f"{TOOL} not built: skipped")
-    sys.exit(77)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 torch.manual_seed(1234)
 failures = []
 checks = 0
-
-
-def run(tmp, op, ints, floats=(), **inputs):
-    for name, t in inputs.items():
-        t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tofile(os.path.join(tmp, name + ".f32"))
-    cmd = [TOOL, tmp, op] + [str(int(v)) for v in ints]
-    if floats:
-        cmd += ["--"] + [repr(float(v)) for v in floats]
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr}")
-
-
-def out(tmp, name, ext="f32"):
-    dt = "<f4" if ext == "f32" else "<i4"
-    return torch.from_numpy(np.fromfile(os.path.join(tmp, f"{name}.{ext}"), dtype=dt).copy())
 
 
 def close(what, got, want, tol=2e-5):
