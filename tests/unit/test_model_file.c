@@ -90,10 +90,11 @@ int main(void) {
 
   /* Found by fuzz/fuzz_model_text.c. A layer refused by a check after its
    * setup had set the output shape (conv2d's parameter limit) was blamed
-   * on the next layer's line, or on none. */
-  expect_error("conv_params_line", "input 1024x8x8\nconv2d 1024 1048576 3\nrelu\n", CT_ERR_INVALID_ARG, 2,
+   * on the next layer's line, or on none. Sizes the model refuses are the
+   * file's content: CT_ERR_PARSE (exit 4), as syntax errors are. */
+  expect_error("conv_params_line", "input 1024x8x8\nconv2d 1024 1048576 3\nrelu\n", CT_ERR_PARSE, 2,
                "parameters in one layer", NULL);
-  expect_error("conv_params_last", "input 1024x8x8\nconv2d 1024 1048576 3\n", CT_ERR_INVALID_ARG, 2, "parameters",
+  expect_error("conv_params_last", "input 1024x8x8\nconv2d 1024 1048576 3\n", CT_ERR_PARSE, 2, "parameters",
                NULL);
   /* Sizes no device holds, refused before anything is allocated: 2^60
    * elements per sample (at batch 4 the planner's byte count wrapped to a
@@ -103,7 +104,7 @@ int main(void) {
   expect_error("huge_activation", "input 1048576x1x1\nadaptiveavgpool2d 1048576\nadaptiveavgpool2d 1\n", CT_ERR_SHAPE,
                2, "per sample", "1048576, 1048576, 1048576");
   expect_error("huge_input", "input 1048576x1048576x1048576\nrelu\n", CT_ERR_PARSE, 1, "elements per sample", NULL);
-  expect_error("total_params", "input 65536\nlinear 65536 16384\nrelu\nlinear 16384 65536\n", CT_ERR_INVALID_ARG, 4,
+  expect_error("total_params", "input 65536\nlinear 65536 16384\nrelu\nlinear 16384 65536\n", CT_ERR_PARSE, 4,
                "in all", NULL);
   {
     /* 4097 layers: a megabyte of 'relu' lines took the planner tens of
