@@ -388,10 +388,12 @@ ct_status ct_step_unscale_check_clip(ct_step *s) {
   /* GradScaler's order: unscale (and check) before clipping. Without a
    * scaler the guard checks alone (apply_nonfinite 0). */
   CT_TRY(ct_grad_scaler_unscale(s->gs, s->dev, grads, np, &s->found_inf));
-  int64_t len = (int64_t)np;
-  ct_tensor g = ct_tensor_view(grads, CT_F32, 1, &len);
-  g.device = s->dev;
-  if (!s->gs->enabled && !s->cfg.apply_nonfinite && np) CT_TRY(s->be->nonfinite(s->dev, &g, &s->found_inf));
+  if (!s->gs->enabled && !s->cfg.apply_nonfinite && np) {
+    int64_t len = (int64_t)np;
+    ct_tensor g = ct_tensor_view(grads, CT_F32, 1, &len);
+    g.device = s->dev;
+    CT_TRY(s->be->nonfinite(s->dev, &g, &s->found_inf));
+  }
   if (s->hooks.reduce && (s->gs->enabled || !s->cfg.apply_nonfinite)) {
     /* Any replica's overflow skips the step on all of them (its own
      * gradients were left scaled, the others' unscaled: unused either way). */
