@@ -5,11 +5,13 @@
  * integer class label; transforms run per sample in the loader in the fixed
  * order Resize -> RandomCrop -> RandomHorizontalFlip -> ToFloat ->
  * Normalize; the loader yields float32 [B,C,H,W] batches and int64 labels
- * [B] in a deterministic order. Every random draw (shuffle, crop offsets,
- * flips) is a pure function of (seed, epoch, sample index) through the
- * counter-based RNG, so results do not depend on the number of worker
- * threads or their timing, and a run resumed at batch k of an epoch sees
- * exactly the batches an uninterrupted run would have seen.
+ * [B] in a deterministic order. Every random draw is a pure function of
+ * the seed and the epoch: the order is torch.utils.data.DistributedSampler's
+ * (torch.randperm seeded with seed + epoch, ct_sampler_indices), and crop
+ * offsets and flips come from the counter-based RNG keyed by (seed, epoch,
+ * sample index), so results do not depend on the number of worker threads
+ * or their timing, and a run resumed at batch k of an epoch sees exactly
+ * the batches an uninterrupted run would have seen.
  */
 #ifndef CTRAIN_DATA_H
 #define CTRAIN_DATA_H
@@ -133,6 +135,63 @@ ct_status ct_transform_check(const ct_transform *t, int c, int h, int w, int *ou
 void ct_transform_apply(const ct_transform *t, const uint8_t *src, int c, int h, int w, uint64_t seed,
                         int64_t epoch, int64_t sample, float *dst);
 
+/* ---- sampler ---- */
+
+/* Writes torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+ * of PyTorch 1.13 on the CPU into out[n]: an MT19937 seeded as
+ * at::mt19937(seed) does (the low 32 bits of seed; higher bits are ignored
+ * there too), then randperm's Fisher-Yates pass, which for i in [0, n-1)
+ * swaps out[i] with out[i + next() % (n - i)]: one 32-bit draw per step,
+ * the same path for every n (tests/parity/test_sampler_torch.py checks it
+ * against torch). n 0 writes nothing. */
+void ct_randperm(int64_t n, uint64_t seed, int64_t *out);
+
+/* What a distributed split does with the samples num_replicas (R) does not
+ * divide evenly: ct_sampler.tail, ct_loader_options.dist_tail. */
+typedef enum ct_dist_tail {
+  CT_DIST_PAD = 0,  /* DistributedSampler(drop_last=False): the order is
+                       padded by repeating it from its start to R * ceil(n/R)
+                       entries; every rank has ceil(n/R) (the default) */
+  CT_DIST_DROP = 1, /* DistributedSampler(drop_last=True): the order is cut
+                       to R * floor(n/R) entries; every rank has floor(n/R) */
+  CT_DIST_EXACT = 2 /* evaluation: every sample exactly once, no padding;
+                       rank r has ceil((n - r) / R), one fewer than rank 0
+                       on the ranks r >= n % R when R does not divide n */
+} ct_dist_tail;
+
+/* torch.utils.data.DistributedSampler(dataset of n samples, num_replicas,
+ * rank, shuffle, seed, drop_last) with set_epoch(epoch): the epoch's order
+ * is randperm(n, seed + epoch) with shuffle, else 0..n-1; it is padded or
+ * cut as `tail` says, and rank takes every num_replicas-th entry from
+ * position rank. num_replicas 0 or 1 is one rank that takes the whole
+ * order (rank is then ignored), as DistributedSampler(num_replicas=1). */
+typedef struct ct_sampler {
+  int64_t n;          /* dataset length, >= 0 */
+  int num_replicas;   /* >= 0 */
+  int rank;           /* in [0, num_replicas) when num_replicas > 1 */
+  int shuffle;        /* 1: randperm(n, seed + epoch); 0: file order */
+  uint64_t seed;
+  int tail;           /* ct_dist_tail */
+} ct_sampler;
+
+/* CT_OK, or CT_ERR_INVALID_ARG naming the field for a negative n or
+ * num_replicas, a rank outside [0, num_replicas) or an unknown tail.
+ * ct_sampler_count and ct_sampler_indices take only a sampler that passed. */
+ct_status ct_sampler_check(const ct_sampler *s);
+
+/* The number of indices s gives its rank in every epoch (the same in every
+ * epoch): DistributedSampler's num_samples for CT_DIST_PAD and
+ * CT_DIST_DROP, ceil((n - rank) / num_replicas) for CT_DIST_EXACT. */
+int64_t ct_sampler_count(const ct_sampler *s);
+
+/* Writes s's rank's indices of epoch `epoch` (ct_sampler_count of them)
+ * into out, in the order the rank visits them. work is n entries of scratch
+ * that receives the whole epoch's permutation; it is unused (may be NULL)
+ * without shuffle, and may be out itself when num_replicas <= 1 (the rank's
+ * share is then the whole order). The shuffle seed is s->seed + epoch,
+ * wrapping modulo 2^64, as DistributedSampler's seed + epoch. */
+void ct_sampler_indices(const ct_sampler *s, int64_t epoch, int64_t *work, int64_t *out);
+
 /* ---- loader ---- */
 
 /* What a loader puts in its batches (ct_loader_options.mode). The two
@@ -168,12 +227,19 @@ typedef struct ct_loader_options {
   int drop_last;       /* 1: no partial last batch */
   int workers;         /* loader threads; 0 = load on the caller's thread */
   int prefetch;        /* batches prepared ahead (0: 2 per worker, >= 2) */
-  uint64_t seed;       /* shuffle and augmentation */
+  uint64_t seed;       /* shuffle (randperm seeded with seed + epoch) and augmentation */
   ct_transform transform;
   /* DistributedSampler: each of num_replicas ranks sees every
-   * num_replicas-th index of the (shuffled) order, padded by wrapping so all
-   * ranks get the same count. num_replicas 0 or 1 = off. */
+   * num_replicas-th index of the epoch's order (ct_sampler, whose shuffle
+   * and seed are the fields above). num_replicas 0 or 1 = off: the whole
+   * order, the same as DistributedSampler(num_replicas=1). */
   int num_replicas, rank;
+  /* ct_dist_tail: what the ranks do with the samples num_replicas does not
+   * divide evenly. CT_DIST_PAD (default) wraps so all ranks have the same
+   * count; CT_DIST_DROP leaves them out; CT_DIST_EXACT, for evaluation,
+   * visits each sample exactly once. drop_last above is separate: it drops
+   * this rank's partial last batch, as DataLoader's drop_last. */
+  int dist_tail;
   /* Optional allocator for batch buffers (e.g. pinned host memory); must
    * return 64-byte aligned memory. NULL = aligned_alloc/free. */
   void *(*alloc)(void *ctx, size_t bytes);

@@ -38,4 +38,9 @@ void ct_transform_lut(const ct_transform *t, int c, float lut[][256]);
 void ct_transform_apply_lut(const ct_transform *t, const float lut[][256], const uint8_t *src, int c, int h, int w,
                             uint64_t seed, int64_t epoch, int64_t sample, float *dst);
 
+/* The sampler of a loader with options o over a dataset of n samples (its
+ * shuffle, seed, num_replicas, rank and dist_tail): loader.c and gpu_data.c
+ * both size the epoch's order from it, so the two cannot disagree. */
+void ct_loader_sampler(const ct_loader_options *o, int64_t n, ct_sampler *s);
+
 #endif

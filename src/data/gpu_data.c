@@ -45,8 +45,10 @@ size_t ct_gpu_data_bytes(const ct_loader *l) {
   size_t img = (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
   if (o->mode == CT_LOADER_RAW_U8) return CT_GPU_DATA_SLOTS * raw_slot_bytes(o, img);
   if (o->mode == CT_LOADER_INDICES) {
-    int R = o->num_replicas > 1 ? o->num_replicas : 1;
-    size_t order_n = (size_t)((ds->n + R - 1) / R);
+    /* This rank's order, as long as the loader's (the same sampler). */
+    ct_sampler sm;
+    ct_loader_sampler(o, ds->n, &sm);
+    size_t order_n = (size_t)ct_sampler_count(&sm);
     return al((size_t)ds->n * img) + al((size_t)ds->n * 8) + al(order_n * 8);
   }
   return 0;

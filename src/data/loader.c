@@ -3,17 +3,15 @@
  *
  * Jobs (batch indices) are claimed in increasing order and a worker fills a
  * whole batch, so which thread filled a batch never shows in its content:
- * the sample order is fixed by (seed, epoch) and each sample's augmentation
- * by (seed, epoch, sample index). Prefetch is bounded by the buffer count
- * and by next_deliver + prefetch, so memory stays fixed however slow the
- * consumer is. */
+ * the sample order is fixed by (seed, epoch) (DistributedSampler's,
+ * sampler.c) and each sample's augmentation by (seed, epoch, sample
+ * index). Prefetch is bounded by the buffer count and by next_deliver +
+ * prefetch, so memory stays fixed however slow the consumer is. */
 #include "data/dataset_impl.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ctrain/rng.h"
 
 #define LOADER_MAX_WORKERS 64
 
@@ -33,7 +31,8 @@ struct ct_loader {
   int c, oh, ow;
   size_t img_floats;
   float lut[CT_DATA_MAX_CHANNELS][256]; /* see ct_transform_lut */
-  int64_t n_local;   /* samples this rank visits per epoch */
+  ct_sampler sampler; /* the epoch's order for this rank */
+  int64_t n_local;   /* samples this rank visits per epoch: ct_sampler_count */
   int64_t nb;        /* batches per epoch */
   int64_t *perm;     /* [ds->n] dataset order of the epoch */
   int64_t *order;    /* [n_local] this rank's share of perm (== perm when not distributed) */
@@ -151,8 +150,9 @@ ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt, c
   if (o.batch_size < 1) return ct_error(CT_ERR_INVALID_ARG, "loader: batch_size %lld must be >= 1", (long long)o.batch_size);
   if (o.workers < 0 || o.workers > LOADER_MAX_WORKERS)
     return ct_error(CT_ERR_INVALID_ARG, "loader: workers %d; expected 0..%d", o.workers, LOADER_MAX_WORKERS);
-  if (o.num_replicas > 1 && (o.rank < 0 || o.rank >= o.num_replicas))
-    return ct_error(CT_ERR_INVALID_ARG, "loader: rank %d is outside [0, num_replicas=%d)", o.rank, o.num_replicas);
+  ct_sampler sampler;
+  ct_loader_sampler(&o, ds->n, &sampler);
+  if (ct_sampler_check(&sampler) != CT_OK) return ct_error_wrap(CT_ERR_INVALID_ARG, "loader");
   if (o.prefetch < 0) return ct_error(CT_ERR_INVALID_ARG, "loader: prefetch %d must be >= 0", o.prefetch);
   if (!o.alloc != !o.free) return ct_error(CT_ERR_INVALID_ARG, "loader: give both alloc and free hooks or neither");
   if (o.mode < CT_LOADER_FLOAT || o.mode > CT_LOADER_INDICES)
@@ -176,14 +176,15 @@ ct_status ct_loader_create(const ct_dataset *ds, const ct_loader_options *opt, c
   l->ow = ow;
   l->img_floats = (size_t)ds->c * (size_t)oh * (size_t)ow;
   ct_transform_lut(&o.transform, ds->c, l->lut);
-  int R = o.num_replicas > 1 ? o.num_replicas : 1;
-  l->n_local = (ds->n + R - 1) / R;
+  l->sampler = sampler;
+  l->n_local = ct_sampler_count(&sampler);
   l->nb = o.drop_last ? l->n_local / o.batch_size : (l->n_local + o.batch_size - 1) / o.batch_size;
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->work_cv, NULL);
   pthread_cond_init(&l->done_cv, NULL);
   l->perm = malloc(((size_t)ds->n + 1) * sizeof *l->perm);
-  l->order = R > 1 ? malloc(((size_t)l->n_local + 1) * sizeof *l->order) : l->perm;
+  /* One rank's share is the whole order: fill it in place. */
+  l->order = o.num_replicas > 1 ? malloc(((size_t)l->n_local + 1) * sizeof *l->order) : l->perm;
   l->nbuf = o.prefetch;
   l->bufs = calloc((size_t)l->nbuf, sizeof *l->bufs);
   if (!l->perm || !l->order || !l->bufs) {
@@ -250,26 +251,9 @@ void ct_loader_shape(const ct_loader *l, int *c, int *h, int *w) {
   if (w) *w = l->ow;
 }
 
-/* The epoch's order: identity or a Fisher-Yates shuffle keyed by (seed,
- * epoch); then this rank's strided share, wrapping as DistributedSampler
- * pads so every rank has the same count. */
-static void build_order(ct_loader *l, int64_t epoch) {
-  int64_t N = l->ds->n;
-  for (int64_t i = 0; i < N; i++) l->perm[i] = i;
-  if (l->opt.shuffle && N > 1) {
-    ct_rng r;
-    ct_rng_init(&r, l->opt.seed, CT_RNG_SHUFFLE, (uint32_t)epoch, 0);
-    for (int64_t i = N - 1; i > 0; i--) {
-      int64_t j = (int64_t)ct_rng_below(&r, (uint32_t)(i + 1));
-      int64_t t = l->perm[i];
-      l->perm[i] = l->perm[j];
-      l->perm[j] = t;
-    }
-  }
-  if (l->order != l->perm && N > 0)
-    for (int64_t j = 0; j < l->n_local; j++)
-      l->order[j] = l->perm[(l->opt.rank + j * l->opt.num_replicas) % N];
-}
+/* The epoch's order: DistributedSampler's for this rank, with
+ * set_epoch(epoch) (randperm seeded with seed + epoch when shuffling). */
+static void build_order(ct_loader *l, int64_t epoch) { ct_sampler_indices(&l->sampler, epoch, l->perm, l->order); }
 
 ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch, int64_t start_batch) {
   if (start_batch < 0 || start_batch > l->nb)

@@ -1,6 +1,8 @@
 /* Loader: coverage and order per epoch, determinism across seeds, epochs,
  * worker counts and resume points, drop_last, the alloc hook, the
- * distributed split, and clean teardown mid-epoch. Labels equal sample
+ * distributed split with its three tails, the shuffle being torch's
+ * randperm (DistributedSampler(num_replicas=1) with set_epoch), and clean
+ * teardown mid-epoch. Labels equal sample
  * indices (classes = N) so every delivered sample can be identified. */
 #include "ctrain/data.h"
 #include "test_data_util.h"
@@ -98,6 +100,23 @@ int main(void) {
   int in_place = 0;
   for (int i = 0; i < N; i++) in_place += a[i] == i;
   CHECK_MSG(in_place < 20, "%d samples at their file position after a shuffle", in_place);
+  /* The shuffled order is torch.randperm(N, manual_seed(seed + epoch)),
+   * which is what DistributedSampler(num_replicas=1) yields after
+   * set_epoch(epoch); num_replicas 0 and 1 both mean that. */
+  {
+    static int64_t want[N];
+    ct_randperm(N, 1234, want);
+    CHECK(memcmp(a, want, sizeof want) == 0);
+    ct_randperm(N, 1235, want);
+    CHECK(memcmp(b, want, sizeof want) == 0);
+    o.num_replicas = 1;
+    ct_loader *l1 = NULL;
+    CHECK_OK(ct_loader_create(ds, &o, &l1));
+    CHECK(ct_loader_batches_per_epoch(l1) == 16);
+    CHECK(run_epoch(l1, 1, 0, c, NULL, NULL, NULL) == N && memcmp(c, b, sizeof b) == 0);
+    ct_loader_destroy(l1);
+    o.num_replicas = 0;
+  }
   /* Same seed and epoch, a new loader: same order. */
   ct_loader *l2 = NULL;
   CHECK_OK(ct_loader_create(ds, &o, &l2));
@@ -226,32 +245,108 @@ int main(void) {
   ct_loader_destroy(l); /* never started */
   CHECK(live == 0);
 
-  /* Distributed: 3 ranks, same count each, union covers every sample. */
+  /* Distributed over 3 ranks (1000 = 3 * 333 + 1), shuffled: rank r takes
+   * randperm(N, seed + epoch)[r::3] of the padded or cut order.
+   *   pad (default): 334 each, two samples twice (wrapped from the start)
+   *   drop:          333 each, the order's last sample left out
+   *   exact:         334, 333, 333; every sample exactly once */
   o.alloc = NULL;
   o.free = NULL;
   o.num_replicas = 3;
   o.batch_size = 50;
   o.workers = 1;
-  static int hits[N];
-  memset(hits, 0, sizeof hits);
-  for (int r = 0; r < 3; r++) {
-    o.rank = r;
-    CHECK_OK(ct_loader_create(ds, &o, &l));
-    CHECK(ct_loader_batches_per_epoch(l) == 7);
-    CHECK(run_epoch(l, 4, 0, a, NULL, NULL, NULL) == 334);
-    for (int i = 0; i < 334; i++) hits[a[i]]++;
-    ct_loader_destroy(l);
+  {
+    static int64_t perm[N];
+    ct_randperm(N, o.seed + 4, perm);
+    const int tails[3] = {CT_DIST_PAD, CT_DIST_DROP, CT_DIST_EXACT};
+    const int64_t counts[3][3] = {{334, 334, 334}, {333, 333, 333}, {334, 333, 333}};
+    const int want_uncovered[3] = {0, 1, 0}, want_twice[3] = {2, 0, 0};
+    for (int t = 0; t < 3; t++) {
+      static int hits[N];
+      memset(hits, 0, sizeof hits);
+      o.dist_tail = tails[t];
+      for (int r = 0; r < 3; r++) {
+        o.rank = r;
+        CHECK_OK(ct_loader_create(ds, &o, &l));
+        CHECK(ct_loader_batches_per_epoch(l) == 7);
+        int64_t got = run_epoch(l, 4, 0, a, NULL, NULL, NULL);
+        CHECK_MSG(got == counts[t][r], "tail %d rank %d: %lld samples", t, r, (long long)got);
+        int off = 0;
+        for (int64_t i = 0; i < got; i++) {
+          hits[a[i]]++;
+          off += a[i] != perm[(r + 3 * i) % N];
+        }
+        CHECK_MSG(off == 0, "tail %d rank %d: %d samples off randperm[rank::3]", t, r, off);
+        ct_loader_destroy(l);
+      }
+      int uncovered = 0, twice = 0;
+      for (int i = 0; i < N; i++) {
+        uncovered += hits[i] == 0;
+        twice += hits[i] > 1;
+      }
+      CHECK_MSG(uncovered == want_uncovered[t] && twice == want_twice[t], "tail %d: %d uncovered, %d twice", t,
+                uncovered, twice);
+      if (t == 1) CHECK(hits[perm[N - 1]] == 0);
+    }
   }
-  int uncovered = 0, twice = 0;
-  for (int i = 0; i < N; i++) {
-    uncovered += hits[i] == 0;
-    twice += hits[i] > 1;
-  }
-  CHECK(uncovered == 0 && twice == 2);
+  /* The partial-batch drop_last is separate: exact tail, rank 0's 334
+   * samples in 6 full batches of 50. */
+  o.rank = 0;
+  o.drop_last = 1;
+  CHECK_OK(ct_loader_create(ds, &o, &l));
+  CHECK(ct_loader_batches_per_epoch(l) == 6);
+  CHECK(run_epoch(l, 4, 0, a, NULL, NULL, NULL) == 300);
+  ct_loader_destroy(l);
+  o.drop_last = 0;
+  /* Refused: an unknown tail, and rank 3 of 3 replicas. */
+  o.dist_tail = CT_DIST_EXACT + 1;
+  CHECK(ct_loader_create(ds, &o, &l) == CT_ERR_INVALID_ARG);
+  CHECK(strstr(ct_last_error(), "tail") != NULL);
+  o.dist_tail = CT_DIST_PAD;
   o.rank = 3;
   CHECK(ct_loader_create(ds, &o, &l) == CT_ERR_INVALID_ARG);
+  CHECK(strstr(ct_last_error(), "rank 3") != NULL);
   o.num_replicas = 0;
   o.rank = 0;
+
+  /* The sampler alone: ct_randperm is torch.randperm(10,
+   * generator=torch.Generator().manual_seed(0)) of PyTorch 1.13 (the
+   * parity test, tests/parity/test_sampler_torch.py, checks thousands of
+   * cases against torch itself), and only the seed's low 32 bits count,
+   * as in at::mt19937. */
+  {
+    const int64_t torch0[10] = {4, 1, 7, 5, 3, 9, 0, 8, 6, 2};
+    int64_t p[10], q[10];
+    ct_randperm(10, 0, p);
+    CHECK(memcmp(p, torch0, sizeof p) == 0);
+    ct_randperm(10, 0x100000000ull, q);
+    CHECK(memcmp(p, q, sizeof p) == 0);
+    /* DistributedSampler(range(10), 4, rank 3, seed 7, drop_last=False)
+     * after set_epoch(2): randperm(10, 9) padded to 12, entries 3, 7, 11. */
+    ct_sampler sm = {.n = 10, .num_replicas = 4, .rank = 3, .shuffle = 1, .seed = 7, .tail = CT_DIST_PAD};
+    CHECK_OK(ct_sampler_check(&sm));
+    CHECK(ct_sampler_count(&sm) == 3);
+    int64_t share[3];
+    ct_randperm(10, 9, p);
+    ct_sampler_indices(&sm, 2, q, share);
+    CHECK(share[0] == p[3] && share[1] == p[7] && share[2] == p[1]);
+    /* Unshuffled, no scratch needed; more ranks than samples. */
+    ct_sampler few = {.n = 2, .num_replicas = 4, .rank = 3, .tail = CT_DIST_PAD};
+    CHECK(ct_sampler_count(&few) == 1);
+    ct_sampler_indices(&few, 0, NULL, share);
+    CHECK(share[0] == 1);
+    few.tail = CT_DIST_DROP;
+    CHECK(ct_sampler_count(&few) == 0);
+    few.tail = CT_DIST_EXACT;
+    CHECK(ct_sampler_count(&few) == 0);
+    few.rank = 1;
+    CHECK(ct_sampler_count(&few) == 1);
+    few.n = -1;
+    CHECK(ct_sampler_check(&few) == CT_ERR_INVALID_ARG);
+    few.n = 2;
+    few.num_replicas = -2;
+    CHECK(ct_sampler_check(&few) == CT_ERR_INVALID_ARG);
+  }
 
   /* Bad options. */
   o.batch_size = 0;
