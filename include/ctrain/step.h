@@ -92,7 +92,8 @@ typedef struct ct_step_result {
 typedef enum ct_step_reduce {
   CT_STEP_REDUCE_NONFINITE = 0, /* one i32: non-zero when a gradient is inf/NaN */
   CT_STEP_REDUCE_SUMSQ,         /* one f64: the squared gradient norm (of the unscaled gradients) */
-  CT_STEP_REDUCE_METRICS        /* four f64 (host): loss x n, top-1, top-5, n of a result */
+  CT_STEP_REDUCE_METRICS        /* four f64 (host): loss x n, top-1, top-5, n of a result; the
+                                   * result then holds the sums (n too) */
 } ct_step_reduce;
 
 /* Hooks of a strategy; NULL members are not called. ctx is theirs. */
@@ -148,10 +149,17 @@ typedef struct ct_step_pos {
   int first;       /* first micro-batch of its group: the backward overwrites the gradients */
   int last;        /* last micro-batch: the optimizer steps after its backward */
   float factor;    /* samples of the batch / samples of its group (1 without accumulation) */
+  /* Where the batch's samples stand in the step's whole (global) batch:
+   * sample i is number sample_offset + i x sample_stride. Dropout masks
+   * are keyed by that number, so a batch split over ranks draws the masks
+   * the whole batch would. 0 and 0 (or 1): the batch is the whole. */
+  int64_t sample_offset, sample_stride;
 } ct_step_pos;
 
 /* The position of a batch when every batch is its own optimizer step. */
 ct_step_pos ct_step_pos_single(int64_t step);
+/* The position given to the last ct_step_begin (what hooks read). */
+const ct_step_pos *ct_step_current(const ct_step *s);
 
 /* The phases, in order (see above). b is held by the step until its
  * result comes back from ct_step_end (or ct_step_drain). */

@@ -60,7 +60,28 @@ typedef struct ct_dropout_key {
   uint64_t seed;
   uint32_t layer;
   uint32_t step;
+  /* The tensor's samples are numbers sample_offset + i x sample_stride of
+   * the step's whole batch (ct_step_pos), each masks_per_sample masks
+   * long: mask m is drawn as number ct_dropout_mask_index(m), so a batch
+   * split over ranks draws what the whole batch would. 0, 0: as is. */
+  uint64_t sample_offset, sample_stride;
+  int64_t masks_per_sample;
 } ct_dropout_key;
+
+#ifdef __CUDACC__
+#define CT_HOST_DEVICE __host__ __device__
+#else
+#define CT_HOST_DEVICE
+#endif
+/* Whether the key draws mask m as number m (a whole batch). */
+CT_HOST_DEVICE static inline int ct_dropout_key_whole(const ct_dropout_key *k) {
+  return k->sample_offset == 0 && k->sample_stride <= 1;
+}
+CT_HOST_DEVICE static inline uint64_t ct_dropout_mask_index(const ct_dropout_key *k, uint64_t m) {
+  if (ct_dropout_key_whole(k) || k->masks_per_sample <= 0) return m;
+  uint64_t ms = (uint64_t)k->masks_per_sample, s = m / ms;
+  return (k->sample_offset + s * k->sample_stride) * ms + m % ms;
+}
 
 typedef struct ct_backend ct_backend;
 struct ct_step_stats;

@@ -16,4 +16,8 @@ void ct_exec_pass_workspace(ct_model *m, int i, int pass, ct_exec *e);
  * (ct_model_grad_hook, called after each layer with parameters). */
 void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx);
 
+/* Where the next passes' samples stand in the step's whole batch
+ * (ct_step_pos.sample_offset and sample_stride): dropout's mask numbers. */
+void ct_model_set_sample_span(ct_model *m, int64_t offset, int64_t stride);
+
 #endif

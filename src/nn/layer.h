@@ -74,6 +74,9 @@ typedef struct ct_exec {
    * backend has it too, set_workspace), NULL when it has none. */
   void *pass_ws;
   size_t pass_ws_bytes;
+  /* Where this pass's samples stand in the step's whole batch
+   * (ct_step_pos): sample i is number sample_offset + i x sample_stride. */
+  int64_t sample_offset, sample_stride;
 } ct_exec;
 
 typedef struct ct_state_decl {

@@ -60,6 +60,7 @@ struct ct_model {
   int64_t last_batch;
   int has_forward;         /* a training forward is pending backward */
   uint32_t last_step;      /* dropout key of the last forward */
+  int64_t sample_offset, sample_stride; /* ct_model_set_sample_span */
   uint64_t seed;           /* dropout seed (ct_model_set_seed) */
   int grads_clean;         /* backward overwrites the gradients (beta 0):
                               they are zero, or stale and about to be

@@ -78,9 +78,11 @@ void ct_step_config_default(ct_step_config *c) {
 }
 
 ct_step_pos ct_step_pos_single(int64_t step) {
-  ct_step_pos p = {step, (uint32_t)step, 1, 1, 1.0f};
+  ct_step_pos p = {step, (uint32_t)step, 1, 1, 1.0f, 0, 1};
   return p;
 }
+
+const ct_step_pos *ct_step_current(const ct_step *s) { return &s->pos; }
 
 ct_model *ct_step_model(const ct_step *s) { return s->m; }
 ct_device *ct_step_device(const ct_step *s) { return s->dev; }
@@ -278,6 +280,7 @@ static ct_status read_oldest(ct_step *s, ct_step_result *done, int *have) {
 ct_status ct_step_begin(ct_step *s, ct_batch *b, const ct_step_pos *pos) {
   s->b = b;
   s->pos = *pos;
+  ct_model_set_sample_span(s->m, pos->sample_offset, pos->sample_stride);
   s->out = NULL;
   s->lv = 0, s->top1 = s->top5 = 0, s->found_inf = 0;
   if (!s->on_device) {
@@ -442,7 +445,7 @@ static ct_status reduce_metrics(ct_step *s, ct_step_result *r) {
   ct_tensor t = ct_tensor_view(v, CT_F64, 1, &four);
   CT_TRY(s->hooks.reduce(s->hooks.ctx, s, CT_STEP_REDUCE_METRICS, &t));
   r->loss = v[3] > 0 ? v[0] / v[3] : NAN;
-  r->top1 = (int64_t)v[1], r->top5 = (int64_t)v[2];
+  r->top1 = (int64_t)v[1], r->top5 = (int64_t)v[2], r->n = (int64_t)v[3];
   return CT_OK;
 }
 

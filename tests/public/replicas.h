@@ -179,7 +179,7 @@ typedef struct job {
 static void run_phase(ct_step *s, ct_batch *b, int phase, ct_status *st) {
   /* Each replica's loss gradient weighs its half of the batch by 1/R (the
    * micro-batch share), so the sum is the whole batch's mean. */
-  ct_step_pos pos = {0, 0, 1, 1, 1.0f / R};
+  ct_step_pos pos = {0, 0, 1, 1, 1.0f / R, 0, 1};
   ct_step_result res;
   int have;
   switch (phase) {

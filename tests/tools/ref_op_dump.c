@@ -222,7 +222,7 @@ static int run_op(const char *op, const long *a, int na, const double *f) {
       TRY(B->softmax_fwd(g_dev, (int)a[2], &x, &y));
       TRY(B->softmax_bwd(g_dev, (int)a[2], &y, &dy, &dx));
     } else {
-      ct_dropout_key key = {(uint64_t)a[2], (uint32_t)a[3], (uint32_t)a[4]};
+      ct_dropout_key key = {(uint64_t)a[2], (uint32_t)a[3], (uint32_t)a[4], 0, 0, 0};
       TRY(B->dropout_fwd(g_dev, (float)f[0], a[1], key, &x, &y));
       TRY(B->dropout_bwd(g_dev, (float)f[0], a[1], key, &dy, &dx));
     }

@@ -62,7 +62,7 @@ static void test_dropout(int64_t n, int64_t group) {
   tb_round_bf16(&x);
   ct_tensor x16 = tb_cpu16(&x), y16 = tb_cpu16(&y), xf = tb_cpu(&x), yf = tb_cpu(&y32);
   ct_tensor dx16 = tb_cpu16(&dx), dxf = tb_cpu(&dx32);
-  ct_dropout_key key = {0x1234567890abcull, 7, 3};
+  ct_dropout_key key = {0x1234567890abcull, 7, 3, 0, 0, 0};
   const float ps[] = {0.1f, 0.5f, 0.3f};
   for (int k = 0; k < 3; k++) {
     CHECK_OK(C_->dropout_fwd(g_cpu, ps[k], group, key, &x16, &y16));

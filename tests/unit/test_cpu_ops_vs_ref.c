@@ -261,11 +261,14 @@ static void act_all(int64_t n) {
   tb_free(&x), tb_free(&y), tb_free(&dy), tb_free(&dx);
 }
 
-static void dropout_one(int64_t N, int64_t C, int64_t HW, int by_channel, float p, uint32_t step) {
+/* off, stride: the samples are numbers off + i x stride of a larger
+ * batch (data parallel); 0, 0: the whole batch. */
+static void dropout_one(int64_t N, int64_t C, int64_t HW, int by_channel, float p, uint32_t step, uint64_t off,
+                        uint64_t stride) {
   tb x = TB(N, C, HW), y = TB(N, C, HW), dx = TB(N, C, HW);
   tb_rand(&x, 1.0);
-  ct_dropout_key key = {0x1234567890abcdefull, 3, step};
   int64_t group = by_channel ? HW : 1;
+  ct_dropout_key key = {0x1234567890abcdefull, 3, step, off, stride, C * HW / group};
   ct_tensor xc = tb_cpu(&x), yc = tb_cpu(&y), dxc = tb_cpu(&dx);
   ct_tensor xr = tb_ref32(&x), yr = tb_ref32(&y), dxr = tb_ref32(&dx);
   CHECK_OK(C_->dropout_fwd(g_cpu, p, group, key, &xc, &yc));
@@ -404,10 +407,13 @@ int main(void) {
   bn_apply_bits();
   act_all(101);
   act_all(40000); /* takes the parallel path */
-  dropout_one(2, 3, 49, 0, 0.3f, 1);
-  dropout_one(2, 3, 49, 1, 0.5f, 2);
-  dropout_one(3, 101, 333, 0, 0.2f, 7); /* 100899 elements: parallel, not a multiple of 4 */
-  dropout_one(4, 64, 169, 1, 0.25f, 9);
+  dropout_one(2, 3, 49, 0, 0.3f, 1, 0, 0);
+  dropout_one(2, 3, 49, 1, 0.5f, 2, 0, 0);
+  dropout_one(3, 101, 333, 0, 0.2f, 7, 0, 0); /* 100899 elements: parallel, not a multiple of 4 */
+  dropout_one(4, 64, 169, 1, 0.25f, 9, 0, 0);
+  /* A rank's share of a global batch: masks by sample number. */
+  dropout_one(3, 101, 333, 0, 0.2f, 7, 1, 2);
+  dropout_one(4, 64, 169, 1, 0.25f, 9, 5, 3);
   misc_elementwise(7);
   misc_elementwise(100003);
   softmax_loss(5, 10);

@@ -171,11 +171,14 @@ static void act_all(int64_t n, ct_dtype dt) {
   gb_free(&x), gb_free(&y), gb_free(&dy), gb_free(&dx);
 }
 
-static void dropout_one(int64_t N, int64_t C, int64_t HW, int by_channel, float p, uint32_t step) {
+/* off, stride: the samples are numbers off + i x stride of a larger
+ * batch (data parallel); 0, 0: the whole batch. */
+static void dropout_one(int64_t N, int64_t C, int64_t HW, int by_channel, float p, uint32_t step, uint64_t off,
+                        uint64_t stride) {
   gb x = GB(N, C, HW), y = GB(N, C, HW), dx = GB(N, C, HW);
   gb_rand(&x, 1.0, CT_F32);
-  ct_dropout_key key = {0x1234567890abcdefull, 3, step};
   int64_t group = by_channel ? HW : 1;
+  ct_dropout_key key = {0x1234567890abcdefull, 3, step, off, stride, C * HW / group};
   ct_tensor xg = gb_gpu(&x), yg = gb_gpu(&y), dxg = gb_gpu(&dx);
   ct_tensor xr = gb_ref32(&x), yr = gb_ref32(&y), dxr = gb_ref32(&dx);
   CHECK_OK(G_->dropout_fwd(g_gpu, p, group, key, &xg, &yg));
@@ -331,10 +334,13 @@ int main(void) {
   act_all(40000, CT_F32);
   act_all(1001, CT_BF16);
   act_all(1001, CT_F16);
-  dropout_one(2, 3, 49, 0, 0.3f, 1);
-  dropout_one(2, 3, 49, 1, 0.5f, 2);
-  dropout_one(3, 101, 333, 0, 0.2f, 7);
-  dropout_one(4, 64, 169, 1, 0.25f, 9);
+  dropout_one(2, 3, 49, 0, 0.3f, 1, 0, 0);
+  dropout_one(2, 3, 49, 1, 0.5f, 2, 0, 0);
+  dropout_one(3, 101, 333, 0, 0.2f, 7, 0, 0);
+  dropout_one(4, 64, 169, 1, 0.25f, 9, 0, 0);
+  /* A rank's share of a global batch: masks by sample number. */
+  dropout_one(3, 101, 333, 0, 0.2f, 7, 1, 2);
+  dropout_one(4, 64, 169, 1, 0.25f, 9, 5, 3);
   misc_elementwise(7, CT_F32);
   misc_elementwise(100003, CT_F32);
   misc_elementwise(1003, CT_BF16);

@@ -245,7 +245,7 @@ static void test_dropout_step_dev(ct_device *d) {
   uint32_t *ds = up(d, &step, sizeof step);
   ct_tensor tx = ct_tensor_1d(dx, CT_F32, NX), t1 = ct_tensor_1d(y1, CT_F32, NX), t2 = ct_tensor_1d(y2, CT_F32, NX);
   tx.device = t1.device = t2.device = d;
-  ct_dropout_key k = {1234, 3, 41}, wrong = {1234, 3, 7};
+  ct_dropout_key k = {1234, 3, 41, 0, 0, 0}, wrong = {1234, 3, 7, 0, 0, 0};
   CHECK_OK(be->dropout_fwd(d, 0.3f, 1, k, &tx, &t1));
   CHECK_OK(be->dropout_step_from(d, ds));
   CHECK_OK(be->dropout_fwd(d, 0.3f, 1, wrong, &tx, &t2)); /* key.step ignored */

@@ -119,7 +119,7 @@ static void paths(int64_t n, ct_dtype dt, ct_dtype dt2) {
    * for 8 elements) and one per group of 7 */
   const int64_t groups[2] = {1, 7};
   for (int k = 0; k < 2; k++) {
-    ct_dropout_key key = {0x0123456789abcdefull, 5, 11};
+    ct_dropout_key key = {0x0123456789abcdefull, 5, 11, 0, 0, 0};
     for (int m = 0; m < 2; m++) {
       ct_tensor ta = view(&a, m), to = view(&out, m);
       CHECK_OK(G_->dropout_fwd(g_gpu, 0.4f, groups[k], key, &ta, &to));

@@ -517,7 +517,7 @@ static void test_elementwise(void) {
   }
   const int64_t groups[] = {1, 5};
   for (int gi = 0; gi < 2; gi++) {
-    ew_case c = {1, CT_ACT_NONE, 0, 0.3f, groups[gi], {42, 3, 7}, 0, arr_randn(ARR(4, 2, 5), 1),
+    ew_case c = {1, CT_ACT_NONE, 0, 0.3f, groups[gi], {42, 3, 7, 0, 0, 0}, 0, arr_randn(ARR(4, 2, 5), 1),
                  arr_randn(ARR(4, 2, 5), 1), arr_randn(ARR(4, 2, 5), 1)};
     char name[64];
     snprintf(name, sizeof name, "dropout group=%lld", (long long)groups[gi]);

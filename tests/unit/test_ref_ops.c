@@ -319,7 +319,7 @@ static void test_act_values(void) {
 static void test_dropout(void) {
   const int64_t N = 20000, group = 4;
   const float p = 0.3f;
-  ct_dropout_key key = {987654321ull, 5, 11};
+  ct_dropout_key key = {987654321ull, 5, 11, 0, 0, 0};
   arr x = arr_randn(ARR(N), 1), y = ARR(N), dx = ARR(N);
   for (int64_t i = 0; i < N; i++)
     if (x.v[i] == 0) x.v[i] = 1;

@@ -228,8 +228,32 @@ static inline uint16_t keep_bf16(uint16_t v, uint32_t mask) { return (uint16_t)(
 DROPOUT_APPLY(dropout_f32, float, F32_ID, F32_ID, keep_f32)
 DROPOUT_APPLY(dropout_bf16, uint16_t, cpu_bf16_ld, cpu_bf16_st, keep_bf16)
 
+/* A batch that is part of a step's whole batch (data parallel): its
+ * masks are drawn by number, one counter block each; 4x the Philox work
+ * of the whole-batch kernels, on what is one rank's share of it. */
+#define DROPOUT_SPAN(NAME, T, LD, ST)                                                                          \
+  static void NAME(int nt, float p, int64_t group, ct_dropout_key key, const T *in, T *out, int64_t n) {       \
+    if (group < 1) group = 1;                                                                                  \
+    const int64_t nm = (n + group - 1) / group;                                                                \
+    const double scale = p < 1.f ? 1.0 / (1.0 - (double)p) : 0.0;                                              \
+    _Pragma("omp parallel for num_threads(nt) if (n > PAR_MIN) schedule(static)")                             \
+    for (int64_t j = 0; j < nm; j++) {                                                                         \
+      const float u = ct_rng_uniform_at(key.seed, CT_RNG_DROPOUT, key.layer, key.step,                          \
+                                        ct_dropout_mask_index(&key, (uint64_t)j));                              \
+      const int64_t lo = j * group, hi = lo + group < n ? lo + group : n;                                      \
+      for (int64_t i = lo; i < hi; i++) out[i] = u < p ? ST(0.f) : ST((float)((double)LD(in[i]) * scale));     \
+    }                                                                                                          \
+  }
+DROPOUT_SPAN(dropout_span_f32, float, F32_ID, F32_ID)
+DROPOUT_SPAN(dropout_span_bf16, uint16_t, cpu_bf16_ld, cpu_bf16_st)
+
 static ct_status dropout_run(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *x,
                              ct_tensor *y) {
+  if (!ct_dropout_key_whole(&key) && p > 0.f && p < 1.f) {
+    if (x->dtype == CT_F32) dropout_span_f32(cpu_nthreads(d), p, group, key, x->data, y->data, ct_tensor_numel(x));
+    else dropout_span_bf16(cpu_nthreads(d), p, group, key, x->data, y->data, ct_tensor_numel(x));
+    return CT_OK;
+  }
   if (x->dtype == CT_F32)
     dropout_f32(cpu_nthreads(d), p, group, key, x->data, y->data, ct_tensor_numel(x));
   else

@@ -70,24 +70,28 @@ __global__ void k_act_bwd(int act, float alpha, const void *x, int xt, const voi
  * NULL: the step argument. Either way the Philox inputs are the same.
  * 8 elements with one mask per element (group 1) draw two Philox blocks
  * where one at a time each element draws the whole block of its word. */
-__global__ void k_dropout(int mode, float pf, double scale, int64_t group, uint64_t seed, uint32_t layer,
-                          uint32_t step, const uint32_t *step_dev, const void *x, int xt, void *y, int yt,
-                          int64_t n, int vec) {
+__global__ void k_dropout(int mode, float pf, double scale, int64_t group, ct_dropout_key key,
+                          const uint32_t *step_dev, const void *x, int xt, void *y, int yt, int64_t n, int vec) {
+  const uint64_t seed = key.seed;
+  const uint32_t layer = key.layer;
+  uint32_t step = key.step;
   if (mode == 2 && step_dev) step = *step_dev;
+  const int whole = ct_dropout_key_whole(&key);
   ct_vec_for(n, vec, [&](int64_t i, auto w) {
     constexpr int W = decltype(w)::value;
     float v[W] = {};
     if (mode != 1) ct_ldw<W>(x, xt, i, v);
     if (mode == 2) {
       float u[W];
-      if (W == CT_VEC && group == 1) {
+      if (W == CT_VEC && group == 1 && whole) {
         uint32_t r[8];
         ct_philox_block_dev(seed, CT_RNG_DROPOUT, layer, step, (uint64_t)i >> 2, r);
         ct_philox_block_dev(seed, CT_RNG_DROPOUT, layer, step, ((uint64_t)i >> 2) + 1, r + 4);
         for (int k = 0; k < W; k++) u[k] = ct_rng_word_uniform(r[k]);
       } else {
         for (int k = 0; k < W; k++)
-          u[k] = ct_rng_uniform_at_dev(seed, CT_RNG_DROPOUT, layer, step, (uint64_t)((i + k) / group));
+          u[k] = ct_rng_uniform_at_dev(seed, CT_RNG_DROPOUT, layer, step,
+                                       ct_dropout_mask_index(&key, (uint64_t)((i + k) / group)));
       }
       for (int k = 0; k < W; k++) v[k] = u[k] < pf ? 0.f : (float)((double)v[k] * scale);
     }
@@ -300,9 +304,8 @@ static ct_status dropout_apply(ct_device *d, const char *op, float p, int64_t gr
   int mode = p == 0 ? 0 : p >= 1 ? 1 : 2;
   double scale = mode == 2 ? 1.0 / (1.0 - (double)p) : 1.0;
   const int vec = ct_vec_ok(x->data, y->data);
-  k_dropout<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(mode, p, scale, group, key.seed, key.layer, key.step,
-                                                                 cuda_dropout_step(d), x->data, x->dtype, y->data,
-                                                                 y->dtype, n, vec);
+  k_dropout<<<ct_vec_blocks(n, vec), CT_THREADS, 0, STREAM(d)>>>(mode, p, scale, group, key, cuda_dropout_step(d),
+                                                                 x->data, x->dtype, y->data, y->dtype, n, vec);
   CUDA_LAUNCHED(op);
   return CT_OK;
 }

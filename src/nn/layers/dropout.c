@@ -1,6 +1,7 @@
 /* Dropout and Dropout2d: fp[0] = p. Masks come from the counter-based RNG
- * keyed by (seed, layer, step), so backward regenerates them instead of
- * storing them, and every device draws the same mask. */
+ * keyed by (seed, layer, step) and each sample's number in the step's
+ * whole batch, so backward regenerates them instead of storing them,
+ * every device draws the same mask, and so does a batch split over ranks. */
 #include "nn/layer.h"
 
 static ct_status setup(ct_layer *l) {
@@ -23,7 +24,9 @@ static int64_t group(const ct_layer *l) {
 }
 
 static ct_dropout_key key(const ct_layer *l, const ct_exec *e) {
-  ct_dropout_key k = {e->seed, (uint32_t)l->rng_index, e->step};
+  int64_t per_sample = e->batch > 0 ? ct_tensor_numel(&l->x[0]) / e->batch : 0;
+  ct_dropout_key k = {e->seed, (uint32_t)l->rng_index, e->step, (uint64_t)e->sample_offset, (uint64_t)e->sample_stride,
+                      per_sample / group(l)};
   return k;
 }
 
