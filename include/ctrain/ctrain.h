@@ -23,6 +23,9 @@
 #include "ctrain/progress.h"
 #include "ctrain/step.h"
 #include "ctrain/tuning.h"
+#include "ctrain/trainer.h"
+#include "ctrain/checkpoint.h"
+#include "ctrain/dist.h"
 
 #define CTRAIN_VERSION "0.1.0"
 

@@ -1,0 +1,84 @@
+/* Distributed data parallel: the communicator ranks train over, and what
+ * ct_fit needs to train one model on many processes.
+ *
+ * A ct_comm joins the MPI job the process was started in (mpirun, srun; a
+ * process started alone is a world of one). Every collective ctrain runs
+ * over it is non-blocking underneath and waited for with a deadline
+ * (ct_comm_set_timeout, 600 s by default as PyTorch's): a rank that died
+ * or stopped answering turns into an error naming this rank and the
+ * collective it was in, never a hang. After an error on one rank a
+ * program calls ct_comm_abort, which ends every rank of the job at once
+ * (the others would otherwise wait in their next collective until the
+ * deadline). The library itself never aborts.
+ *
+ * ct_fit trains data parallel when ct_train_config.dist.comm is set (see
+ * ct_dist_config): each rank holds a whole replica, reads its share of
+ * every global batch through the loader's DistributedSampler options, and
+ * the gradients are summed over ranks in buckets while the backward runs.
+ */
+#ifndef CTRAIN_DIST_H
+#define CTRAIN_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_comm ct_comm;
+
+/* Whether this build has MPI (CT_ERR_UNSUPPORTED from ct_comm_open_mpi
+ * otherwise). */
+int ct_comm_available(void);
+/* Joins the MPI job (MPI_Init_thread the first time); errors of MPI are
+ * returned, never fatal. */
+ct_status ct_comm_open_mpi(ct_comm **out);
+/* This rank, the world size, and this rank among those on its host. */
+int ct_comm_rank(const ct_comm *c);
+int ct_comm_size(const ct_comm *c);
+int ct_comm_local_rank(const ct_comm *c);
+int ct_comm_local_size(const ct_comm *c);
+/* The longest any collective may wait (seconds, > 0). */
+void ct_comm_set_timeout(ct_comm *c, double seconds);
+double ct_comm_timeout(const ct_comm *c);
+/* Every rank's copy of bytes bytes at `mine`, gathered into all
+ * ([size x bytes], rank order). */
+ct_status ct_comm_allgather(ct_comm *c, const void *mine, void *all, size_t bytes, const char *what);
+/* Ends every rank of the job with exit code `code` (MPI_Abort). */
+void ct_comm_abort(ct_comm *c, int code);
+/* Leaves the job (MPI_Finalize); c may be NULL. */
+void ct_comm_close(ct_comm *c);
+
+/* ct_train_config.dist. comm NULL: one process (the rest is ignored). */
+typedef struct ct_dist_config {
+  ct_comm *comm;
+  /* Gradient buckets (MB of f32 gradients): the first bucket (the last
+   * layers, whose gradients are final first) first_bucket_mb, the others
+   * bucket_mb; 0 takes PyTorch's defaults, 1 and 25. */
+  double bucket_mb, first_bucket_mb;
+  /* Every check_sync optimizer steps (0: never) a checksum of the
+   * parameters is compared across ranks; a difference ends fit. */
+  int64_t check_sync;
+} ct_dist_config;
+
+/* One named value each rank contributes to a start-up comparison. */
+typedef struct ct_dist_field {
+  const char *name;  /* "batch size", "model", ... */
+  uint64_t value;    /* the value, or a hash of it (ct_dist_hash) */
+  int is_hash;       /* 1: value is a hash (the message then shows no numbers) */
+} ct_dist_field;
+
+/* FNV-1a of bytes, to put a string or a structure into a ct_dist_field. */
+uint64_t ct_dist_hash(const void *p, size_t n, uint64_t h);
+/* Compares fields[0..n) across ranks (the same names in the same order
+ * on every rank): CT_ERR_INVALID_ARG naming the first field where a rank
+ * differs from rank 0, with both values, on every rank. */
+ct_status ct_dist_check_same(ct_comm *c, const ct_dist_field *fields, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,26 @@
+/* The collectives ctrain runs over a ct_comm (include/ctrain/dist.h).
+ *
+ * Sums are in place. Every call names what it is for (`what`, e.g.
+ * "all-reduce of gradient bucket 2 of 5, step 12"): the text an error or
+ * a timeout reports. A started collective is a slot index, finished by
+ * ct_comm_wait (the buffer must stay untouched until then); ct_comm_test
+ * drives it without waiting, which is how a bucket's all-reduce makes
+ * progress while the backward computes on the same thread. Every rank
+ * must start the same collectives in the same order.
+ */
+#ifndef CTRAIN_PARALLEL_COMM_H
+#define CTRAIN_PARALLEL_COMM_H
+
+#include <stddef.h>
+
+#include "ctrain/dist.h"
+#include "ctrain/dtype.h"
+
+ct_status ct_comm_allreduce_start(ct_comm *c, void *buf, size_t count, ct_dtype dt, const char *what, int *req);
+ct_status ct_comm_test(ct_comm *c, int req, int *done);
+ct_status ct_comm_wait(ct_comm *c, int req);
+/* Blocking forms (start and wait). */
+ct_status ct_comm_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, const char *what);
+ct_status ct_comm_bcast(ct_comm *c, void *buf, size_t bytes, int root, const char *what);
+
+#endif

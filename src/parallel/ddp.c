@@ -1,0 +1,190 @@
+/* DistributedDataParallel over MPI: gradient buckets as views of the flat
+ * gradient buffer, all-reduced while the backward runs. */
+#include "parallel/ddp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/comm.h"
+
+/* One parameter's place in the flat gradient buffer. */
+typedef struct ddp_param {
+  size_t first, count;
+  int bucket;
+} ddp_param;
+
+typedef struct ddp_bucket {
+  size_t lo, hi;     /* the slice [lo, hi) of the gradient buffer, gaps included */
+  size_t pending;    /* gradient elements not final yet in this step */
+  int req;           /* the started all-reduce, or -1 */
+} ddp_bucket;
+
+struct ct_ddp {
+  ct_comm *c;
+  ct_model *m;
+  ddp_param *params;  /* [np] in reverse state order */
+  int np;
+  ddp_bucket *b;      /* [nb], b[0] the first to be final */
+  int nb, next_start; /* buckets start in index order on every rank */
+  size_t *total;      /* [nb] gradient elements of each bucket */
+};
+
+int ct_ddp_bucket_count(const ct_ddp *d) { return d->nb; }
+
+ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_ddp **out) {
+  *out = NULL;
+  ct_ddp *d = calloc(1, sizeof *d);
+  int ns = ct_model_state_count(m);
+  if (d) d->params = calloc((size_t)ns + 1, sizeof *d->params);
+  if (d) d->b = calloc((size_t)ns + 1, sizeof *d->b);
+  if (d) d->total = calloc((size_t)ns + 1, sizeof *d->total);
+  if (!d || !d->params || !d->b || !d->total) {
+    ct_ddp_destroy(d);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
+  }
+  d->c = c;
+  d->m = m;
+  float *g = ct_model_grads(m, NULL);
+  for (int i = ns - 1; i >= 0; i--) {
+    const ct_state_entry *e = ct_model_state(m, i);
+    if (e->is_buffer || !e->grad.data) continue;
+    d->params[d->np].first = (size_t)((float *)e->grad.data - g);
+    d->params[d->np].count = (size_t)ct_tensor_numel(&e->grad);
+    d->np++;
+  }
+  double first_mb = cfg->first_bucket_mb > 0 ? cfg->first_bucket_mb : 1.0;
+  double mb = cfg->bucket_mb > 0 ? cfg->bucket_mb : 25.0;
+  /* Greedy in reverse order: a bucket closes once it holds its cap (a
+   * parameter larger than the cap is a bucket of its own). */
+  for (int i = 0; i < d->np; i++) {
+    ddp_param *p = &d->params[i];
+    double cap = (d->nb <= 1 ? first_mb : mb) * 1e6 / sizeof(float);
+    if (d->nb == 0 || (double)d->total[d->nb - 1] >= cap) {
+      d->b[d->nb].lo = p->first;
+      d->b[d->nb].hi = p->first + p->count;
+      d->nb++;
+    }
+    ddp_bucket *b = &d->b[d->nb - 1];
+    if (p->first < b->lo) b->lo = p->first;
+    if (p->first + p->count > b->hi) b->hi = p->first + p->count;
+    d->total[d->nb - 1] += p->count;
+    p->bucket = d->nb - 1;
+  }
+  for (int k = 0; k < d->nb; k++) {
+    d->b[k].pending = d->total[k];
+    d->b[k].req = -1;
+  }
+  *out = d;
+  return CT_OK;
+}
+
+void ct_ddp_destroy(ct_ddp *d) {
+  if (!d) return;
+  free(d->params);
+  free(d->b);
+  free(d->total);
+  free(d);
+}
+
+static ct_status start_ready(ct_ddp *d, int64_t step) {
+  float *g = ct_model_grads(d->m, NULL);
+  while (d->next_start < d->nb && d->b[d->next_start].pending == 0) {
+    ddp_bucket *b = &d->b[d->next_start];
+    char what[128];
+    snprintf(what, sizeof what, "the all-reduce of gradient bucket %d of %d (step %lld)", d->next_start + 1, d->nb,
+             (long long)step);
+    CT_TRY(ct_comm_allreduce_start(d->c, g + b->lo, b->hi - b->lo, CT_F32, what, &b->req));
+    d->next_start++;
+  }
+  /* Drive what is in flight: MPI progresses a non-blocking collective
+   * only inside MPI calls. */
+  for (int k = 0; k < d->next_start; k++) {
+    if (d->b[k].req < 0) continue;
+    int done;
+    CT_TRY(ct_comm_test(d->c, d->b[k].req, &done));
+    if (done) d->b[k].req = -1;
+  }
+  return CT_OK;
+}
+
+static ct_status grads_ready(void *ctx, ct_step *s, int layer, size_t first, size_t count) {
+  (void)layer;
+  ct_ddp *d = ctx;
+  size_t end = first + count;
+  for (int i = 0; i < d->np; i++) {
+    ddp_param *p = &d->params[i];
+    size_t lo = p->first > first ? p->first : first, hi = p->first + p->count < end ? p->first + p->count : end;
+    if (lo < hi) d->b[p->bucket].pending -= hi - lo;
+  }
+  return start_ready(d, ct_step_current(s)->step);
+}
+
+/* Buffers (running statistics) follow rank 0's, as PyTorch's
+ * broadcast_buffers does: every rank then evaluates and saves alike. */
+static ct_status bcast_buffers(ct_ddp *d, int64_t step) {
+  char what[96];
+  snprintf(what, sizeof what, "the broadcast of rank 0's buffers (step %lld)", (long long)step);
+  for (int i = 0; i < ct_model_state_count(d->m); i++) {
+    const ct_state_entry *e = ct_model_state(d->m, i);
+    if (e->is_buffer) CT_TRY(ct_comm_bcast(d->c, e->value.data, ct_tensor_nbytes(&e->value), 0, what));
+  }
+  return CT_OK;
+}
+
+static ct_status sync(void *ctx, ct_step *s) {
+  ct_ddp *d = ctx;
+  int64_t step = ct_step_current(s)->step;
+  /* A bucket some hook never reported (a parameter without a gradient
+   * this step) is reduced anyway: every rank starts every bucket. */
+  for (int k = 0; k < d->nb; k++) d->b[k].pending = 0;
+  ct_status st = start_ready(d, step);
+  for (int k = 0; k < d->nb; k++) {
+    if (st == CT_OK && d->b[k].req >= 0) st = ct_comm_wait(d->c, d->b[k].req);
+    d->b[k].req = -1;
+    d->b[k].pending = d->total[k];
+  }
+  d->next_start = 0;
+  return st == CT_OK ? bcast_buffers(d, step) : st;
+}
+
+static ct_status reduce(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals) {
+  ct_ddp *d = ctx;
+  /* The gradients were summed whole: their flag and norm agree already. */
+  if (what != CT_STEP_REDUCE_METRICS) return CT_OK;
+  char w[96];
+  snprintf(w, sizeof w, "the all-reduce of the metrics (step %lld)", (long long)ct_step_current(s)->step);
+  return ct_comm_allreduce(d->c, vals->data, (size_t)ct_tensor_numel(vals), vals->dtype, w);
+}
+
+void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h) {
+  memset(h, 0, sizeof *h);
+  h->ctx = d;
+  h->grads_ready = grads_ready;
+  h->sync = sync;
+  h->reduce = reduce;
+}
+
+ct_status ct_ddp_broadcast_state(ct_ddp *d) {
+  for (int i = 0; i < ct_model_state_count(d->m); i++) {
+    const ct_state_entry *e = ct_model_state(d->m, i);
+    char what[192];
+    snprintf(what, sizeof what, "the broadcast of rank 0's %s", e->name);
+    CT_TRY(ct_comm_bcast(d->c, e->value.data, ct_tensor_nbytes(&e->value), 0, what));
+  }
+  return CT_OK;
+}
+
+ct_status ct_ddp_check_sync(ct_ddp *d, int64_t step) {
+  size_t n;
+  float *p = ct_model_params(d->m, &n);
+  ct_dist_field f = {"parameters", ct_dist_hash(p, n * sizeof *p, 0), 1};
+  ct_status s = ct_dist_check_same(d->c, &f, 1);
+  if (s == CT_OK) return s;
+  return ct_error(CT_ERR_INTERNAL, "ddp: after step %lld the ranks' weights are no longer the same (--check-sync): %s",
+                  (long long)step, ct_last_error());
+}
+
+ct_status ct_ddp_sum(ct_ddp *d, double *vals, int n, const char *what) {
+  return ct_comm_allreduce(d->c, vals, (size_t)n, CT_F64, what);
+}
