@@ -16,6 +16,7 @@
 
 #include "ctrain/amp.h"
 #include "ctrain/data.h"
+#include "ctrain/dist.h"
 #include "ctrain/loss.h"
 #include "ctrain/model.h"
 #include "ctrain/optim.h"
@@ -96,8 +97,9 @@ typedef struct ct_train_config {
    * growth interval count; clipping and the scaler's unscale and inf/NaN
    * check run once per group on the accumulated gradient, so a non-finite
    * value in any micro-batch skips the group's step and backs the scale
-   * off once. Dropout masks are keyed by step * accumulate + position in
-   * the group (distinct per micro-batch, the same after a resume).
+   * off once. Dropout masks are keyed by the optimizer step and each
+   * sample's number in the group (distinct per micro-batch, the same
+   * after a resume, and the same for one batch of the group's samples).
    * Checkpoints record the value and resume refuses another one; epoch-end
    * and max_steps checkpoints always fall on a group boundary. Progress,
    * loss and accuracy are per sample as without accumulation; on a CUDA
@@ -121,6 +123,18 @@ typedef struct ct_train_config {
    * so NaN weights can leave the loss finite): non-finite weights end fit
    * with the first tensor named, whatever this says. */
   int on_nonfinite;
+  /* Data parallel (dist.h): with dist.comm set, every rank of it calls
+   * ct_fit with the same settings and its share of the data (the loaders'
+   * num_replicas and rank: the training loader padded, the validation
+   * loader every sample once), on a host model. Each rank's batch_size
+   * is its part of the global batch; the loss gradient carries the
+   * rank's share, the gradients are summed over ranks during the
+   * backward, so a step equals one device's step on the global batch up
+   * to summation order. The settings are compared at the start (refused
+   * with the first difference named), rank 0's weights broadcast, the
+   * metrics and the evaluation summed over ranks, stop requests agreed
+   * on, and only rank 0 writes checkpoints and logs. */
+  ct_dist_config dist;
 } ct_train_config;
 
 enum { CT_NONFINITE_STOP = 0, CT_NONFINITE_SKIP = 1 };

@@ -51,6 +51,8 @@ typedef struct cli_opts {
   /* ct_loader_mode for the loaders cli_open_data creates (cmd_train's
    * --gpu-transforms / --data-on-gpu); 0 = transformed f32 batches. */
   int loader_mode;
+  /* Data parallel: this rank's share of the data (dist_size 0 or 1: all). */
+  int dist_rank, dist_size;
 } cli_opts;
 
 /* Applies --precision/--opt-level to a model (before prepare) and fills
@@ -150,6 +152,44 @@ ct_status cli_open_device(const char *name, const cli_device_switches *sw, ct_de
  * layout the first layers cast it to (ct_model_narrow_input). Nothing
  * for the float loader. */
 void cli_gpu_data_model(const cli_opts *o, ct_model *m);
+
+/* ctrain train's data parallel flags (src/cli/dist.c). */
+typedef struct cli_dist {
+  int ddp;            /* --strategy ddp */
+  int nproc;          /* --nproc N (0: not given) */
+  double bucket_mb;   /* --bucket-mb (0: 25) */
+  double timeout;     /* --dist-timeout seconds (600) */
+  int64_t check_sync; /* --check-sync N */
+  int given;          /* any of them given */
+  ct_comm *comm;      /* cli_dist_open's */
+} cli_dist;
+#define CLI_DIST_HELP                                                                                       \
+  "  --strategy single|ddp (single)  ddp: data parallel over MPI ranks (mpirun -np N ctrain train ...,\n"    \
+  "                          srun, or --nproc N); --batch-size is per rank; only rank 0 writes files\n"     \
+  "  --nproc N               start N ranks on this machine through mpirun\n"                              \
+  "  --bucket-mb F (25)      gradient bucket size (the first bucket is 1 MB)\n"                            \
+  "  --dist-timeout S (600)  longest wait in a collective before every rank exits naming it\n"            \
+  "  --check-sync N (0)      every N steps compare a checksum of the weights across ranks\n"
+/* Removes the flags from argv in place (order of the rest kept) and
+ * returns the new argc, or -1 after a usage error on stderr. */
+int cli_take_dist_flags(int argc, char **argv, cli_dist *d);
+/* --nproc N outside a launched job: runs `mpirun -np N <ctrain> train
+ * <argv>` in place of this process (returns only on failure, with the
+ * exit code); otherwise returns 0. */
+int cli_dist_launch(const cli_dist *d, int argc, char **argv);
+/* --strategy ddp: joins the MPI job (d->comm), sets the timeout and,
+ * unless --threads or OMP_NUM_THREADS says otherwise, gives each rank
+ * its share of the host's cores. */
+ct_status cli_dist_open(cli_dist *d, int threads_given);
+/* --resume on another number of ranks than the checkpoint's: sets
+ * o->accumulate so that ranks x accumulate, the batches of a step, stays
+ * the same (refused when this world size does not divide it); a note on
+ * stdout when lead. Nothing when the numbers agree or the file cannot be
+ * read (the restore reports that). */
+ct_status cli_dist_resume(const cli_dist *d, cli_opts *o, int lead);
+/* cli_fail, and with more than one rank the message names this rank and
+ * every rank of the job is ended (ct_comm_abort). */
+int cli_dist_fail(cli_dist *d, ct_status s);
 
 /* Shared setup: data spec -> dataset + loader for a split. */
 ct_status cli_open_data(const cli_opts *o, int train, ct_dataset **ds, ct_loader **ld, int shuffle, int augment);

@@ -57,7 +57,8 @@ static const char *HELP =
     "  --metrics-json FILE     final metrics as JSON\n"
     "  --precision fp32|bf16|fp16 (fp32)   --opt-level O0|O1|O2|O3 (O1 with a low precision)\n"
     "  --loss-scale dynamic|none|VALUE (dynamic for fp16 O1/O2, else none)   --loss-scale-init F (65536)\n"
-    "                          VALUE and F in [1e-30, 3.4e38]; docs/MIXED_PRECISION.md\n";
+    "                          VALUE and F in [1e-30, 3.4e38]; docs/MIXED_PRECISION.md\n"
+    CLI_DIST_HELP;
 
 
 static void settings_text(const cli_opts *o, char *buf, size_t n, int with_epochs) {
@@ -121,11 +122,21 @@ int cmd_train(int argc_in, char **argv_in) {
       return 0;
     }
   cli_watch_signals(); /* before any thread starts, so all inherit the mask */
-  /* The GPU data flags, the device switches and --cuda-graph are taken
-   * out before the shared option parser sees the arguments. */
+  /* --nproc N restarts the command as given under mpirun. */
+  char *orig[256];
+  int argc_orig = argc_in < 255 ? argc_in : 255;
+  memcpy(orig, argv_in, (size_t)argc_orig * sizeof *orig);
+  /* The GPU data flags, the device switches, the data parallel flags and
+   * --cuda-graph are taken out before the shared option parser sees the
+   * arguments. */
   char *argv_buf[256];
   int gpu_data_mode;
   cli_device_switches sw;
+  cli_dist dist;
+  argc_in = cli_take_dist_flags(argc_in, argv_in, &dist);
+  if (argc_in < 0) return CLI_EXIT_USAGE;
+  int r = cli_dist_launch(&dist, argc_orig, orig);
+  if (r) return r;
   argc_in = cli_take_gpu_data_flags(argc_in, argv_in, &gpu_data_mode);
   argc_in = cli_take_device_switches(argc_in, argv_in, &sw);
   int argc = 0, cuda_graph = 0;
@@ -136,7 +147,7 @@ int cmd_train(int argc_in, char **argv_in) {
   argv_buf[argc] = NULL;
   char **argv = argv_buf;
   cli_opts o;
-  int r = cli_parse(argc, argv, "train", CLI_FLAGS_TRAIN, &o);
+  r = cli_parse(argc, argv, "train", CLI_FLAGS_TRAIN, &o);
   if (r) return r;
   if (!o.model || !o.data) {
     fprintf(stderr, "ctrain train: --model and --data are required (see 'ctrain train --help')\n");
@@ -157,8 +168,13 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_gpu_data *gtr = NULL, *gte = NULL;
   ct_model *m = NULL;
   ct_fit_result res = {0};
-  ct_status s = cli_check_output("--save", o.save);
-  if (s == CT_OK) s = cli_check_output("--metrics-json", o.metrics_json);
+  ct_status s = cli_dist_open(&dist, o.threads != 0);
+  /* Rank 0 alone prints the progress and writes the outputs. */
+  int lead = ct_comm_rank(dist.comm) == 0;
+  o.dist_rank = ct_comm_rank(dist.comm), o.dist_size = ct_comm_size(dist.comm);
+  if (s == CT_OK && o.resume) s = cli_dist_resume(&dist, &o, lead);
+  if (s == CT_OK && lead) s = cli_check_output("--save", o.save);
+  if (s == CT_OK && lead) s = cli_check_output("--metrics-json", o.metrics_json);
   if (s == CT_OK) s = cli_open_device(o.device, &sw, &dev);
   if (s == CT_OK && cuda_graph && !ct_device_can_capture_graphs(dev))
     s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);
@@ -212,8 +228,11 @@ int cmd_train(int argc_in, char **argv_in) {
     cfg.on_nonfinite = o.skip_nonfinite ? CT_NONFINITE_SKIP : CT_NONFINITE_STOP;
     cfg.resume = o.resume;
     cfg.log_dir = o.log_dir;
-    cfg.progress = stdout;
+    cfg.progress = lead ? stdout : NULL;
     cfg.progress_tty = isatty(STDOUT_FILENO);
+    cfg.dist.comm = dist.comm;
+    cfg.dist.bucket_mb = dist.bucket_mb;
+    cfg.dist.check_sync = dist.check_sync;
     cfg.cuda_graph = cuda_graph;
     int64_t bpe = ct_loader_batches_per_epoch(ltr);
     if (strcmp(o.scheduler, "none")) {
@@ -242,10 +261,14 @@ int cmd_train(int argc_in, char **argv_in) {
     }
     settings_text(&o, config_id, sizeof config_id, 0);
     settings_text(&o, settings, sizeof settings, 1);
+    if (dist.comm) {
+      size_t len = strlen(settings);
+      snprintf(settings + len, sizeof settings - len, " strategy=ddp world_size=%d", o.dist_size);
+    }
     cfg.config_id = config_id;
     cfg.settings_text = settings;
   }
-  if (s == CT_OK) {
+  if (s == CT_OK && lead) {
     int c, h, w;
     ct_model_input_shape(m, &c, &h, &w);
     ct_layout il;
@@ -262,12 +285,14 @@ int cmd_train(int argc_in, char **argv_in) {
              ct_recompute_mode_str(ct_model_recompute_mode(m), how, sizeof how), ct_model_recompute_layers(m));
     else if (o.recompute != CLI_RECOMPUTE_DEFAULT && o.recompute)
       printf(" (recompute: off, it would save too little of this model's plan)");
+    if (dist.comm)
+      printf(", data parallel over %d ranks (global batch %lld)", o.dist_size, (long long)o.batch_size * o.dist_size);
     printf("\n");
     fflush(stdout);
-    s = ct_fit(m, dev, ltr, lte, &cfg, &res);
   }
+  if (s == CT_OK) s = ct_fit(m, dev, ltr, lte, &cfg, &res);
   if (res.log_warning[0]) fprintf(stderr, "ctrain: warning: %s; logging stopped, training went on\n", res.log_warning);
-  if (s == CT_OK) {
+  if (s == CT_OK && lead) {
     print_history(res.history);
     if (res.already_done)
       printf("nothing to train: the checkpoint in %s finished epoch %d of %d; its final weights evaluated again\n",
@@ -283,7 +308,7 @@ int cmd_train(int argc_in, char **argv_in) {
              res.val.accuracy, res.train_loss, res.images_per_second);
     if (o.save) s = ct_weights_save(m, o.save);
   }
-  if (s == CT_OK && o.metrics_json) {
+  if (s == CT_OK && o.metrics_json && lead) {
     cli_metrics out = {0};
     out.model = ct_model_name(m);
     out.dataset = ct_dataset_name(dtr);
@@ -294,7 +319,7 @@ int cmd_train(int argc_in, char **argv_in) {
     out.res = &res;
     s = cli_write_metrics_json(o.metrics_json, &out);
   }
-  int code = s != CT_OK ? cli_fail(s) : res.stopped_by ? 128 + res.stopped_by : 0;
+  int code = s != CT_OK ? cli_dist_fail(&dist, s) : res.stopped_by ? 128 + res.stopped_by : 0;
   ct_fit_result_free(&res);
   ct_model_destroy(m);
   ct_loader_destroy(ltr);
@@ -304,5 +329,6 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_dataset_close(dtr);
   ct_dataset_close(dte);
   ct_device_close(dev);
+  ct_comm_close(dist.comm);
   return code;
 }

@@ -28,6 +28,10 @@ ct_status cli_open_data(const cli_opts *o, int train, ct_dataset **ds, ct_loader
   lo.seed = o->seed;
   if (o->stage_alloc) lo.alloc = o->stage_alloc, lo.free = o->stage_free, lo.alloc_ctx = o->stage_ctx;
   lo.mode = o->loader_mode;
+  /* Data parallel: the training split padded as DistributedSampler pads
+   * (every rank the same batches), the test split every sample once. */
+  lo.num_replicas = o->dist_size, lo.rank = o->dist_rank;
+  lo.dist_tail = train ? CT_DIST_PAD : CT_DIST_EXACT;
   int c, h, w;
   ct_dataset_shape(*ds, &c, &h, &w);
   if (o->resize && (h != o->resize || w != o->resize)) lo.transform.resize_h = lo.transform.resize_w = o->resize;

@@ -166,6 +166,7 @@ ct_status ct_train_state_save(const char *dir, const char *file, ct_model *m, ct
   meta_set(&mt, "config", "%s", cfg->config_id ? cfg->config_id : "");
   meta_set(&mt, "seed", "%llu", (unsigned long long)cfg->seed);
   meta_set(&mt, "accumulate", "%d", cfg->accumulate > 1 ? cfg->accumulate : 1);
+  meta_set(&mt, "world_size", "%d", ct_comm_size(cfg->dist.comm));
   for (size_t i = 0; i < sizeof loop_fields / sizeof loop_fields[0]; i++) {
     char key[64];
     snprintf(key, sizeof key, "loop.%s", loop_fields[i].name);
@@ -283,6 +284,22 @@ static ct_status check_loop(const char *path, const ct_loop_state *l) {
   return CT_OK;
 }
 
+/* The settings text without its accumulate= and world_size= words:
+ * those two may change together (check_resumable). */
+static void without_batching(const char *in, char *out, size_t n) {
+  size_t len = 0;
+  for (const char *p = in; *p && len + 1 < n;) {
+    size_t tl = strcspn(p, " ");
+    if (strncmp(p, "accumulate=", 11) && strncmp(p, "world_size=", 11)) {
+      len += (size_t)snprintf(out + len, n - len, "%s%.*s", len ? " " : "", (int)tl, p);
+      if (len >= n) len = n - 1;
+    }
+    p += tl;
+    while (*p == ' ') p++;
+  }
+  out[len] = 0;
+}
+
 /* Opens the checkpoint and refuses it when it was made with other
  * settings; *out stays open for the caller on success. */
 static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_train_config *cfg, ct_safetensors **out) {
@@ -291,7 +308,10 @@ static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_tra
   CT_TRY(ct_safetensors_open(path, &st));
   ct_status s = CT_OK;
   const char *v = ct_safetensors_metadata(st, "config");
-  if (cfg->config_id && v && strcmp(v, cfg->config_id)) {
+  char ck_text[2048], run_text[2048];
+  if (v) without_batching(v, ck_text, sizeof ck_text);
+  if (cfg->config_id) without_batching(cfg->config_id, run_text, sizeof run_text);
+  if (cfg->config_id && v && strcmp(ck_text, run_text)) {
     char diff[1024];
     settings_diff(v, cfg->config_id, diff, sizeof diff);
     s = ct_error(CT_ERR_INVALID_ARG,
@@ -300,16 +320,26 @@ static ct_status check_resumable(const char *path, ct_optimizer *o, const ct_tra
                  path, diff[0] ? diff : v);
   }
   /* Another accumulation would regroup the epoch's batches and change what
-   * a step means (a checkpoint from before accumulation existed has 1). */
+   * a step means (a checkpoint from before accumulation existed has 1),
+   * unless the world size changes with it so that a step still sees the
+   * same global batch: 2 ranks x 1 = 1 rank x 2. */
   v = ct_safetensors_metadata(st, "accumulate");
-  double x = 1;
+  double x = 1, w = 1;
   if (s == CT_OK && v) s = meta_number(path, "accumulate", v, 1, 1, CT_ACCUMULATE_MAX, &x);
+  v = ct_safetensors_metadata(st, "world_size");
+  if (s == CT_OK && v) s = meta_number(path, "world_size", v, 1, 1, 1 << 20, &w);
   int ck_acc = (int)x, run_acc = cfg->accumulate > 1 ? cfg->accumulate : 1;
-  if (s == CT_OK && ck_acc != run_acc)
+  int ck_world = (int)w, run_world = ct_comm_size(cfg->dist.comm);
+  if (s == CT_OK && ck_world == run_world && ck_acc != run_acc)
     s = ct_error(CT_ERR_INVALID_ARG,
                  "%s: this checkpoint was made with --accumulate %d, this run has --accumulate %d; resume with the "
                  "same value or use a new --checkpoint-dir",
                  path, ck_acc, run_acc);
+  if (s == CT_OK && ck_world != run_world && (int64_t)ck_acc * ck_world != (int64_t)run_acc * run_world)
+    s = ct_error(CT_ERR_INVALID_ARG,
+                 "%s: this checkpoint was made by %d rank(s) with --accumulate %d (%d batches a step), this run has "
+                 "%d rank(s) with --accumulate %d (%d); ranks x accumulate must stay the same for the global batch",
+                 path, ck_world, ck_acc, ck_world * ck_acc, run_world, run_acc, run_world * run_acc);
   v = ct_safetensors_metadata(st, "optim.kind");
   if (s == CT_OK && v) s = meta_number(path, "optim.kind", v, 1, 0, 255, &x);
   if (s == CT_OK && v && (int)x != (int)ct_optimizer_kind(o))
@@ -344,6 +374,10 @@ static ct_status read_meta(const char *path, ct_safetensors *st, int apply, ct_o
     if (s == CT_OK && loop_fields[i].is_int) *(int64_t *)p = (int64_t)x;
     else if (s == CT_OK) *(double *)p = x;
   }
+  got.world = 1;
+  if (s == CT_OK && (v = ct_safetensors_metadata(st, "world_size")) &&
+      (s = meta_number(path, "world_size", v, 1, 1, 1 << 20, &x)) == CT_OK)
+    got.world = (int64_t)x;
   if (s == CT_OK) s = check_loop(path, &got);
   if (s == CT_OK && (v = ct_safetensors_metadata(st, "optim.steps")) &&
       (s = meta_number(path, "optim.steps", v, 1, 0, COUNT_MAX, &x)) == CT_OK && apply)

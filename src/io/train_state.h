@@ -31,6 +31,10 @@ typedef struct ct_loop_state {
    * inside a group. */
   double group_loss;
   int64_t group_n;
+  /* Data-parallel ranks of the run that saved it (1: one process);
+   * checkpointed as its own key, "world_size" (absent: 1). batch counts
+   * that many ranks' batches. */
+  int64_t world;
 } ct_loop_state;
 
 /* Writes dir/file: m's and o's tensors, and as metadata the run's

@@ -21,6 +21,7 @@
 #include "ctrain/tensorboard.h"
 #include "data/gpu_data.h"
 #include "io/train_state.h"
+#include "parallel/ddp.h"
 #include "exec/device_state.h"
 #include "train/accumulate.h"
 
@@ -79,10 +80,11 @@ static void gpu_pass_end(ct_loader *l, ct_gpu_data *tmp) {
   ct_gpu_data_destroy(tmp);
 }
 
-ct_status ct_evaluate(ct_model *m, ct_device *dev, ct_loader *l, ct_loss_kind loss, float ls, ct_eval_result *res) {
-  memset(res, 0, sizeof *res);
-  double t0 = now_s(), loss_sum = 0;
-  int64_t top1 = 0, top5 = 0, n = 0, k = ct_model_output_size(m);
+/* One pass of the loader in eval mode: sums[0..3] = loss x n, top-1,
+ * top-5 and n. */
+static ct_status eval_sums(ct_model *m, ct_device *dev, ct_loader *l, ct_loss_kind loss, float ls, double sums[4]) {
+  double loss_sum = 0;
+  int64_t top1 = 0, top5 = 0, n = 0;
   CT_TRY(ct_loader_start_epoch(l, 0, 0));
   ct_gpu_data *tmp = NULL;
   ct_status s = CT_OK;
@@ -96,12 +98,24 @@ ct_status ct_evaluate(ct_model *m, ct_device *dev, ct_loader *l, ct_loss_kind lo
     ct_loader_release(l, b);
   }
   gpu_pass_end(l, tmp);
-  if (s != CT_OK) return s;
+  sums[0] = loss_sum, sums[1] = (double)top1, sums[2] = (double)top5, sums[3] = (double)n;
+  return s;
+}
+
+static void eval_result(const ct_model *m, const double sums[4], double t0, ct_eval_result *res) {
+  int64_t n = (int64_t)sums[3];
   res->samples = n;
-  res->loss = n ? loss_sum / (double)n : NAN;
-  res->accuracy = n ? (double)top1 / (double)n : 0;
-  res->top5 = n && k >= 5 ? (double)top5 / (double)n : 0;
+  res->loss = n ? sums[0] / (double)n : NAN;
+  res->accuracy = n ? sums[1] / (double)n : 0;
+  res->top5 = n && ct_model_output_size(m) >= 5 ? sums[2] / (double)n : 0;
   res->seconds = now_s() - t0;
+}
+
+ct_status ct_evaluate(ct_model *m, ct_device *dev, ct_loader *l, ct_loss_kind loss, float ls, ct_eval_result *res) {
+  memset(res, 0, sizeof *res);
+  double t0 = now_s(), sums[4];
+  CT_TRY(eval_sums(m, dev, l, loss, ls, sums));
+  eval_result(m, sums, t0, res);
   return CT_OK;
 }
 
@@ -176,7 +190,22 @@ typedef struct fit_run {
   ct_eval_result vres;
   int64_t guard_skips; /* steps passed over with CT_NONFINITE_SKIP */
   int logs_off;         /* a log writer failed: no more history files or events */
+  ct_ddp *ddp;          /* data parallel (cfg->dist.comm), else NULL */
+  int rank, world;      /* 0 and 1 without it */
+  int lead;             /* rank 0: writes checkpoints and logs */
 } fit_run;
+
+/* Evaluation over the validation loader; under data parallel each rank
+ * evaluates its share (every sample once) and the sums are added up. */
+static ct_status fit_evaluate(fit_run *f) {
+  double t0 = now_s(), sums[4];
+  memset(&f->vres, 0, sizeof f->vres);
+  ct_status s = eval_sums(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, sums);
+  if (s == CT_OK && f->ddp) s = ct_ddp_sum(f->ddp, sums, 4, "the all-reduce of the evaluation's sums");
+  if (s == CT_OK) eval_result(f->m, sums, t0, &f->vres);
+  f->have_val = s == CT_OK;
+  return s;
+}
 
 /* A failed log write: warn once, stop logging, train on. */
 static void logs_failed(fit_run *f) {
@@ -349,6 +378,69 @@ static ct_status probe_dir(const char *dir, const char *file) {
   return s == CT_OK ? s : ct_error_wrap(s, "fit: cannot write in %s", dir);
 }
 
+/* The settings every rank must share, compared at the start: a rank
+ * started with another model, batch, precision, data set or seed would
+ * train a different run, or wait in a collective the others never start. */
+static ct_status dist_check(fit_run *f) {
+  const ct_train_config *cfg = f->cfg;
+  const ct_loader_options *lo = ct_loader_get_options(f->train);
+  uint64_t model = 0;
+  for (int i = 0; i < ct_model_state_count(f->m); i++) {
+    const ct_state_entry *e = ct_model_state(f->m, i);
+    model = ct_dist_hash(e->name, strlen(e->name) + 1, model);
+    model = ct_dist_hash(e->value.shape, (size_t)e->value.ndim * sizeof e->value.shape[0], model);
+  }
+  uint64_t lr;
+  memcpy(&lr, &cfg->optim.lr, sizeof lr);
+  const ct_dist_field fields[] = {
+      {"model (parameter names and shapes)", model, 1},
+      {"batch size", (uint64_t)lo->batch_size, 0},
+      {"training samples", (uint64_t)ct_dataset_size(ct_loader_dataset(f->train)), 0},
+      {"test samples", f->val ? (uint64_t)ct_dataset_size(ct_loader_dataset(f->val)) : 0, 0},
+      {"precision", (uint64_t)ct_model_precision(f->m), 0},
+      {"accumulate", (uint64_t)f->acc, 0},
+      {"epochs", (uint64_t)cfg->epochs, 0},
+      {"seed", cfg->seed, 0},
+      {"data seed", lo->seed, 0},
+      {"optimizer", (uint64_t)cfg->optim.kind, 0},
+      {"learning rate", lr, 1},
+      {"resume", (uint64_t)cfg->resume, 0},
+      {"settings", cfg->config_id ? ct_dist_hash(cfg->config_id, strlen(cfg->config_id), 0) : 0, 1},
+  };
+  return ct_dist_check_same(cfg->dist.comm, fields, (int)(sizeof fields / sizeof fields[0]));
+}
+
+/* Data parallel's part of the start: the loaders' shares, the settings
+ * compared, the buckets, and rank 0's weights on every rank (after any
+ * restore: every rank read the same checkpoint, but buffers may not be). */
+static ct_status dist_open(fit_run *f) {
+  ct_comm *c = f->cfg->dist.comm;
+  f->rank = ct_comm_rank(c), f->world = ct_comm_size(c), f->lead = f->rank == 0;
+  if (ct_model_step_stats(f->m))
+    return ct_error(CT_ERR_UNSUPPORTED, "fit: data parallel trains host models (cpu) for now; model '%s' is resident "
+                    "on %s", ct_model_name(f->m), ct_device_name(f->dev));
+  const ct_loader *ls[2] = {f->train, f->val};
+  for (int i = 0; i < 2; i++) {
+    if (!ls[i]) continue;
+    const ct_loader_options *o = ct_loader_get_options(ls[i]);
+    int n = o->num_replicas > 1 ? o->num_replicas : 1;
+    if (n != f->world || (n > 1 && o->rank != f->rank))
+      return ct_error(CT_ERR_INVALID_ARG, "fit: the %s loader reads share %d of %d, but this is rank %d of %d",
+                      i ? "validation" : "training", n > 1 ? o->rank : 0, n, f->rank, f->world);
+    /* Every rank must run the same steps (collectives), and an evaluation
+     * must not count padded duplicates. */
+    if (n > 1 && !i && o->dist_tail == CT_DIST_EXACT)
+      return ct_error(CT_ERR_INVALID_ARG, "fit: the training loader's CT_DIST_EXACT shares differ in length between "
+                      "ranks; use CT_DIST_PAD or CT_DIST_DROP");
+    if (n > 1 && i && o->dist_tail != CT_DIST_EXACT)
+      return ct_error(CT_ERR_INVALID_ARG, "fit: the validation loader pads or drops samples; give it CT_DIST_EXACT "
+                      "so the evaluation counts every sample once");
+  }
+  CT_TRY(dist_check(f));
+  CT_TRY(ct_ddp_create(c, f->m, &f->cfg->dist, &f->ddp));
+  return ct_ddp_broadcast_state(f->ddp);
+}
+
 /* Creates the optimizer, scheduler, history, logs and step, restoring
  * the checkpoint first when resuming. */
 static ct_status fit_open(fit_run *f) {
@@ -365,16 +457,24 @@ static ct_status fit_open(fit_run *f) {
   f->vres.loss = f->vres.accuracy = f->vres.top5 = NAN; /* until an evaluation runs */
   f->batches = ct_loader_batches_per_epoch(f->train);
   f->batch_size = ct_loader_get_options(f->train)->batch_size;
+  f->world = 1, f->lead = 1;
   ct_status s = ct_optimizer_create(&cfg->optim, np, &f->opt);
   if (s == CT_OK && cfg->use_scheduler) s = ct_scheduler_create(&cfg->sched, f->opt, &f->sch);
   if (s == CT_OK) s = ct_history_create(&f->hist);
-  if (s == CT_OK && cfg->checkpoint_dir) s = ct_ensure_dir(cfg->checkpoint_dir);
-  if (s == CT_OK && cfg->checkpoint_dir) s = probe_dir(cfg->checkpoint_dir, "last.safetensors");
+  int writes = !cfg->dist.comm || ct_comm_rank(cfg->dist.comm) == 0;
+  if (s == CT_OK && cfg->checkpoint_dir && writes) s = ct_ensure_dir(cfg->checkpoint_dir);
+  if (s == CT_OK && cfg->checkpoint_dir && writes) s = probe_dir(cfg->checkpoint_dir, "last.safetensors");
   if (s == CT_OK && cfg->resume) {
     if (!cfg->checkpoint_dir) s = ct_error(CT_ERR_INVALID_ARG, "fit: resume needs a checkpoint directory");
     else s = ct_train_state_restore(cfg->checkpoint_dir, f->m, f->opt, f->sch, &f->ls, f->hist, cfg, &f->gs);
     if (s == CT_OK) f->res->resumed_from_epoch = (int)f->ls.epoch;
+    /* Another world size: the same global sample, counted in this
+     * world's batches (exact: a checkpoint falls on a step boundary, and
+     * ranks x accumulate is the same). */
+    int run_world = ct_comm_size(cfg->dist.comm);
+    if (s == CT_OK && f->ls.world != run_world) f->ls.batch = f->ls.batch * f->ls.world / run_world;
   }
+  if (s == CT_OK && cfg->dist.comm) s = dist_open(f);
   /* The step; a model resident on a device trains there, its optimizer
    * state moved to the device after any restore loaded it on the host.
    * The read-back runs one step behind (the host never waits for the GPU
@@ -390,9 +490,15 @@ static ct_status fit_open(fit_run *f) {
     s = ct_step_create(f->m, f->dev, f->opt, &sc, &f->step);
     if (s != CT_OK) s = ct_error_wrap(s, "fit");
   }
-  if (s == CT_OK && cfg->log_dir) s = ct_ensure_dir(cfg->log_dir);
-  if (s == CT_OK && cfg->log_dir) s = probe_dir(cfg->log_dir, "history.csv");
-  if (s == CT_OK && cfg->log_dir) s = ct_tb_open(cfg->log_dir, &f->tb);
+  if (s == CT_OK && f->ddp) {
+    ct_step_hooks h;
+    ct_ddp_hooks(f->ddp, &h);
+    ct_step_set_hooks(f->step, &h);
+  }
+  const char *log_dir = f->lead ? cfg->log_dir : NULL;
+  if (s == CT_OK && log_dir) s = ct_ensure_dir(log_dir);
+  if (s == CT_OK && log_dir) s = probe_dir(log_dir, "history.csv");
+  if (s == CT_OK && log_dir) s = ct_tb_open(log_dir, &f->tb);
   if (s == CT_OK && f->tb && cfg->settings_text) s = ct_tb_text(f->tb, "settings", f->ls.step, cfg->settings_text);
   if (s == CT_OK && cfg->restore_best) {
     size_t nb = 0;
@@ -411,9 +517,16 @@ static ct_status fit_open(fit_run *f) {
   return s;
 }
 
-/* Whether cfg->stop_request asks to stop; records its value. */
-static int stop_requested(fit_run *f) {
+/* Whether cfg->stop_request asks to stop; records its value. Under data
+ * parallel the ranks agree first (a signal may reach them a step apart,
+ * and a rank that stopped alone would leave the others waiting). */
+static int stop_requested(fit_run *f, ct_status *s) {
   int v = f->cfg->stop_request ? (int)*f->cfg->stop_request : 0;
+  if (f->ddp) {
+    double any[2] = {v != 0, v};
+    *s = ct_ddp_sum(f->ddp, any, 2, "the all-reduce of the stop requests");
+    v = any[0] > 0 ? (int)(any[1] / any[0]) : 0;
+  }
   if (v) f->res->stopped_by = v;
   return v != 0;
 }
@@ -432,7 +545,16 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
      * arrive when it is done (one step later on a device model), so
      * losses, accuracy, logs and progress may run behind the queue. */
     ct_accum_pos ap = ct_accum_position(f->acc, b->index, b->n, f->batches, b->order_n, f->batch_size);
-    ct_step_pos pos = {ls->step, (uint32_t)(ls->step * f->acc + ap.index), ap.first, ap.last, (float)ap.factor};
+    /* Under data parallel every rank's batches are alike (the sampler
+     * pads), so the batch is 1/world of the global one and its sample i
+     * is number world x i + rank of it (the strided share). */
+    ct_step_pos pos = {ls->step,
+                       (uint32_t)ls->step,
+                       ap.first,
+                       ap.last,
+                       (float)(ap.factor / f->world),
+                       (int64_t)ap.index * f->batch_size * f->world + f->rank,
+                       f->world};
     ct_step_result r;
     int have = 0;
     ls->batch = b->index + 1;
@@ -444,7 +566,9 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
       *stop = 1;
       break;
     }
-    if (s == CT_OK && ap.last && stop_requested(f)) {
+    if (s == CT_OK && ap.last && f->ddp && f->cfg->dist.check_sync > 0 && ls->step % f->cfg->dist.check_sync == 0)
+      s = ct_ddp_check_sync(f->ddp, ls->step);
+    if (s == CT_OK && ap.last && stop_requested(f, &s)) {
       *stop = 1;
       break;
     }
@@ -477,15 +601,14 @@ static void tell_graph(fit_run *f, int stop) {
 static ct_status stop_mid_epoch(fit_run *f) {
   ct_loop_state *ls = &f->ls;
   ct_status s = check_weights(f, "when stopped");
-  if (s == CT_OK && f->cfg->checkpoint_dir)
+  if (s == CT_OK && f->cfg->checkpoint_dir && f->lead)
     s = ct_train_state_save(f->cfg->checkpoint_dir, "last.safetensors", f->m, f->opt, f->sch, ls, f->hist, f->cfg,
                             ct_step_scaler(f->step));
   f->res->train_loss = ls->seen ? ls->loss_sum / (double)ls->seen : NAN;
   f->res->train_accuracy = ls->seen ? (double)ls->correct / (double)ls->seen : 0;
   f->res->epochs_run++;
   if (s == CT_OK && f->val && !f->res->stopped_by) {
-    s = ct_evaluate(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, &f->vres);
-    f->have_val = s == CT_OK;
+    s = fit_evaluate(f);
   }
   return s;
 }
@@ -505,8 +628,7 @@ static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt
   }
   double tl = ls->seen ? ls->loss_sum / (double)ls->seen : NAN, ta = ls->seen ? (double)ls->correct / (double)ls->seen : 0;
   if (f->val) {
-    s = ct_evaluate(f->m, f->dev, f->val, cfg->loss, cfg->label_smoothing, &f->vres);
-    f->have_val = s == CT_OK;
+    s = fit_evaluate(f);
   }
   double lr = ct_optimizer_get_lr(f->opt);
   double mv = monitored(f->monitor, tl, ta, &f->vres, f->have_val);
@@ -514,7 +636,7 @@ static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt
     if (ct_scheduler_kind(f->sch) == CT_SCHED_PLATEAU) s = ct_scheduler_step_metric(f->sch, f->opt, mv);
     else s = ct_scheduler_step(f->sch, f->opt);
   }
-  if (s == CT_OK && log_epoch(f->hist, f->logs_off ? NULL : f->tb, f->logs_off ? NULL : cfg->log_dir, epoch + 1, tl, ta,
+  if (s == CT_OK && log_epoch(f->hist, f->logs_off ? NULL : f->tb, f->logs_off || !f->lead ? NULL : cfg->log_dir, epoch + 1, tl, ta,
                              f->have_val ? &f->vres : NULL, lr, dt) != CT_OK)
     logs_failed(f);
   if (pg) {
@@ -543,12 +665,11 @@ static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt
     *stop = 1;
     f->res->stopped_early = 1;
   }
-  if (cfg->checkpoint_dir) {
-    ls->batch = 0;
+  if (cfg->checkpoint_dir) ls->batch = 0;
+  if (cfg->checkpoint_dir && f->lead)
     s = save_epoch(f->m, f->opt, f->sch, ls, f->hist, cfg, ct_step_scaler(f->step), epoch + 1, improved);
-  }
   if (cfg->max_steps && ls->step >= cfg->max_steps) *stop = 1;
-  if (stop_requested(f)) *stop = 1;
+  if (s == CT_OK && stop_requested(f, &s)) *stop = 1;
   return s;
 }
 
@@ -562,15 +683,13 @@ static ct_status fit_close(fit_run *f, ct_status s) {
     if (ct_history_get(f->hist, f->ls.epoch, "loss", &res->train_loss) != CT_OK) res->train_loss = NAN;
     if (ct_history_get(f->hist, f->ls.epoch, "accuracy", &res->train_accuracy) != CT_OK) res->train_accuracy = NAN;
     if (f->val) {
-      s = ct_evaluate(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, &f->vres);
-      f->have_val = s == CT_OK;
+      s = fit_evaluate(f);
     }
   }
   if (s == CT_OK && f->best_state && f->ls.best_epoch >= 0 && res->epochs_run > 0) {
     s = copy_state(f->m, f->best_state, 0);
     if (f->val) {
-      s = ct_evaluate(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, &f->vres);
-      f->have_val = s == CT_OK;
+      s = fit_evaluate(f);
     }
   }
   res->steps = f->ls.step;
@@ -595,6 +714,7 @@ static ct_status fit_close(fit_run *f, ct_status s) {
   free(f->best_state);
   res->history = f->hist; /* the caller prints or saves it; freed with the result */
   ct_step_destroy(f->step);
+  ct_ddp_destroy(f->ddp);
   ct_scheduler_destroy(f->sch);
   ct_optimizer_destroy(f->opt);
   return s;
