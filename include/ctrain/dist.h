@@ -22,7 +22,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctrain/dtype.h"
+#include "ctrain/model.h"
 #include "ctrain/status.h"
+#include "ctrain/step.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,6 +50,11 @@ double ct_comm_timeout(const ct_comm *c);
 /* Every rank's copy of bytes bytes at `mine`, gathered into all
  * ([size x bytes], rank order). */
 ct_status ct_comm_allgather(ct_comm *c, const void *mine, void *all, size_t bytes, const char *what);
+/* Sums count values of buf (host memory, f32, f64, i32 or i64) over all
+ * ranks, in place; and copies bytes bytes from root's buf to every
+ * rank's. what names the call in errors and timeouts. */
+ct_status ct_comm_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, const char *what);
+ct_status ct_comm_bcast(ct_comm *c, void *buf, size_t bytes, int root, const char *what);
 /* Ends every rank of the job with exit code `code` (MPI_Abort). */
 void ct_comm_abort(ct_comm *c, int code);
 /* Leaves the job (MPI_Finalize); c may be NULL. */
@@ -63,6 +71,39 @@ typedef struct ct_dist_config {
    * parameters is compared across ranks; a difference ends fit. */
   int64_t check_sync;
 } ct_dist_config;
+
+/* DistributedDataParallel as hooks of the one training step, for a loop
+ * of one's own (ct_fit uses the same). Each rank holds a whole replica of
+ * m (prepared for training on a host device). The flat gradient buffer
+ * is cut into buckets, views of it in reverse state order (the order the
+ * backward finishes them): the first first_bucket_mb, the others
+ * bucket_mb. The grads_ready hook counts a bucket's gradients as the
+ * backward makes them final and starts its all-reduce (a sum: each rank
+ * gives its loss gradient its share of the global batch through
+ * ct_step_pos.factor, and numbers its samples with sample_offset and
+ * sample_stride) the moment the last one is; later hook calls drive the
+ * started ones, and the sync hook waits for all, then copies rank 0's
+ * buffers (running statistics) to every rank. The reduce hook sums the
+ * metrics; the non-finite flag and the gradient norm need nothing, since
+ * every rank holds the same summed gradients. */
+typedef struct ct_ddp ct_ddp;
+ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_ddp **out);
+void ct_ddp_destroy(ct_ddp *d);
+/* The step hooks (h->ctx is d): install with ct_step_set_hooks. */
+void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h);
+/* Rank 0's parameters and buffers to every rank (the start of a run). */
+ct_status ct_ddp_broadcast_state(ct_ddp *d);
+/* Compares a hash of the parameters across ranks: CT_ERR_INTERNAL naming
+ * the step when any rank differs from rank 0. */
+ct_status ct_ddp_check_sync(ct_ddp *d, int64_t step);
+int ct_ddp_bucket_count(const ct_ddp *d);
+/* Where the steps' communication time went, since create. */
+typedef struct ct_ddp_stats {
+  int64_t steps;        /* sync hooks run */
+  double wait_seconds;  /* in the sync hook, waiting for buckets: communication the backward did not hide */
+  double bytes;         /* gradient bytes all-reduced by this rank */
+} ct_ddp_stats;
+void ct_ddp_get_stats(const ct_ddp *d, ct_ddp_stats *st);
 
 /* One named value each rank contributes to a start-up comparison. */
 typedef struct ct_dist_field {

@@ -19,8 +19,5 @@
 ct_status ct_comm_allreduce_start(ct_comm *c, void *buf, size_t count, ct_dtype dt, const char *what, int *req);
 ct_status ct_comm_test(ct_comm *c, int req, int *done);
 ct_status ct_comm_wait(ct_comm *c, int req);
-/* Blocking forms (start and wait). */
-ct_status ct_comm_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, const char *what);
-ct_status ct_comm_bcast(ct_comm *c, void *buf, size_t bytes, int root, const char *what);
 
 #endif

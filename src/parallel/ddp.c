@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "parallel/comm.h"
 
@@ -28,7 +29,16 @@ struct ct_ddp {
   ddp_bucket *b;      /* [nb], b[0] the first to be final */
   int nb, next_start; /* buckets start in index order on every rank */
   size_t *total;      /* [nb] gradient elements of each bucket */
+  ct_ddp_stats stats;
 };
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void ct_ddp_get_stats(const ct_ddp *d, ct_ddp_stats *st) { *st = d->stats; }
 
 int ct_ddp_bucket_count(const ct_ddp *d) { return d->nb; }
 
@@ -95,6 +105,7 @@ static ct_status start_ready(ct_ddp *d, int64_t step) {
     snprintf(what, sizeof what, "the all-reduce of gradient bucket %d of %d (step %lld)", d->next_start + 1, d->nb,
              (long long)step);
     CT_TRY(ct_comm_allreduce_start(d->c, g + b->lo, b->hi - b->lo, CT_F32, what, &b->req));
+    d->stats.bytes += (double)(b->hi - b->lo) * sizeof(float);
     d->next_start++;
   }
   /* Drive what is in flight: MPI progresses a non-blocking collective
@@ -138,6 +149,7 @@ static ct_status sync(void *ctx, ct_step *s) {
   /* A bucket some hook never reported (a parameter without a gradient
    * this step) is reduced anyway: every rank starts every bucket. */
   for (int k = 0; k < d->nb; k++) d->b[k].pending = 0;
+  double t0 = now_s();
   ct_status st = start_ready(d, step);
   for (int k = 0; k < d->nb; k++) {
     if (st == CT_OK && d->b[k].req >= 0) st = ct_comm_wait(d->c, d->b[k].req);
@@ -145,6 +157,8 @@ static ct_status sync(void *ctx, ct_step *s) {
     d->b[k].pending = d->total[k];
   }
   d->next_start = 0;
+  d->stats.wait_seconds += now_s() - t0;
+  d->stats.steps++;
   return st == CT_OK ? bcast_buffers(d, step) : st;
 }
 
