@@ -60,7 +60,8 @@ void ct_comm_abort(ct_comm *c, int code);
 /* Leaves the job (MPI_Finalize); c may be NULL. */
 void ct_comm_close(ct_comm *c);
 
-/* ct_train_config.dist. comm NULL: one process (the rest is ignored). */
+/* ct_train_config.dist: data parallel across the ranks of comm (DDP), or
+ * across devices of this process (dp_devices, DataParallel). */
 typedef struct ct_dist_config {
   ct_comm *comm;
   /* Gradient buckets (MB of f32 gradients): the first bucket (the last
@@ -70,6 +71,13 @@ typedef struct ct_dist_config {
   /* Every check_sync optimizer steps (0: never) a checksum of the
    * parameters is compared across ranks; a difference ends fit. */
   int64_t check_sync;
+  /* DataParallel inside this process (comm NULL): dp_count >= 2 devices,
+   * virtual host devices (cpu:N) for now. The model is prepared on
+   * dp_devices[0] for ceil(batch / dp_count) samples; ct_fit makes a
+   * replica on each other device and splits every loader batch (the
+   * global batch) across them. */
+  ct_device *const *dp_devices;
+  int dp_count;
 } ct_dist_config;
 
 /* DistributedDataParallel as hooks of the one training step, for a loop

@@ -154,8 +154,13 @@ ct_status cli_open_device(const char *name, const cli_device_switches *sw, ct_de
 void cli_gpu_data_model(const cli_opts *o, ct_model *m);
 
 /* ctrain train's data parallel flags (src/cli/dist.c). */
+#define CLI_DP_MAX 64
 typedef struct cli_dist {
   int ddp;            /* --strategy ddp */
+  int dp;             /* --strategy dp */
+  const char *devices; /* --devices LIST (dp) */
+  ct_device *devs[CLI_DP_MAX]; /* cli_dp_open's; devs[0] is the model's device */
+  int ndev;
   int nproc;          /* --nproc N (0: not given) */
   double bucket_mb;   /* --bucket-mb (0: 25) */
   double timeout;     /* --dist-timeout seconds (600) */
@@ -164,8 +169,10 @@ typedef struct cli_dist {
   ct_comm *comm;      /* cli_dist_open's */
 } cli_dist;
 #define CLI_DIST_HELP                                                                                       \
-  "  --strategy single|ddp (single)  ddp: data parallel over MPI ranks (mpirun -np N ctrain train ...,\n"    \
-  "                          srun, or --nproc N); --batch-size is per rank; only rank 0 writes files\n"     \
+  "  --strategy single|dp|ddp (single)  ddp: data parallel over MPI ranks (mpirun -np N ctrain train ...,\n" \
+  "                          srun, or --nproc N); --batch-size is per rank; only rank 0 writes files.\n"   \
+  "                          dp: one process, a replica per device of --devices; --batch-size is global\n" \
+  "  --devices LIST          dp's devices, e.g. cpu:0,cpu:1 (virtual CPU devices)\n"                         \
   "  --nproc N               start N ranks on this machine through mpirun\n"                              \
   "  --bucket-mb F (25)      gradient bucket size (the first bucket is 1 MB)\n"                            \
   "  --dist-timeout S (600)  longest wait in a collective before every rank exits naming it\n"            \
@@ -187,6 +194,12 @@ ct_status cli_dist_open(cli_dist *d, int threads_given);
  * stdout when lead. Nothing when the numbers agree or the file cannot be
  * read (the restore reports that). */
 ct_status cli_dist_resume(const cli_dist *d, cli_opts *o, int lead);
+/* --strategy dp: opens every device of --devices (with the device
+ * switches) into d->devs and gives each threads (0: the host's cores
+ * shared among them, or OMP_NUM_THREADS when set). */
+ct_status cli_dp_open(cli_dist *d, const cli_device_switches *sw, int threads);
+/* Closes the devices cli_dp_open opened but the first (the command's own). */
+void cli_dp_close(cli_dist *d);
 /* cli_fail, and with more than one rank the message names this rank and
  * every rank of the job is ended (ct_comm_abort). */
 int cli_dist_fail(cli_dist *d, ct_status s);

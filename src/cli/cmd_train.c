@@ -175,7 +175,9 @@ int cmd_train(int argc_in, char **argv_in) {
   if (s == CT_OK && o.resume) s = cli_dist_resume(&dist, &o, lead);
   if (s == CT_OK && lead) s = cli_check_output("--save", o.save);
   if (s == CT_OK && lead) s = cli_check_output("--metrics-json", o.metrics_json);
-  if (s == CT_OK) s = cli_open_device(o.device, &sw, &dev);
+  if (s == CT_OK && dist.dp) s = cli_dp_open(&dist, &sw, o.threads);
+  if (dist.dp && dist.ndev) dev = dist.devs[0];
+  else if (s == CT_OK) s = cli_open_device(o.device, &sw, &dev);
   if (s == CT_OK && cuda_graph && !ct_device_can_capture_graphs(dev))
     s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);
   if (s == CT_OK && ct_device_get_type(dev) == CT_DEVICE_CUDA) {
@@ -199,7 +201,9 @@ int cmd_train(int argc_in, char **argv_in) {
     ct_model_reserve_optimizer_state(m, ct_optim_state_buffers(&oc));
   }
   if (s == CT_OK) cli_gpu_data_model(&o, m);
-  if (s == CT_OK) s = ct_model_prepare(m, dev, o.batch_size, 1);
+  /* DataParallel: each replica holds its slice of the global batch. */
+  int64_t plan_batch = dist.dp ? (o.batch_size + dist.ndev - 1) / dist.ndev : o.batch_size;
+  if (s == CT_OK) s = ct_model_prepare(m, dev, plan_batch, 1);
   /* After the model's block, so the fit check sees what is left. */
   if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) s = ct_gpu_data_create(dev, ltr, "train", &gtr);
   if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) s = ct_gpu_data_create(dev, lte, "test", &gte);
@@ -233,6 +237,8 @@ int cmd_train(int argc_in, char **argv_in) {
     cfg.dist.comm = dist.comm;
     cfg.dist.bucket_mb = dist.bucket_mb;
     cfg.dist.check_sync = dist.check_sync;
+    cfg.dist.dp_devices = dist.devs;
+    cfg.dist.dp_count = dist.dp ? dist.ndev : 0;
     cfg.cuda_graph = cuda_graph;
     int64_t bpe = ct_loader_batches_per_epoch(ltr);
     if (strcmp(o.scheduler, "none")) {
@@ -287,6 +293,7 @@ int cmd_train(int argc_in, char **argv_in) {
       printf(" (recompute: off, it would save too little of this model's plan)");
     if (dist.comm)
       printf(", data parallel over %d ranks (global batch %lld)", o.dist_size, (long long)o.batch_size * o.dist_size);
+    if (dist.dp) printf(", DataParallel over %s (global batch %lld)", dist.devices, (long long)o.batch_size);
     printf("\n");
     fflush(stdout);
   }
@@ -329,6 +336,7 @@ int cmd_train(int argc_in, char **argv_in) {
   ct_dataset_close(dtr);
   ct_dataset_close(dte);
   ct_device_close(dev);
+  cli_dp_close(&dist);
   ct_comm_close(dist.comm);
   return code;
 }

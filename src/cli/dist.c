@@ -33,9 +33,15 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
     double x = 0;
     int r = 0;
     if (!strcmp(a, "--strategy")) {
-      if (v && !strcmp(v, "single")) d->ddp = 0;
-      else if (v && !strcmp(v, "ddp")) d->ddp = 1;
-      else r = bad(a, v, "single or ddp");
+      d->ddp = d->dp = 0;
+      if (v && !strcmp(v, "ddp")) d->ddp = 1;
+      else if (v && !strcmp(v, "dp")) d->dp = 1;
+      else if (!v || strcmp(v, "single")) r = bad(a, v, "single, dp or ddp");
+      i++;
+      continue;
+    } else if (!strcmp(a, "--devices")) {
+      d->devices = v;
+      if (!v || !*v) r = bad(a, v, "a comma-separated device list such as cpu:0,cpu:1");
     } else if (!strcmp(a, "--nproc")) {
       r = num(a, v, 1, 4096, "an integer in [1, 4096]", &x);
       d->nproc = (int)x;
@@ -53,12 +59,16 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
       continue;
     }
     if (r) return -1;
-    d->given = 1;
+    if (strcmp(a, "--devices")) d->given = 1;
     i++;
   }
   if (n < argc) argv[n] = NULL;
   if (d->given && !d->ddp) {
     fprintf(stderr, "ctrain train: --nproc, --bucket-mb, --dist-timeout and --check-sync need --strategy ddp\n");
+    return -1;
+  }
+  if (d->dp != (d->devices != NULL)) {
+    fprintf(stderr, "ctrain train: --strategy dp and --devices LIST go together (--devices cpu:0,cpu:1)\n");
     return -1;
   }
   return n;
@@ -140,6 +150,32 @@ ct_status cli_dist_resume(const cli_dist *d, cli_opts *o, int lead) {
            ck_world, world, acc, (long long)batches * o->batch_size);
   o->accumulate = acc > 1 ? acc : 0;
   return CT_OK;
+}
+
+ct_status cli_dp_open(cli_dist *d, const cli_device_switches *sw, int threads) {
+  char list[1024];
+  snprintf(list, sizeof list, "%s", d->devices);
+  ct_status s = CT_OK;
+  for (char *save = NULL, *t = strtok_r(list, ",", &save); t && s == CT_OK; t = strtok_r(NULL, ",", &save)) {
+    if (d->ndev == CLI_DP_MAX) return ct_error(CT_ERR_INVALID_ARG, "--devices: more than %d devices", CLI_DP_MAX);
+    for (int k = 0; k < d->ndev; k++)
+      if (!strcmp(ct_device_name(d->devs[k]), t))
+        return ct_error(CT_ERR_INVALID_ARG, "--devices: %s is listed twice", t);
+    s = cli_open_device(t, sw, &d->devs[d->ndev]);
+    if (s == CT_OK) d->ndev++;
+  }
+  if (s == CT_OK && d->ndev < 2)
+    s = ct_error(CT_ERR_INVALID_ARG, "--devices %s: DataParallel needs 2 or more devices", d->devices);
+  /* The host's cores are shared among the replicas, unless told otherwise. */
+  int t = threads;
+  if (!t) t = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : (int)(sysconf(_SC_NPROCESSORS_ONLN) / (d->ndev ? d->ndev : 1));
+  for (int k = 0; k < d->ndev; k++) ct_device_set_threads(d->devs[k], t > 0 ? t : 1);
+  return s;
+}
+
+void cli_dp_close(cli_dist *d) {
+  for (int k = 1; k < d->ndev; k++) ct_device_close(d->devs[k]);
+  d->ndev = 0;
 }
 
 int cli_dist_fail(cli_dist *d, ct_status s) {

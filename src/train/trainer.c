@@ -22,6 +22,7 @@
 #include "data/gpu_data.h"
 #include "io/train_state.h"
 #include "parallel/ddp.h"
+#include "parallel/dp.h"
 #include "exec/device_state.h"
 #include "train/accumulate.h"
 
@@ -191,6 +192,7 @@ typedef struct fit_run {
   int64_t guard_skips; /* steps passed over with CT_NONFINITE_SKIP */
   int logs_off;         /* a log writer failed: no more history files or events */
   ct_ddp *ddp;          /* data parallel (cfg->dist.comm), else NULL */
+  ct_dp *dp;            /* DataParallel (cfg->dist.dp_count >= 2), else NULL */
   int rank, world;      /* 0 and 1 without it */
   int lead;             /* rank 0: writes checkpoints and logs */
 } fit_run;
@@ -198,9 +200,19 @@ typedef struct fit_run {
 /* Evaluation over the validation loader; under data parallel each rank
  * evaluates its share (every sample once) and the sums are added up. */
 static ct_status fit_evaluate(fit_run *f) {
-  double t0 = now_s(), sums[4];
+  double t0 = now_s(), sums[4] = {0, 0, 0, 0};
   memset(&f->vres, 0, sizeof f->vres);
-  ct_status s = eval_sums(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, sums);
+  ct_status s = f->dp ? CT_OK : eval_sums(f->m, f->dev, f->val, f->cfg->loss, f->cfg->label_smoothing, sums);
+  /* DataParallel: each validation batch split over the replicas. */
+  if (f->dp) s = ct_loader_start_epoch(f->val, 0, 0);
+  while (f->dp && s == CT_OK) {
+    ct_batch *b;
+    s = ct_loader_next(f->val, &b);
+    if (s != CT_OK || !b) break;
+    s = ct_dp_eval(f->dp, b, f->cfg->loss, f->cfg->label_smoothing, sums);
+    sums[3] += (double)b->n;
+    ct_loader_release(f->val, b);
+  }
   if (s == CT_OK && f->ddp) s = ct_ddp_sum(f->ddp, sums, 4, "the all-reduce of the evaluation's sums");
   if (s == CT_OK) eval_result(f->m, sums, t0, &f->vres);
   f->have_val = s == CT_OK;
@@ -362,6 +374,8 @@ static ct_status fit_check(const ct_train_config *cfg) {
   if (cfg->monitor && strcmp(cfg->monitor, "loss") && strcmp(cfg->monitor, "accuracy") &&
       strcmp(cfg->monitor, "val_loss") && strcmp(cfg->monitor, "val_accuracy"))
     return ct_error(CT_ERR_INVALID_ARG, "fit: monitor '%s' is not one of loss, accuracy, val_loss, val_accuracy", cfg->monitor);
+  if (cfg->dist.comm && cfg->dist.dp_count > 1)
+    return ct_error(CT_ERR_UNSUPPORTED, "fit: DataParallel inside each rank of a DDP job is not supported");
   if (cfg->accumulate < 0 || cfg->accumulate > CT_ACCUMULATE_MAX)
     return ct_error(CT_ERR_INVALID_ARG, "fit: accumulate must be in [0, %d] (0 or 1 = off), got %d", CT_ACCUMULATE_MAX,
                     cfg->accumulate);
@@ -489,6 +503,9 @@ static ct_status fit_open(fit_run *f) {
     sc.apply_nonfinite = 0;
     s = ct_step_create(f->m, f->dev, f->opt, &sc, &f->step);
     if (s != CT_OK) s = ct_error_wrap(s, "fit");
+    int R = cfg->dist.dp_count;
+    if (s == CT_OK && R >= 2)
+      s = ct_dp_create(f->step, &sc, &cfg->optim, cfg->dist.dp_devices, R, (f->batch_size + R - 1) / R, &f->dp);
   }
   if (s == CT_OK && f->ddp) {
     ct_step_hooks h;
@@ -558,7 +575,7 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
     ct_step_result r;
     int have = 0;
     ls->batch = b->index + 1;
-    s = ct_step_train(f->step, b, &pos, &r, &have);
+    s = f->dp ? ct_dp_train(f->dp, b, &pos, &r, &have) : ct_step_train(f->step, b, &pos, &r, &have);
     if (s != CT_OK) break;
     if (ap.last) ls->step++;
     if (have) s = on_result(f, &r, pg, t0, images);
@@ -713,6 +730,7 @@ static ct_status fit_close(fit_run *f, ct_status s) {
   }
   free(f->best_state);
   res->history = f->hist; /* the caller prints or saves it; freed with the result */
+  ct_dp_destroy(f->dp);
   ct_step_destroy(f->step);
   ct_ddp_destroy(f->ddp);
   ct_scheduler_destroy(f->sch);

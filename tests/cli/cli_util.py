@@ -206,3 +206,27 @@ def read_csv(path):
     with open(path) as f:
         lines = [l.rstrip("\n") for l in f if l.strip()]
     return [l.split(",") for l in lines]
+
+
+# ---- saved weights ----
+
+def weights(path):
+    """The tensors of a safetensors file (torch tensors by name)."""
+    import st_util
+    return st_util.load(path)[0]
+
+
+def normwise(a, b):
+    """||a - b|| / ||a|| over every float tensor of two weight files."""
+    num = den = 0.0
+    for k, t in a.items():
+        if not t.is_floating_point():
+            continue
+        x, y = t.double(), b[k].double()
+        num += float(((x - y) ** 2).sum())
+        den += float((x ** 2).sum())
+    return (num / den) ** 0.5 if den else 0.0
+
+
+def same_bits(a, b):
+    return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)

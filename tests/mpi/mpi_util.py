@@ -1,5 +1,5 @@
 """Shared helpers for the data-parallel tests: mpirun as this machine
-allows it, and comparisons of saved weights."""
+allows it (weight comparisons are cli_util's)."""
 import os
 import shutil
 import subprocess
@@ -43,24 +43,3 @@ def ddp_ok(n, args, what, **kw):
     r = ddp(n, args, **kw)
     u.check(r.returncode == 0, "%s: exit %d, stderr: %s" % (what, r.returncode, r.stderr.strip()[-2000:]))
     return r
-
-
-def weights(path):
-    import st_util
-    return st_util.load(path)[0]
-
-
-def normwise(a, b):
-    """||a - b|| / ||a|| over every float tensor of two weight files."""
-    num = den = 0.0
-    for k, t in a.items():
-        if not t.is_floating_point():
-            continue
-        x, y = t.double(), b[k].double()
-        num += float(((x - y) ** 2).sum())
-        den += float((x ** 2).sum())
-    return (num / den) ** 0.5 if den else 0.0
-
-
-def same_bits(a, b):
-    return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)

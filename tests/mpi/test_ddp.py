@@ -16,8 +16,9 @@ end on 2 ranks of one thread each, against single-process training.
   start, naming the difference.
 - A rank killed with SIGKILL, or stopped with SIGSTOP, ends the whole job
   non-zero within --dist-timeout, the message naming the collective.
-- SIGTERM stops every rank at the same step; rank 0's checkpoint resumes
-  to the uninterrupted run's weights bit for bit.
+- SIGTERM to the ranks (a scheduler's stop) stops them at one step;
+  rank 0's checkpoint resumes to the uninterrupted run's weights bit for
+  bit.
 - Resume on another world size: a 2-rank run stopped mid-epoch resumes on
   one process (which takes --accumulate 2 to keep the global batch of
   32), and a 1-process run with --accumulate 2 resumes on 2 ranks; both
@@ -79,8 +80,8 @@ def equivalence(d, data):
         one, two = pair(d, data, name, args)
         if not (os.path.exists(one) and os.path.exists(two)):
             continue
-        a, b = mu.weights(one), mu.weights(two)
-        err = mu.normwise(a, b)
+        a, b = u.weights(one), u.weights(two)
+        err = u.normwise(a, b)
         print("%s: single vs 2-rank ddp after 20 steps: normwise %.3g" % (name, err))
         u.check(err < 1e-5, "%s: 2-rank DDP differs from single-process training by %.3g (> 1e-5)" % (name, err))
 
@@ -94,24 +95,24 @@ def invariance(d, data):
                        ("one", ["--bucket-mb", "1000"])):
         p = os.path.join(d, "inv_%s.safetensors" % tag)
         mu.ddp_ok(2, base + extra + ["--save", p], "ddp " + tag)
-        runs[tag] = mu.weights(p) if os.path.exists(p) else None
+        runs[tag] = u.weights(p) if os.path.exists(p) else None
     if all(runs.values()):
-        u.check(mu.same_bits(runs["default"], runs["again"]), "a DDP run does not repeat bit for bit")
-        u.check(mu.same_bits(runs["default"], runs["tiny"]), "--bucket-mb 0.001 changes the weights")
-        u.check(mu.same_bits(runs["default"], runs["one"]), "--bucket-mb 1000 changes the weights")
-        u.check(not mu.same_bits(runs["default"], mu.weights(ref)), "seed 0 and seed 1 trained the same weights")
+        u.check(u.same_bits(runs["default"], runs["again"]), "a DDP run does not repeat bit for bit")
+        u.check(u.same_bits(runs["default"], runs["tiny"]), "--bucket-mb 0.001 changes the weights")
+        u.check(u.same_bits(runs["default"], runs["one"]), "--bucket-mb 1000 changes the weights")
+        u.check(not u.same_bits(runs["default"], u.weights(ref)), "seed 0 and seed 1 trained the same weights")
     # One rank is single-process training, bit for bit; --nproc 2 is mpirun.
     single = os.path.join(d, "w1_single.safetensors")
     u.run_ok(["train"] + base + ["--save", single], "single batch 16")
     w1 = os.path.join(d, "w1_ddp.safetensors")
     mu.ddp_ok(1, base + ["--save", w1], "ddp on 1 rank")
     if os.path.exists(single) and os.path.exists(w1):
-        u.check(mu.same_bits(mu.weights(single), mu.weights(w1)), "DDP on one rank differs from single-process")
+        u.check(u.same_bits(u.weights(single), u.weights(w1)), "DDP on one rank differs from single-process")
     np2 = os.path.join(d, "nproc.safetensors")
     r = u.run(["train", "--strategy", "ddp", "--nproc", "2"] + base + ["--save", np2], timeout=180)
     u.check(r.returncode == 0, "--nproc 2: exit %d, %s" % (r.returncode, r.stderr.strip()[-1500:]))
     if os.path.exists(np2) and runs["default"]:
-        u.check(mu.same_bits(runs["default"], mu.weights(np2)), "--nproc 2 differs from mpirun -np 2")
+        u.check(u.same_bits(runs["default"], u.weights(np2)), "--nproc 2 differs from mpirun -np 2")
 
 
 def evaluation(d, data):
@@ -155,10 +156,11 @@ def mismatch(d, data):
                 "ranks with different %s: the message does not name it: %s" % (what, err.strip()[-800:]))
 
 
-def rank_pids(marker):
+def rank_pids(marker, launcher):
+    """The ranks' pids: processes whose command line matches marker, but
+    the launcher (mpirun's own command line holds the same arguments)."""
     r = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
-    me = os.getpid()
-    return [int(p) for p in r.stdout.split() if int(p) != me]
+    return [int(p) for p in r.stdout.split() if int(p) not in (os.getpid(), launcher)]
 
 
 def faults(d, data):
@@ -175,7 +177,7 @@ def faults(d, data):
         victim = None
         t0 = time.time()
         while time.time() - t0 < 60 and p.poll() is None:
-            pids = rank_pids("ctrain train --strategy ddp .*%s" % marker)
+            pids = rank_pids("ctrain train --strategy ddp .*%s" % marker, p.pid)
             if len(pids) >= 2 and os.path.exists(os.path.join(marker, "history.csv")):
                 victim = max(pids)
                 break
@@ -206,24 +208,31 @@ def faults(d, data):
 
 
 def signal_resume(d, data):
-    """SIGTERM to mpirun mid-run: every rank stops at the same step (exit
-    143), and the resume ends where the uninterrupted run does."""
-    ck = os.path.join(d, "ck")
-    base = ["--model", "cnn", "--batch-size", "8", "--epochs", "10", "--optimizer", "adam"] + data + u.FAST
+    """SIGTERM to every rank mid-run, as a scheduler (scancel) sends it:
+    the ranks agree on one step to stop at (exit 143), rank 0 writes the
+    checkpoint, and the resume ends where the uninterrupted run does."""
+    ck, logs = os.path.join(d, "ck"), os.path.join(d, "sig_logs")
+    base = ["--model", "cnn", "--batch-size", "8", "--epochs", "8", "--optimizer", "adam"] + data + u.FAST
     full = os.path.join(d, "full.safetensors")
     mu.ddp_ok(2, base + ["--save", full], "uninterrupted ddp")
-    cmd = mu.mpirun_prefix(2) + [u.CTRAIN, "train", "--strategy", "ddp"] + base + ["--checkpoint-dir", ck]
+    cmd = mu.mpirun_prefix(2) + [u.CTRAIN, "train", "--strategy", "ddp"] + base + ["--checkpoint-dir", ck,
+                                                                                   "--log-dir", logs]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=u.ENV)
-    time.sleep(1.0)
-    p.send_signal(signal.SIGTERM)
+    pids = []
+    t0 = time.time()
+    while time.time() - t0 < 60 and p.poll() is None and len(pids) < 2:
+        if os.path.exists(os.path.join(logs, "history.csv")):
+            pids = rank_pids("ctrain train --strategy ddp .*%s" % logs, p.pid)
+        time.sleep(0.05)
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
     out, err = p.communicate(timeout=120)
-    stopped = p.returncode != 0 and "stopped by signal" in out
-    if not stopped:
-        print("note: the run ended before SIGTERM arrived (exit %d); resuming a finished run instead" % p.returncode)
+    u.check(len(pids) == 2 and "stopped by signal 15" in out,
+            "SIGTERM to both ranks: exit %d, %d ranks signalled, %s %s" % (p.returncode, len(pids), out[-300:], err[-300:]))
     resumed = os.path.join(d, "resumed.safetensors")
     mu.ddp_ok(2, base + ["--checkpoint-dir", ck, "--resume", "--save", resumed], "resumed ddp")
     if os.path.exists(full) and os.path.exists(resumed):
-        u.check(mu.same_bits(mu.weights(full), mu.weights(resumed)),
+        u.check(u.same_bits(u.weights(full), u.weights(resumed)),
                 "a DDP run stopped by SIGTERM and resumed differs from the uninterrupted run")
 
 
@@ -246,7 +255,7 @@ def other_world(d, data):
         u.check("keeps its global batch of 32" in r.stdout, "%s: no note on the accumulation: %s"
                 % (name, r.stdout[-500:]))
         if os.path.exists(full) and os.path.exists(out):
-            err = mu.normwise(mu.weights(full), mu.weights(out))
+            err = u.normwise(u.weights(full), u.weights(out))
             print("resume %s: normwise %.3g from the uninterrupted run" % (name, err))
             u.check(err < 1e-6, "resume %s ends %.3g from the uninterrupted run" % (name, err))
     # 2 ranks x --accumulate 3 = 6 batches a step: 4 ranks cannot keep it.

@@ -1,0 +1,286 @@
+/* DataParallel: replicas on the virtual devices of one process, their
+ * gradients summed in shared memory at the step's sync point. */
+#include "parallel/dp.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctrain/device.h"
+
+/* The replicas' meeting point. A replica that failed breaks it, so the
+ * others return from their wait instead of waiting for it for good. */
+typedef struct dp_group {
+  int R;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int arrived, broken;
+  long generation;
+  double metrics[64][4];
+} dp_group;
+
+typedef struct dp_rep {
+  struct ct_dp *dp;
+  int r;
+  ct_model *m;
+  ct_device *dev;
+  ct_optimizer *opt;
+  ct_step *step;
+  /* This step's work, filled by the caller before the replica runs it. */
+  ct_batch b;
+  ct_step_pos pos;
+  int active, eval;
+  ct_loss_kind loss;
+  float label_smoothing;
+  double eval_sums[3];
+  ct_step_result res;
+  int have;
+  ct_status status;
+  char error[512];
+} dp_rep;
+
+struct ct_dp {
+  dp_group g;
+  dp_rep rep[64];
+  int R;
+};
+
+int ct_dp_replicas(const ct_dp *dp) { return dp->R; }
+
+/* Waits until every replica arrived; CT_ERR_INTERNAL when one failed. */
+static ct_status meet(dp_group *g) {
+  pthread_mutex_lock(&g->mu);
+  long gen = g->generation;
+  if (++g->arrived == g->R) {
+    g->arrived = 0;
+    g->generation++;
+    pthread_cond_broadcast(&g->cv);
+  }
+  while (gen == g->generation && !g->broken) pthread_cond_wait(&g->cv, &g->mu);
+  int broken = g->broken;
+  pthread_mutex_unlock(&g->mu);
+  return broken ? ct_error(CT_ERR_INTERNAL, "dp: another replica failed") : CT_OK;
+}
+
+static void break_group(dp_group *g) {
+  pthread_mutex_lock(&g->mu);
+  g->broken = 1;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Sums the gradients: replica r adds chunk r over all replicas, in replica
+ * order, and writes it into every replica's buffer; then buffers follow
+ * replica 0's. */
+static ct_status sync(void *ctx, ct_step *s) {
+  (void)s;
+  dp_rep *me = ctx;
+  ct_dp *dp = me->dp;
+  CT_TRY(meet(&dp->g));
+  size_t n;
+  ct_model_grads(me->m, &n);
+  size_t lo = n * (size_t)me->r / (size_t)dp->R, hi = n * (size_t)(me->r + 1) / (size_t)dp->R;
+  float *g0 = ct_model_grads(dp->rep[0].m, NULL);
+  for (int k = 1; k < dp->R; k++) {
+    const float *gk = ct_model_grads(dp->rep[k].m, NULL);
+    for (size_t i = lo; i < hi; i++) g0[i] += gk[i];
+  }
+  for (int k = 1; k < dp->R; k++) memcpy(ct_model_grads(dp->rep[k].m, NULL) + lo, g0 + lo, (hi - lo) * sizeof *g0);
+  if (me->r > 0)
+    for (int i = 0; i < ct_model_state_count(me->m); i++) {
+      const ct_state_entry *e = ct_model_state(me->m, i), *e0 = ct_model_state(dp->rep[0].m, i);
+      if (e->is_buffer) memcpy(e->value.data, e0->value.data, ct_tensor_nbytes(&e->value));
+    }
+  return meet(&dp->g);
+}
+
+static ct_status reduce(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals) {
+  (void)s;
+  dp_rep *me = ctx;
+  ct_dp *dp = me->dp;
+  /* The summed gradients agree already: their flag and norm too. */
+  if (what != CT_STEP_REDUCE_METRICS) return CT_OK;
+  double *v = vals->data;
+  for (int j = 0; j < 4; j++) dp->g.metrics[me->r][j] = me->active ? v[j] : 0.0;
+  CT_TRY(meet(&dp->g));
+  for (int j = 0; j < 4; j++) {
+    double sum = 0;
+    for (int k = 0; k < dp->R; k++) sum += dp->g.metrics[k][j];
+    v[j] = sum;
+  }
+  return meet(&dp->g); /* nobody writes the next sums before all have read these */
+}
+
+/* Replica 0's optimizer state and scalars into a fresh one of the same
+ * configuration. */
+static ct_status copy_optimizer(ct_optimizer *dst, ct_optimizer *src) {
+  for (size_t i = 0; i < ct_optimizer_scalar_count(src); i++) {
+    const char *name;
+    double v;
+    CT_TRY(ct_optimizer_scalar(src, i, &name, &v));
+    CT_TRY(ct_optimizer_set_scalar(dst, name, v));
+  }
+  if (ct_optimizer_state_count(dst) != ct_optimizer_state_count(src))
+    return ct_error(CT_ERR_INTERNAL, "dp: a replica's optimizer holds %zu state buffers, replica 0's %zu",
+                    ct_optimizer_state_count(dst), ct_optimizer_state_count(src));
+  for (size_t i = 0; i < ct_optimizer_state_count(src); i++) {
+    const char *na, *nb;
+    float *a, *b;
+    size_t ca, cb;
+    CT_TRY(ct_optimizer_state(src, i, &na, &a, &ca));
+    CT_TRY(ct_optimizer_state(dst, i, &nb, &b, &cb));
+    if (ca != cb) return ct_error(CT_ERR_INTERNAL, "dp: optimizer state %s sizes differ", na);
+    memcpy(b, a, ca * sizeof *a);
+  }
+  return CT_OK;
+}
+
+ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_config *oc, ct_device *const *devs,
+                       int R, int64_t max_batch, ct_dp **out) {
+  *out = NULL;
+  if (R < 2 || R > 64) return ct_error(CT_ERR_INVALID_ARG, "dp: %d devices; expected 2..64", R);
+  for (int r = 0; r < R; r++)
+    if (ct_device_get_type(devs[r]) == CT_DEVICE_CUDA || !strchr(ct_device_name(devs[r]), ':'))
+      return ct_error(CT_ERR_UNSUPPORTED, "dp: device '%s': DataParallel runs on virtual host devices (cpu:N, ref:N) "
+                      "for now", ct_device_name(devs[r]));
+  ct_dp *dp = calloc(1, sizeof *dp);
+  if (!dp) return ct_error(CT_ERR_OUT_OF_MEMORY, "dp: out of host memory");
+  dp->R = dp->g.R = R;
+  pthread_mutex_init(&dp->g.mu, NULL);
+  pthread_cond_init(&dp->g.cv, NULL);
+  ct_model *m0 = ct_step_model(step0);
+  ct_optimizer *o0 = ct_step_optimizer(step0);
+  size_t np;
+  ct_model_params(m0, &np);
+  ct_status s = CT_OK;
+  for (int r = 0; r < R && s == CT_OK; r++) {
+    dp_rep *p = &dp->rep[r];
+    p->dp = dp, p->r = r, p->dev = devs[r];
+    if (r == 0) {
+      p->m = m0, p->opt = o0, p->step = step0;
+    } else {
+      ct_step_config c = *sc;
+      c.step_sched = NULL; /* replica 0's schedule sets the rate; ct_dp_train copies it */
+      s = ct_model_replicate(m0, &p->m);
+      if (s == CT_OK) s = ct_model_prepare(p->m, devs[r], max_batch, 1);
+      if (s == CT_OK) s = ct_optimizer_create(oc, np, &p->opt);
+      if (s == CT_OK) s = copy_optimizer(p->opt, o0);
+      if (s == CT_OK) s = ct_step_create(p->m, devs[r], p->opt, &c, &p->step);
+    }
+    if (s == CT_OK) {
+      ct_step_hooks h = {.ctx = p, .sync = sync, .reduce = reduce};
+      ct_step_set_hooks(p->step, &h);
+    }
+  }
+  if (s != CT_OK) {
+    ct_dp_destroy(dp);
+    return ct_error_wrap(s, "dp");
+  }
+  *out = dp;
+  return CT_OK;
+}
+
+void ct_dp_destroy(ct_dp *dp) {
+  if (!dp) return;
+  for (int r = 1; r < dp->R; r++) {
+    ct_step_destroy(dp->rep[r].step);
+    ct_optimizer_destroy(dp->rep[r].opt);
+    ct_model_destroy(dp->rep[r].m);
+  }
+  if (dp->R > 0) ct_step_set_hooks(dp->rep[0].step, NULL);
+  pthread_mutex_destroy(&dp->g.mu);
+  pthread_cond_destroy(&dp->g.cv);
+  free(dp);
+}
+
+/* Replica r's slice of b: consecutive samples, sizes differing by one;
+ * an empty slice takes the first sample, inactive. */
+static void slice(dp_rep *p, const ct_batch *b, int R) {
+  int64_t lo = b->n * p->r / R, hi = b->n * (p->r + 1) / R;
+  p->active = hi > lo;
+  if (!p->active) lo = 0, hi = 1;
+  p->b = *b;
+  p->b.n = hi - lo;
+  p->b.x.shape[0] = p->b.y.shape[0] = hi - lo;
+  size_t per = (size_t)ct_tensor_nbytes(&b->x) / (size_t)(b->x.shape[0] > 0 ? b->x.shape[0] : 1);
+  p->b.x.data = (char *)b->x.data + (size_t)lo * per;
+  p->b.y.data = (int64_t *)b->y.data + lo;
+  if (b->samples) p->b.samples = b->samples + lo;
+}
+
+static void run_replica(void *arg) {
+  dp_rep *p = arg;
+  p->have = 0;
+  if (p->eval) {
+    int64_t t1 = 0, t5 = 0;
+    double ls = 0;
+    p->status = ct_step_eval_batch(p->m, p->dev, &p->b, p->loss, p->label_smoothing, &ls, &t1, &t5, NULL);
+    p->eval_sums[0] = ls, p->eval_sums[1] = (double)t1, p->eval_sums[2] = (double)t5;
+  } else {
+    p->status = ct_step_train(p->step, &p->b, &p->pos, &p->res, &p->have);
+  }
+  if (p->status != CT_OK) {
+    snprintf(p->error, sizeof p->error, "%s", ct_last_error());
+    break_group(&p->dp->g);
+  }
+}
+
+/* Runs every replica's work at once and waits; the first failure (not
+ * the others' "another replica failed") is the error. */
+static ct_status run_all(ct_dp *dp) {
+  dp->g.broken = 0;
+  ct_status s = CT_OK;
+  for (int r = 0; r < dp->R && s == CT_OK; r++) s = ct_device_submit(dp->rep[r].dev, run_replica, &dp->rep[r]);
+  for (int r = 0; r < dp->R; r++) {
+    ct_status w = ct_device_sync(dp->rep[r].dev);
+    if (s == CT_OK) s = w;
+  }
+  if (s != CT_OK) return s;
+  for (int pass = 0; pass < 2; pass++)
+    for (int r = 0; r < dp->R; r++) {
+      dp_rep *p = &dp->rep[r];
+      if (p->status == CT_OK || (pass == 0 && p->status == CT_ERR_INTERNAL && strstr(p->error, "another replica")))
+        continue;
+      return ct_error(p->status, "dp: replica %d on %s: %s", r, ct_device_name(p->dev), p->error);
+    }
+  return CT_OK;
+}
+
+ct_status ct_dp_train(ct_dp *dp, ct_batch *b, const ct_step_pos *pos, ct_step_result *done, int *have) {
+  ct_optimizer *o0 = dp->rep[0].opt;
+  int64_t stride = pos->sample_stride > 0 ? pos->sample_stride : 1;
+  for (int r = 0; r < dp->R; r++) {
+    dp_rep *p = &dp->rep[r];
+    slice(p, b, dp->R);
+    p->eval = 0;
+    p->pos = *pos;
+    int64_t lo = b->n * r / dp->R;
+    p->pos.factor = p->active ? (float)((double)pos->factor * (double)p->b.n / (double)b->n) : 0.0f;
+    p->pos.sample_offset = pos->sample_offset + (p->active ? lo : 0) * stride;
+    p->pos.sample_stride = stride;
+    /* A schedule changes replica 0's rate and momentum: the others follow. */
+    if (r > 0) {
+      ct_optimizer_set_lr(p->opt, ct_optimizer_get_lr(o0));
+      CT_TRY(ct_optimizer_set_momentum(p->opt, ct_optimizer_get_momentum(o0)));
+    }
+  }
+  CT_TRY(run_all(dp));
+  *done = dp->rep[0].res;
+  done->batch = b;
+  *have = dp->rep[0].have;
+  return CT_OK;
+}
+
+ct_status ct_dp_eval(ct_dp *dp, const ct_batch *b, ct_loss_kind loss, float label_smoothing, double sums[3]) {
+  for (int r = 0; r < dp->R; r++) {
+    dp_rep *p = &dp->rep[r];
+    slice(p, b, dp->R);
+    p->eval = 1, p->loss = loss, p->label_smoothing = label_smoothing;
+  }
+  CT_TRY(run_all(dp));
+  for (int r = 0; r < dp->R; r++)
+    if (dp->rep[r].active)
+      for (int j = 0; j < 3; j++) sums[j] += dp->rep[r].eval_sums[j];
+  return CT_OK;
+}
