@@ -71,6 +71,12 @@ typedef struct ct_dist_config {
   /* Every check_sync optimizer steps (0: never) a checksum of the
    * parameters is compared across ranks; a difference ends fit. */
   int64_t check_sync;
+  /* 1: ZeRO stage 1. The optimizer state is sharded: rank r keeps and
+   * updates only parameters [np r / N, np (r + 1) / N) of the flat buffer
+   * (shards may be uneven), the gradient buckets are reduce-scattered
+   * (each rank receives its shard's sums) and the updated parameters
+   * all-gathered. Checkpoints still hold the whole, logical state. */
+  int zero;
   /* DataParallel inside this process (comm NULL): dp_count >= 2 devices,
    * virtual host devices (cpu:N) for now. The model is prepared on
    * dp_devices[0] for ceil(batch / dp_count) samples; ct_fit makes a
@@ -105,6 +111,14 @@ ct_status ct_ddp_broadcast_state(ct_ddp *d);
  * the step when any rank differs from rank 0. */
 ct_status ct_ddp_check_sync(ct_ddp *d, int64_t step);
 int ct_ddp_bucket_count(const ct_ddp *d);
+/* This rank's shard of the flat parameter buffer under ZeRO (the whole
+ * buffer without it): the optimizer is created for hi - lo parameters
+ * and ct_step_config.shard_lo/hi set to these. */
+void ct_ddp_shard(const ct_ddp *d, size_t *lo, size_t *hi);
+/* Gathers every rank's shard of opt (a sharded optimizer, hi - lo
+ * parameters) into full (one of the whole buffer's size, same
+ * configuration), on every rank: what a checkpoint saves. */
+ct_status ct_ddp_gather_optimizer(ct_ddp *d, const ct_optimizer *opt, ct_optimizer *full);
 /* Where the steps' communication time went, since create. */
 typedef struct ct_ddp_stats {
   int64_t steps;        /* sync hooks run */

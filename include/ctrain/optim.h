@@ -74,6 +74,17 @@ ct_status ct_optimizer_step(ct_optimizer *o, float *params, const float *grads);
 /* The kind and the number of parameters the optimizer was created for. */
 ct_optim_kind ct_optimizer_kind(const ct_optimizer *o);
 size_t ct_optimizer_size(const ct_optimizer *o);
+/* The configuration it was created with, lr and momentum as they are now
+ * (a schedule changes them). */
+const ct_optim_config *ct_optimizer_get_config(const ct_optimizer *o);
+/* Makes dst continue where src is, over part of it: the scalars (step
+ * count, lr, momentum, SGD's buffer flag) copied, and count values of
+ * each state buffer from src[src_off..] into dst[dst_off..]. For
+ * replicas (offsets 0), a shard of a sharded optimizer state (ZeRO), and
+ * gathering shards back. Host state only, the same configuration;
+ * CT_ERR_INVALID_ARG for ranges beyond either optimizer. */
+ct_status ct_optimizer_copy_state(ct_optimizer *dst, size_t dst_off, const ct_optimizer *src, size_t src_off,
+                                  size_t count);
 
 /* Learning rate used by the next step; schedulers set it between steps. */
 void ct_optimizer_set_lr(ct_optimizer *o, double lr);

@@ -71,6 +71,13 @@ typedef struct ct_step_config {
    * skips); on a host model that is one more pass over the gradients.
    * 1: applied anyway (the weights then hold NaN). */
   int apply_nonfinite;
+  /* A sharded optimizer state (ZeRO-1; host models): the optimizer was
+   * created for the shard_hi - shard_lo parameters [shard_lo, shard_hi)
+   * of the flat buffer and updates only those; the gradient check, norm
+   * and clipping run on that range (the reduce hook sums them over the
+   * shards), and the updated hook then gathers the parameters. 0 and 0:
+   * the whole buffer. */
+  size_t shard_lo, shard_hi;
 } ct_step_config;
 
 /* Defaults: cross entropy, no clipping, no accumulation, no scaler, lag 0. */
@@ -114,6 +121,10 @@ typedef struct ct_step_hooks {
    * the sync: a strategy whose replicas hold disjoint shards sums them,
    * one that all-reduced whole gradients has them agreeing already. */
   ct_status (*reduce)(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals);
+  /* After the optimizer's update of the group's last micro-batch (also
+   * when it was skipped), before the weights are read again: a strategy
+   * that updates a shard gathers the parameters here. */
+  ct_status (*updated)(void *ctx, ct_step *s);
   /* 1: the hooks only queue work on the device's stream (NCCL
    * collectives), which a CUDA graph captures and replays. 0: a step
    * with hooks runs eagerly even when cuda_graph was asked for, since a

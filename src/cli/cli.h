@@ -165,6 +165,7 @@ typedef struct cli_dist {
   double bucket_mb;   /* --bucket-mb (0: 25) */
   double timeout;     /* --dist-timeout seconds (600) */
   int64_t check_sync; /* --check-sync N */
+  int zero;           /* --zero N */
   int given;          /* any of them given */
   ct_comm *comm;      /* cli_dist_open's */
 } cli_dist;
@@ -176,7 +177,8 @@ typedef struct cli_dist {
   "  --nproc N               start N ranks on this machine through mpirun\n"                              \
   "  --bucket-mb F (25)      gradient bucket size (the first bucket is 1 MB)\n"                            \
   "  --dist-timeout S (600)  longest wait in a collective before every rank exits naming it\n"            \
-  "  --check-sync N (0)      every N steps compare a checksum of the weights across ranks\n"
+  "  --check-sync N (0)      every N steps compare a checksum of the weights across ranks\n"                   \
+  "  --zero 0|1 (0)          1: shard the optimizer state over the ranks (ZeRO stage 1)\n"
 /* Removes the flags from argv in place (order of the rest kept) and
  * returns the new argc, or -1 after a usage error on stderr. */
 int cli_take_dist_flags(int argc, char **argv, cli_dist *d);

@@ -237,6 +237,7 @@ int cmd_train(int argc_in, char **argv_in) {
     cfg.dist.comm = dist.comm;
     cfg.dist.bucket_mb = dist.bucket_mb;
     cfg.dist.check_sync = dist.check_sync;
+    cfg.dist.zero = dist.zero;
     cfg.dist.dp_devices = dist.devs;
     cfg.dist.dp_count = dist.dp ? dist.ndev : 0;
     cfg.cuda_graph = cuda_graph;
@@ -293,6 +294,12 @@ int cmd_train(int argc_in, char **argv_in) {
       printf(" (recompute: off, it would save too little of this model's plan)");
     if (dist.comm)
       printf(", data parallel over %d ranks (global batch %lld)", o.dist_size, (long long)o.batch_size * o.dist_size);
+    if (dist.comm && dist.zero) {
+      size_t np;
+      ct_model_params(m, &np);
+      double mb = (double)np * sizeof(float) * ct_optim_state_buffers(&cfg.optim) / 1e6;
+      printf(", ZeRO-1: optimizer state %.2f of %.2f MB per rank", mb / o.dist_size, mb);
+    }
     if (dist.dp) printf(", DataParallel over %s (global batch %lld)", dist.devices, (long long)o.batch_size);
     printf("\n");
     fflush(stdout);

@@ -50,6 +50,10 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
       r = num(a, v, 1e-6, 1e6, "a number of MB in (0, 1e6]", &d->bucket_mb);
     } else if (!strcmp(a, "--dist-timeout")) {
       r = num(a, v, 0.001, 1e7, "seconds in [0.001, 1e7]", &d->timeout);
+    } else if (!strcmp(a, "--zero")) {
+      r = num(a, v, 0, 2, "0, 1 or 2", &x);
+      d->zero = (int)x;
+      if (!r && x != (int)x) r = bad(a, v, "0, 1 or 2");
     } else if (!strcmp(a, "--check-sync")) {
       r = num(a, v, 0, 1e12, "a number of steps (0 = off)", &x);
       d->check_sync = (int64_t)x;
@@ -64,7 +68,7 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
   }
   if (n < argc) argv[n] = NULL;
   if (d->given && !d->ddp) {
-    fprintf(stderr, "ctrain train: --nproc, --bucket-mb, --dist-timeout and --check-sync need --strategy ddp\n");
+    fprintf(stderr, "ctrain train: --nproc, --bucket-mb, --dist-timeout, --check-sync and --zero need --strategy ddp\n");
     return -1;
   }
   if (d->dp != (d->devices != NULL)) {
@@ -114,6 +118,9 @@ int cli_dist_launch(const cli_dist *d, int argc, char **argv) {
 
 ct_status cli_dist_open(cli_dist *d, int threads_given) {
   if (!d->ddp) return CT_OK;
+  if (d->zero == 2)
+    return ct_error(CT_ERR_UNSUPPORTED, "--zero 2 (sharded gradients) is not built yet: the backward writes one flat "
+                    "gradient buffer whole; --zero 1 shards the optimizer state (docs/PARALLEL.md)");
   ct_status s = ct_comm_open_mpi(&d->comm);
   if (s != CT_OK) return ct_error_wrap(s, "--strategy ddp");
   ct_comm_set_timeout(d->comm, d->timeout);

@@ -88,6 +88,27 @@ ct_status ct_optimizer_create(const ct_optim_config *cfg, size_t n_params, ct_op
   return CT_OK;
 }
 
+const ct_optim_config *ct_optimizer_get_config(const ct_optimizer *o) { return &o->cfg; }
+
+ct_status ct_optimizer_copy_state(ct_optimizer *dst, size_t dst_off, const ct_optimizer *src, size_t src_off,
+                                  size_t count) {
+  if (dst->dev || src->dev)
+    return ct_error(CT_ERR_INVALID_ARG, "optimizer: copying state that lives on a device is not supported");
+  if (dst->cfg.kind != src->cfg.kind || dst_off + count > dst->n || src_off + count > src->n)
+    return ct_error(CT_ERR_INVALID_ARG, "optimizer: copy of %zu values from [%zu] of %zu into [%zu] of %zu (kinds %d, %d)",
+                    count, src_off, src->n, dst_off, dst->n, (int)src->cfg.kind, (int)dst->cfg.kind);
+  dst->cfg = src->cfg;
+  dst->steps = src->steps;
+  dst->momentum_buffer_ready = src->momentum_buffer_ready;
+  float *const d[4] = {dst->momentum_buffer, dst->exp_avg, dst->exp_avg_sq, dst->max_exp_avg_sq};
+  const float *const s[4] = {src->momentum_buffer, src->exp_avg, src->exp_avg_sq, src->max_exp_avg_sq};
+  for (int i = 0; i < 4; i++) {
+    if (!d[i] != !s[i]) return ct_error(CT_ERR_INVALID_ARG, "optimizer: the two optimizers hold different state");
+    if (d[i]) memcpy(d[i] + dst_off, s[i] + src_off, count * sizeof(float));
+  }
+  return CT_OK;
+}
+
 void ct_optimizer_destroy(ct_optimizer *o) {
   if (!o) return;
   if (o->dev) {

@@ -17,6 +17,15 @@
 #include "ctrain/dtype.h"
 
 ct_status ct_comm_allreduce_start(ct_comm *c, void *buf, size_t count, ct_dtype dt, const char *what, int *req);
+/* Rank r's part of buf (counts[r] values, after the parts of the ranks
+ * before it; buf holds them all on every rank) summed over ranks: when
+ * the collective is done that part holds the sum and the rest of buf is
+ * zero (ZeRO's reduce-scatter of gradients, whose gaps must stay zero). */
+ct_status ct_comm_reduce_scatter_start(ct_comm *c, void *buf, const size_t *counts, ct_dtype dt, const char *what,
+                                       int *req);
+/* Every rank's part of buf (laid out as above) to every rank (ZeRO's
+ * all-gather of the updated parameters); blocking. */
+ct_status ct_comm_allgatherv(ct_comm *c, void *buf, const size_t *counts, ct_dtype dt, const char *what);
 ct_status ct_comm_test(ct_comm *c, int req, int *done);
 ct_status ct_comm_wait(ct_comm *c, int req);
 

@@ -32,6 +32,15 @@ typedef struct comm_slot {
   int used, nr;
   MPI_Request *r;
   char what[160];
+  /* Done when the collective completes: reduce-scatter in place leaves a
+   * rank's part at the buffer's start (moved to its place), and the rest
+   * of the buffer [base, base + bytes) holds scratch (zeroed: a gradient
+   * buffer's gaps between parameters must stay zero). */
+  void *move_dst;
+  const void *move_src;
+  size_t move_bytes;
+  char *base;
+  size_t bytes;
 } comm_slot;
 
 struct ct_comm {
@@ -142,6 +151,8 @@ static ct_status slot_take(ct_comm *c, int nr, const char *what, int *idx) {
   }
   sl->nr = nr;
   sl->used = 1;
+  sl->move_bytes = 0;
+  sl->base = NULL;
   for (int k = 0; k < nr; k++) sl->r[k] = MPI_REQUEST_NULL;
   snprintf(sl->what, sizeof sl->what, "%s", what);
   *idx = i;
@@ -182,6 +193,12 @@ ct_status ct_comm_test(ct_comm *c, int req, int *done) {
   int flag = 1;
   if (sl->nr) MPI_CK(c, MPI_Testall(sl->nr, sl->r, &flag, MPI_STATUSES_IGNORE), sl->what);
   *done = flag;
+  if (flag && sl->base) {
+    char *d = sl->move_dst;
+    if (sl->move_bytes) memmove(d, sl->move_src, sl->move_bytes);
+    memset(sl->base, 0, (size_t)(d - sl->base));
+    memset(d + sl->move_bytes, 0, sl->bytes - (size_t)(d - sl->base) - sl->move_bytes);
+  }
   if (flag) sl->used = 0;
   return CT_OK;
 }
@@ -189,9 +206,7 @@ ct_status ct_comm_test(ct_comm *c, int req, int *done) {
 ct_status ct_comm_wait(ct_comm *c, int req) {
   double t0 = now_s();
   for (long polls = 0;; polls++) {
-    int done;
-    char what[sizeof c->slots[0].what];
-    memcpy(what, c->slots[req].what, sizeof what);
+    int done = 0;
     CT_TRY(ct_comm_test(c, req, &done));
     if (done) return CT_OK;
     double waited = now_s() - t0;
@@ -201,13 +216,74 @@ ct_status ct_comm_wait(ct_comm *c, int req) {
       return ct_error(CT_ERR_BACKEND,
                       "%s did not complete on rank %d of %d within %g s (--dist-timeout): another rank failed, died "
                       "or stopped answering",
-                      what, c->rank, c->size, c->timeout);
+                      c->slots[req].what, c->rank, c->size, c->timeout);
     }
     if (polls > 2000) {
       struct timespec ts = {0, waited < 0.01 ? 20000 : 200000};
       nanosleep(&ts, NULL);
     }
   }
+}
+
+/* counts as MPI's ints, with the parts' offsets; CT_ERR_INVALID_ARG
+ * beyond INT_MAX values. */
+static ct_status int_counts(const ct_comm *c, const size_t *counts, const char *what, int *ic, int *displs) {
+  size_t off = 0;
+  for (int r = 0; r < c->size; r++) {
+    if (counts[r] > INT_MAX || off > INT_MAX)
+      return ct_error(CT_ERR_INVALID_ARG, "comm: %s: %zu values from offset %zu are too many for one call", what,
+                      counts[r], off);
+    ic[r] = (int)counts[r], displs[r] = (int)off;
+    off += counts[r];
+  }
+  return CT_OK;
+}
+
+ct_status ct_comm_reduce_scatter_start(ct_comm *c, void *buf, const size_t *counts, ct_dtype dt, const char *what,
+                                       int *req) {
+  size_t es;
+  MPI_Datatype t = mpi_type(dt, &es);
+  int *ic = malloc(2 * (size_t)c->size * sizeof *ic);
+  if (!ic) return ct_error(CT_ERR_OUT_OF_MEMORY, "comm: out of host memory");
+  ct_status s = t == MPI_DATATYPE_NULL ? ct_error(CT_ERR_INVALID_ARG, "comm: %s: dtype cannot be summed", what)
+                                       : int_counts(c, counts, what, ic, ic + c->size);
+  if (s == CT_OK) s = slot_take(c, 1, what, req);
+  if (s == CT_OK) {
+    comm_slot *sl = &c->slots[*req];
+    int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, ic, t, MPI_SUM, c->world, &sl->r[0]);
+    if (rc != MPI_SUCCESS) {
+      sl->used = 0;
+      s = mpi_failed(rc, "MPI_Ireduce_scatter", what, c->rank);
+    } else {
+      sl->move_dst = (char *)buf + (size_t)ic[c->size + c->rank] * es;
+      sl->move_src = buf;
+      sl->move_bytes = (size_t)ic[c->rank] * es;
+      sl->base = buf;
+      sl->bytes = (size_t)(ic[c->size + c->size - 1] + ic[c->size - 1]) * es;
+    }
+  }
+  free(ic);
+  return s;
+}
+
+ct_status ct_comm_allgatherv(ct_comm *c, void *buf, const size_t *counts, ct_dtype dt, const char *what) {
+  size_t es;
+  MPI_Datatype t = mpi_type(dt, &es);
+  int *ic = malloc(2 * (size_t)c->size * sizeof *ic), req = -1;
+  if (!ic) return ct_error(CT_ERR_OUT_OF_MEMORY, "comm: out of host memory");
+  ct_status s = t == MPI_DATATYPE_NULL ? ct_error(CT_ERR_INVALID_ARG, "comm: %s: unknown dtype", what)
+                                       : int_counts(c, counts, what, ic, ic + c->size);
+  if (s == CT_OK) s = slot_take(c, 1, what, &req);
+  if (s == CT_OK) {
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, ic + c->size, t, c->world,
+                             &c->slots[req].r[0]);
+    if (rc != MPI_SUCCESS) {
+      c->slots[req].used = 0;
+      s = mpi_failed(rc, "MPI_Iallgatherv", what, c->rank);
+    }
+  }
+  free(ic);
+  return s == CT_OK ? ct_comm_wait(c, req) : s;
 }
 
 ct_status ct_comm_allreduce(ct_comm *c, void *buf, size_t count, ct_dtype dt, const char *what) {
@@ -272,6 +348,15 @@ ct_status ct_comm_allreduce_start(ct_comm *c, void *buf, size_t count, ct_dtype 
 }
 ct_status ct_comm_test(ct_comm *c, int req, int *done) {
   (void)c, (void)req, *done = 1;
+  return no_mpi();
+}
+ct_status ct_comm_reduce_scatter_start(ct_comm *c, void *buf, const size_t *counts, ct_dtype dt, const char *what,
+                                       int *req) {
+  (void)c, (void)buf, (void)counts, (void)dt, (void)what, (void)req;
+  return no_mpi();
+}
+ct_status ct_comm_allgatherv(ct_comm *c, void *buf, const size_t *counts, ct_dtype dt, const char *what) {
+  (void)c, (void)buf, (void)counts, (void)dt, (void)what;
   return no_mpi();
 }
 ct_status ct_comm_wait(ct_comm *c, int req) { return (void)c, (void)req, no_mpi(); }

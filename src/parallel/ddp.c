@@ -30,7 +30,25 @@ struct ct_ddp {
   int nb, next_start; /* buckets start in index order on every rank */
   size_t *total;      /* [nb] gradient elements of each bucket */
   ct_ddp_stats stats;
+  int zero;           /* ZeRO-1: reduce-scatter, shard updates, all-gather */
+  size_t nflat;       /* the flat buffers' length */
+  size_t *shard;      /* [size + 1] shard boundaries: rank r owns [shard[r], shard[r + 1]) */
+  size_t *counts;     /* [size] scratch: one collective's part per rank */
 };
+
+void ct_ddp_shard(const ct_ddp *d, size_t *lo, size_t *hi) {
+  int r = ct_comm_rank(d->c);
+  *lo = d->zero ? d->shard[r] : 0;
+  *hi = d->zero ? d->shard[r + 1] : d->nflat;
+}
+
+/* Each rank's part of [lo, hi) under the shards. */
+static void parts(ct_ddp *d, size_t lo, size_t hi) {
+  for (int r = 0; r < ct_comm_size(d->c); r++) {
+    size_t a = d->shard[r] > lo ? d->shard[r] : lo, b = d->shard[r + 1] < hi ? d->shard[r + 1] : hi;
+    d->counts[r] = b > a ? b - a : 0;
+  }
+}
 
 static double now_s(void) {
   struct timespec t;
@@ -55,7 +73,16 @@ ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_d
   }
   d->c = c;
   d->m = m;
-  float *g = ct_model_grads(m, NULL);
+  d->zero = cfg->zero;
+  float *g = ct_model_grads(m, &d->nflat);
+  int N = ct_comm_size(c);
+  d->shard = calloc((size_t)N + 1, sizeof *d->shard);
+  d->counts = calloc((size_t)N, sizeof *d->counts);
+  if (!d->shard || !d->counts) {
+    ct_ddp_destroy(d);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
+  }
+  for (int r = 0; r <= N; r++) d->shard[r] = d->nflat * (size_t)r / (size_t)N;
   for (int i = ns - 1; i >= 0; i--) {
     const ct_state_entry *e = ct_model_state(m, i);
     if (e->is_buffer || !e->grad.data) continue;
@@ -94,6 +121,8 @@ void ct_ddp_destroy(ct_ddp *d) {
   free(d->params);
   free(d->b);
   free(d->total);
+  free(d->shard);
+  free(d->counts);
   free(d);
 }
 
@@ -102,9 +131,14 @@ static ct_status start_ready(ct_ddp *d, int64_t step) {
   while (d->next_start < d->nb && d->b[d->next_start].pending == 0) {
     ddp_bucket *b = &d->b[d->next_start];
     char what[128];
-    snprintf(what, sizeof what, "the all-reduce of gradient bucket %d of %d (step %lld)", d->next_start + 1, d->nb,
-             (long long)step);
-    CT_TRY(ct_comm_allreduce_start(d->c, g + b->lo, b->hi - b->lo, CT_F32, what, &b->req));
+    snprintf(what, sizeof what, "the %s of gradient bucket %d of %d (step %lld)",
+             d->zero ? "reduce-scatter" : "all-reduce", d->next_start + 1, d->nb, (long long)step);
+    if (d->zero) {
+      parts(d, b->lo, b->hi);
+      CT_TRY(ct_comm_reduce_scatter_start(d->c, g + b->lo, d->counts, CT_F32, what, &b->req));
+    } else {
+      CT_TRY(ct_comm_allreduce_start(d->c, g + b->lo, b->hi - b->lo, CT_F32, what, &b->req));
+    }
     d->stats.bytes += (double)(b->hi - b->lo) * sizeof(float);
     d->next_start++;
   }
@@ -164,11 +198,22 @@ static ct_status sync(void *ctx, ct_step *s) {
 
 static ct_status reduce(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals) {
   ct_ddp *d = ctx;
-  /* The gradients were summed whole: their flag and norm agree already. */
-  if (what != CT_STEP_REDUCE_METRICS) return CT_OK;
+  /* Gradients summed whole agree in their flag and norm already; under
+   * ZeRO each rank measured its own shard. */
+  if (what != CT_STEP_REDUCE_METRICS && !d->zero) return CT_OK;
+  static const char *const names[] = {"the non-finite flags", "the squared gradient norms", "the metrics"};
   char w[96];
-  snprintf(w, sizeof w, "the all-reduce of the metrics (step %lld)", (long long)ct_step_current(s)->step);
+  snprintf(w, sizeof w, "the all-reduce of %s (step %lld)", names[what], (long long)ct_step_current(s)->step);
   return ct_comm_allreduce(d->c, vals->data, (size_t)ct_tensor_numel(vals), vals->dtype, w);
+}
+
+/* ZeRO: every rank updated its shard; all get all. */
+static ct_status updated(void *ctx, ct_step *s) {
+  ct_ddp *d = ctx;
+  char w[96];
+  snprintf(w, sizeof w, "the all-gather of the updated parameters (step %lld)", (long long)ct_step_current(s)->step);
+  parts(d, 0, d->nflat);
+  return ct_comm_allgatherv(d->c, ct_model_params(d->m, NULL), d->counts, CT_F32, w);
 }
 
 void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h) {
@@ -177,6 +222,24 @@ void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h) {
   h->grads_ready = grads_ready;
   h->sync = sync;
   h->reduce = reduce;
+  if (d->zero) h->updated = updated;
+}
+
+ct_status ct_ddp_gather_optimizer(ct_ddp *d, const ct_optimizer *opt, ct_optimizer *full) {
+  size_t lo, hi;
+  ct_ddp_shard(d, &lo, &hi);
+  CT_TRY(ct_optimizer_copy_state(full, lo, opt, 0, hi - lo));
+  parts(d, 0, d->nflat);
+  for (size_t i = 0; i < ct_optimizer_state_count(full); i++) {
+    const char *name;
+    float *data;
+    size_t n;
+    CT_TRY(ct_optimizer_state(full, i, &name, &data, &n));
+    char w[96];
+    snprintf(w, sizeof w, "the all-gather of the optimizer's %s for a checkpoint", name);
+    CT_TRY(ct_comm_allgatherv(d->c, data, d->counts, CT_F32, w));
+  }
+  return CT_OK;
 }
 
 ct_status ct_ddp_broadcast_state(ct_ddp *d) {

@@ -112,30 +112,6 @@ static ct_status reduce(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *v
   return meet(&dp->g); /* nobody writes the next sums before all have read these */
 }
 
-/* Replica 0's optimizer state and scalars into a fresh one of the same
- * configuration. */
-static ct_status copy_optimizer(ct_optimizer *dst, ct_optimizer *src) {
-  for (size_t i = 0; i < ct_optimizer_scalar_count(src); i++) {
-    const char *name;
-    double v;
-    CT_TRY(ct_optimizer_scalar(src, i, &name, &v));
-    CT_TRY(ct_optimizer_set_scalar(dst, name, v));
-  }
-  if (ct_optimizer_state_count(dst) != ct_optimizer_state_count(src))
-    return ct_error(CT_ERR_INTERNAL, "dp: a replica's optimizer holds %zu state buffers, replica 0's %zu",
-                    ct_optimizer_state_count(dst), ct_optimizer_state_count(src));
-  for (size_t i = 0; i < ct_optimizer_state_count(src); i++) {
-    const char *na, *nb;
-    float *a, *b;
-    size_t ca, cb;
-    CT_TRY(ct_optimizer_state(src, i, &na, &a, &ca));
-    CT_TRY(ct_optimizer_state(dst, i, &nb, &b, &cb));
-    if (ca != cb) return ct_error(CT_ERR_INTERNAL, "dp: optimizer state %s sizes differ", na);
-    memcpy(b, a, ca * sizeof *a);
-  }
-  return CT_OK;
-}
-
 ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_config *oc, ct_device *const *devs,
                        int R, int64_t max_batch, ct_dp **out) {
   *out = NULL;
@@ -165,7 +141,7 @@ ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_
       s = ct_model_replicate(m0, &p->m);
       if (s == CT_OK) s = ct_model_prepare(p->m, devs[r], max_batch, 1);
       if (s == CT_OK) s = ct_optimizer_create(oc, np, &p->opt);
-      if (s == CT_OK) s = copy_optimizer(p->opt, o0);
+      if (s == CT_OK) s = ct_optimizer_copy_state(p->opt, 0, o0, 0, np);
       if (s == CT_OK) s = ct_step_create(p->m, devs[r], p->opt, &c, &p->step);
     }
     if (s == CT_OK) {

@@ -194,6 +194,7 @@ typedef struct fit_run {
   ct_ddp *ddp;          /* data parallel (cfg->dist.comm), else NULL */
   ct_dp *dp;            /* DataParallel (cfg->dist.dp_count >= 2), else NULL */
   int rank, world;      /* 0 and 1 without it */
+  size_t shard_lo, shard_hi; /* ZeRO-1: the parameters opt holds state for (0, 0: all) */
   int lead;             /* rank 0: writes checkpoints and logs */
 } fit_run;
 
@@ -404,8 +405,11 @@ static ct_status dist_check(fit_run *f) {
     model = ct_dist_hash(e->name, strlen(e->name) + 1, model);
     model = ct_dist_hash(e->value.shape, (size_t)e->value.ndim * sizeof e->value.shape[0], model);
   }
-  uint64_t lr;
+  uint64_t lr, mb, mb1;
   memcpy(&lr, &cfg->optim.lr, sizeof lr);
+  /* Buckets must match: each is one collective every rank calls. */
+  memcpy(&mb, &cfg->dist.bucket_mb, sizeof mb);
+  memcpy(&mb1, &cfg->dist.first_bucket_mb, sizeof mb1);
   const ct_dist_field fields[] = {
       {"model (parameter names and shapes)", model, 1},
       {"batch size", (uint64_t)lo->batch_size, 0},
@@ -419,6 +423,9 @@ static ct_status dist_check(fit_run *f) {
       {"optimizer", (uint64_t)cfg->optim.kind, 0},
       {"learning rate", lr, 1},
       {"resume", (uint64_t)cfg->resume, 0},
+      {"bucket size (--bucket-mb)", mb, 1},
+      {"first bucket size", mb1, 1},
+      {"ZeRO stage (--zero)", (uint64_t)cfg->dist.zero, 0},
       {"settings", cfg->config_id ? ct_dist_hash(cfg->config_id, strlen(cfg->config_id), 0) : 0, 1},
   };
   return ct_dist_check_same(cfg->dist.comm, fields, (int)(sizeof fields / sizeof fields[0]));
@@ -452,7 +459,35 @@ static ct_status dist_open(fit_run *f) {
   }
   CT_TRY(dist_check(f));
   CT_TRY(ct_ddp_create(c, f->m, &f->cfg->dist, &f->ddp));
-  return ct_ddp_broadcast_state(f->ddp);
+  CT_TRY(ct_ddp_broadcast_state(f->ddp));
+  if (!f->cfg->dist.zero) return CT_OK;
+  /* ZeRO-1: from here on this rank keeps its shard of the (restored)
+   * optimizer state only. */
+  size_t lo, hi;
+  ct_ddp_shard(f->ddp, &lo, &hi);
+  ct_optimizer *sh;
+  CT_TRY(ct_optimizer_create(ct_optimizer_get_config(f->opt), hi - lo, &sh));
+  ct_status s = ct_optimizer_copy_state(sh, 0, f->opt, lo, hi - lo);
+  if (s != CT_OK) {
+    ct_optimizer_destroy(sh);
+    return s;
+  }
+  ct_optimizer_destroy(f->opt);
+  f->opt = sh, f->shard_lo = lo, f->shard_hi = hi;
+  return CT_OK;
+}
+
+/* The optimizer a checkpoint holds: f->opt, or under ZeRO every rank's
+ * shard gathered into a whole one (*tmp, the caller frees it; every rank
+ * takes part). */
+static ct_status ckpt_optimizer(fit_run *f, ct_optimizer **o, ct_optimizer **tmp) {
+  *o = f->opt, *tmp = NULL;
+  if (!f->shard_hi) return CT_OK;
+  size_t np;
+  ct_model_params(f->m, &np);
+  CT_TRY(ct_optimizer_create(ct_optimizer_get_config(f->opt), np, tmp));
+  *o = *tmp;
+  return ct_ddp_gather_optimizer(f->ddp, f->opt, *tmp);
 }
 
 /* Creates the optimizer, scheduler, history, logs and step, restoring
@@ -501,6 +536,7 @@ static ct_status fit_open(fit_run *f) {
     sc.accumulate = f->acc, sc.scaler = f->gs, sc.step_sched = cfg->sched_per_step ? f->sch : NULL;
     sc.lag = 1, sc.cuda_graph = cfg->cuda_graph;
     sc.apply_nonfinite = 0;
+    sc.shard_lo = f->shard_lo, sc.shard_hi = f->shard_hi;
     s = ct_step_create(f->m, f->dev, f->opt, &sc, &f->step);
     if (s != CT_OK) s = ct_error_wrap(s, "fit");
     int R = cfg->dist.dp_count;
@@ -618,9 +654,12 @@ static void tell_graph(fit_run *f, int stop) {
 static ct_status stop_mid_epoch(fit_run *f) {
   ct_loop_state *ls = &f->ls;
   ct_status s = check_weights(f, "when stopped");
+  ct_optimizer *o, *tmp = NULL;
+  if (s == CT_OK && f->cfg->checkpoint_dir) s = ckpt_optimizer(f, &o, &tmp);
   if (s == CT_OK && f->cfg->checkpoint_dir && f->lead)
-    s = ct_train_state_save(f->cfg->checkpoint_dir, "last.safetensors", f->m, f->opt, f->sch, ls, f->hist, f->cfg,
+    s = ct_train_state_save(f->cfg->checkpoint_dir, "last.safetensors", f->m, o, f->sch, ls, f->hist, f->cfg,
                             ct_step_scaler(f->step));
+  ct_optimizer_destroy(tmp);
   f->res->train_loss = ls->seen ? ls->loss_sum / (double)ls->seen : NAN;
   f->res->train_accuracy = ls->seen ? (double)ls->correct / (double)ls->seen : 0;
   f->res->epochs_run++;
@@ -682,9 +721,13 @@ static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt
     *stop = 1;
     f->res->stopped_early = 1;
   }
-  if (cfg->checkpoint_dir) ls->batch = 0;
-  if (cfg->checkpoint_dir && f->lead)
-    s = save_epoch(f->m, f->opt, f->sch, ls, f->hist, cfg, ct_step_scaler(f->step), epoch + 1, improved);
+  if (cfg->checkpoint_dir) {
+    ls->batch = 0;
+    ct_optimizer *o, *tmp = NULL;
+    if (s == CT_OK) s = ckpt_optimizer(f, &o, &tmp);
+    if (s == CT_OK && f->lead) s = save_epoch(f->m, o, f->sch, ls, f->hist, cfg, ct_step_scaler(f->step), epoch + 1, improved);
+    ct_optimizer_destroy(tmp);
+  }
   if (cfg->max_steps && ls->step >= cfg->max_steps) *stop = 1;
   if (s == CT_OK && stop_requested(f, &s)) *stop = 1;
   return s;

@@ -7,7 +7,11 @@ end on 2 ranks of one thread each, against single-process training.
   momentum (dropout masks are keyed by each sample's number in the global
   batch, so the ranks draw what the whole batch would).
 - The buckets do not change the result: --bucket-mb 0.001 (a bucket per
-  parameter) and 1000 (one bucket) are bit-identical to the default.
+  parameter) and 1000 (one bucket) are bit-identical to the default; nor
+  does ZeRO-1 (--zero 1: gradients reduce-scattered, each rank updating
+  its shard, parameters all-gathered), with clipping on, also with uneven
+  shards on 4 ranks; its checkpoints hold the whole state and resume
+  without --zero.
 - A DDP run repeats bit for bit; one rank equals single-process training
   bit for bit; --nproc 2 (ctrain starting mpirun itself) equals mpirun.
 - Distributed evaluation counts every test sample once: with 101 test
@@ -87,20 +91,37 @@ def equivalence(d, data):
 
 
 def invariance(d, data):
+    # Clipping on (the norm active in the first steps): under --zero each
+    # rank measures its shard and the squares are summed.
     base = ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--batch-size", "16", "--epochs", "3",
-            "--max-steps", "20"] + data + u.FAST
-    ref = os.path.join(d, "cnn_adam_2.safetensors")  # seed 0 below: its own reference
+            "--max-steps", "20", "--clip-grad-norm", "0.5"] + data + u.FAST
     runs = {}
     for tag, extra in (("default", []), ("again", []), ("tiny", ["--bucket-mb", "0.001"]),
-                       ("one", ["--bucket-mb", "1000"])):
+                       ("one", ["--bucket-mb", "1000"]), ("zero", ["--zero", "1"]),
+                       ("zero_tiny", ["--zero", "1", "--bucket-mb", "0.001"])):
         p = os.path.join(d, "inv_%s.safetensors" % tag)
-        mu.ddp_ok(2, base + extra + ["--save", p], "ddp " + tag)
+        r = mu.ddp_ok(2, base + extra + ["--save", p], "ddp " + tag)
         runs[tag] = u.weights(p) if os.path.exists(p) else None
+        if tag == "zero":
+            u.check("ZeRO-1: optimizer state 0.22 of 0.43 MB per rank" in r.stdout,
+                    "--zero 1: the banner does not show the per-rank state: %s" % r.stdout[:400])
     if all(runs.values()):
         u.check(u.same_bits(runs["default"], runs["again"]), "a DDP run does not repeat bit for bit")
-        u.check(u.same_bits(runs["default"], runs["tiny"]), "--bucket-mb 0.001 changes the weights")
-        u.check(u.same_bits(runs["default"], runs["one"]), "--bucket-mb 1000 changes the weights")
-        u.check(not u.same_bits(runs["default"], u.weights(ref)), "seed 0 and seed 1 trained the same weights")
+        for tag, flags in (("tiny", "--bucket-mb 0.001"), ("one", "--bucket-mb 1000"), ("zero", "--zero 1"),
+                           ("zero_tiny", "--zero 1 --bucket-mb 0.001")):
+            u.check(u.same_bits(runs["default"], runs[tag]), "%s changes the weights" % flags)
+    # Uneven shards: 54090 parameters over 4 ranks.
+    four = {}
+    for tag, extra in (("plain", []), ("zero", ["--zero", "1"])):
+        p = os.path.join(d, "four_%s.safetensors" % tag)
+        args = ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--batch-size", "8", "--epochs", "3",
+                "--max-steps", "8", "--clip-grad-norm", "0.5"] + data + u.FAST
+        mu.ddp_ok(4, args + extra + ["--save", p], "4 ranks " + tag)
+        four[tag] = u.weights(p) if os.path.exists(p) else None
+    if all(four.values()):
+        u.check(u.same_bits(four["plain"], four["zero"]), "--zero 1 on 4 ranks (uneven shards) changes the weights")
+    r = mu.ddp(2, base + ["--zero", "2"])
+    u.check(r.returncode == 6 and "--zero 2" in r.stderr, "--zero 2: exit %d, %s" % (r.returncode, r.stderr[-300:]))
     # One rank is single-process training, bit for bit; --nproc 2 is mpirun.
     single = os.path.join(d, "w1_single.safetensors")
     u.run_ok(["train"] + base + ["--save", single], "single batch 16")
@@ -246,6 +267,14 @@ def other_world(d, data):
             "--epochs", "3"] + data + u.FAST
     full = os.path.join(d, "ow_full.safetensors")
     mu.ddp_ok(2, base + ["--save", full], "uninterrupted 2-rank run")
+    # A ZeRO checkpoint holds the whole optimizer state: it resumes without
+    # --zero to the uninterrupted run's weights, bit for bit.
+    ck = os.path.join(d, "ow_zero")
+    mu.ddp_ok(2, base + ["--checkpoint-dir", ck, "--max-steps", "12", "--zero", "1"], "zero, first part")
+    out = os.path.join(d, "ow_zero.safetensors")
+    mu.ddp_ok(2, base + ["--checkpoint-dir", ck, "--resume", "--save", out], "zero checkpoint resumed plain")
+    if os.path.exists(full) and os.path.exists(out):
+        u.check(u.same_bits(u.weights(full), u.weights(out)), "a --zero 1 checkpoint resumed without it differs")
     for first, then in ((2, 1), (1, 2)):
         name = "%d rank(s) -> %d" % (first, then)
         ck, out = os.path.join(d, "ow_ck_%d" % first), os.path.join(d, "ow_%d.safetensors" % first)

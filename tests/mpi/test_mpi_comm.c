@@ -1,7 +1,7 @@
 /* The MPI communicator and the DDP pieces a command line cannot reach, on
  * 2 ranks (tests/mpi/run_mpi.sh starts them): sums of every dtype in
- * place, a count split beyond one bucket, the settings comparison naming
- * the field, the weight checksum catching a rank whose weights drifted
+ * place, a reduce-scatter and an all-gather of uneven parts (ZeRO), the
+ * settings comparison naming the field, the weight checksum catching a rank whose weights drifted
  * (--check-sync) and the state broadcast repairing it, and a collective
  * one rank joins late: the other's wait fails after the timeout naming it,
  * and a second wait then completes. */
@@ -38,6 +38,24 @@ static void sums(ct_comm *c, int rank) {
   CHECK(!strcmp(b, "rank0"));
 }
 
+/* Uneven parts: rank 0 owns 3 values, rank 1 owns 5. */
+static void scatter_gather(ct_comm *c, int rank) {
+  const size_t counts[2] = {3, 5};
+  float b[8];
+  for (int i = 0; i < 8; i++) b[i] = (float)(i + 1) * (rank ? 10.0f : 1.0f);
+  int req;
+  CHECK_OK(ct_comm_reduce_scatter_start(c, b, counts, CT_F32, "reduce-scatter", &req));
+  CHECK_OK(ct_comm_wait(c, req));
+  int lo = rank ? 3 : 0, hi = rank ? 8 : 3;
+  for (int i = 0; i < 8; i++)
+    CHECK_MSG(b[i] == (i >= lo && i < hi ? (float)(i + 1) * 11.0f : 0.0f), "rank %d: b[%d] = %g", rank, i, (double)b[i]);
+  /* Each rank's part to all. */
+  for (int i = 0; i < 8; i++)
+    if (i < lo || i >= hi) b[i] = -1;
+  CHECK_OK(ct_comm_allgatherv(c, b, counts, CT_F32, "all-gather"));
+  for (int i = 0; i < 8; i++) CHECK_MSG(b[i] == (float)(i + 1) * 11.0f, "rank %d: gathered b[%d] = %g", rank, i, (double)b[i]);
+}
+
 static void fields(ct_comm *c, int rank) {
   ct_dist_field same[2] = {{"batch size", 16, 0}, {"model", 0xabc, 1}};
   CHECK_OK(ct_dist_check_same(c, same, 2));
@@ -54,7 +72,7 @@ static void weights(ct_comm *c, int rank) {
   mo.in_channels = 4, mo.height = 1, mo.width = 1, mo.num_classes = 3;
   CHECK_OK(ct_model_create("mlp", &mo, &m));
   CHECK_OK(ct_model_prepare(m, dev, 4, 1));
-  ct_dist_config dc = {c, 0.0001, 0.0001, 0};
+  ct_dist_config dc = {.comm = c, .bucket_mb = 0.0001, .first_bucket_mb = 0.0001};
   ct_ddp *d = NULL;
   CHECK_OK(ct_ddp_create(c, m, &dc, &d));
   CHECK(ct_ddp_bucket_count(d) >= 3); /* 0.1 KB buckets: one per parameter */
@@ -113,6 +131,7 @@ int main(void) {
   }
   CHECK(ct_comm_local_size(c) == 2 && ct_comm_local_rank(c) == rank);
   sums(c, rank);
+  scatter_gather(c, rank);
   fields(c, rank);
   weights(c, rank);
   late(c, rank);
