@@ -331,7 +331,7 @@ int main(int argc, char **argv) {
   ct_grad_scaler_init(&stc.scaler, fp16, 1, 65536.0);
   CK(ct_step_create(m, dev, sc.opt, &stc, &sc.step));
   sc.resident = ct_step_on_device(sc.step);
-  ct_step_hooks hooks = {NULL, noop_ready, noop_sync, noop_reduce, 0};
+  ct_step_hooks hooks = {.grads_ready = noop_ready, .sync = noop_sync, .reduce = noop_reduce};
   if (noop_hooks) ct_step_set_hooks(sc.step, &hooks);
   /* Random, non-constant data: images in [-1, 1), labels uniform. */
   float *xd = malloc(sizeof(float) * (size_t)(per * batch));

@@ -121,15 +121,15 @@ typedef struct ct_step_hooks {
    * the sync: a strategy whose replicas hold disjoint shards sums them,
    * one that all-reduced whole gradients has them agreeing already. */
   ct_status (*reduce)(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals);
-  /* After the optimizer's update of the group's last micro-batch (also
-   * when it was skipped), before the weights are read again: a strategy
-   * that updates a shard gathers the parameters here. */
-  ct_status (*updated)(void *ctx, ct_step *s);
   /* 1: the hooks only queue work on the device's stream (NCCL
    * collectives), which a CUDA graph captures and replays. 0: a step
    * with hooks runs eagerly even when cuda_graph was asked for, since a
    * replay calls no host code. */
   int graph_safe;
+  /* After the optimizer's update of the group's last micro-batch (also
+   * when it was skipped), before the weights are read again: a strategy
+   * that updates a shard gathers the parameters here. */
+  ct_status (*updated)(void *ctx, ct_step *s);
 } ct_step_hooks;
 
 /* A step for m, prepared for training on dev (ct_model_prepare with

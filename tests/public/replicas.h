@@ -292,7 +292,7 @@ static int replicas_check(const char *const *spec, int threads) {
   pthread_cond_init(&cm.cv, NULL);
   cm.threads = threads, cm.n = n;
   cm.summed = malloc(n * sizeof(float));
-  ct_step_hooks hk = {&cm, on_grads_ready, on_sync, on_reduce, 0};
+  ct_step_hooks hk = {.ctx = &cm, .grads_ready = on_grads_ready, .sync = on_sync, .reduce = on_reduce};
   for (int r = 0; r < R; r++) {
     TRY(ct_optimizer_create(&oc, n, &opt[r]));
     TRY(ct_step_create(rep[r], dev[r], opt[r], &sc, &s[r]));

@@ -109,7 +109,7 @@ static int graph_hooks_check(ct_device *dev, ct_loader *l) {
     ct_step *step;
     TRY(ct_step_create(m, dev, opt, &sc, &step));
     int calls = 0;
-    ct_step_hooks h = {&calls, count_ready, NULL, NULL, 0};
+    ct_step_hooks h = {.ctx = &calls, .grads_ready = count_ready};
     if (hooked) ct_step_set_hooks(step, &h);
     TRY(ct_loader_start_epoch(l, 0, 0));
     for (int64_t k = 0; k < STEPS; k++) {
