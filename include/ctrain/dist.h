@@ -77,6 +77,13 @@ typedef struct ct_dist_config {
    * (each rank receives its shard's sums) and the updated parameters
    * all-gathered. Checkpoints still hold the whole, logical state. */
   int zero;
+  /* 1: SyncBatchNorm. Every batch norm of the model normalises a
+   * training batch with the mean and variance of the global batch (the
+   * replicas' counts, sums and squared deviations all-reduced; counts may
+   * differ), its running statistics follow the global ones, and its
+   * backward all-reduces the two gradient sums. Evaluation uses the
+   * running statistics without communication. Host models. */
+  int sync_bn;
   /* DataParallel inside this process (comm NULL): dp_count >= 2 devices,
    * virtual host devices (cpu:N) for now. The model is prepared on
    * dp_devices[0] for ceil(batch / dp_count) samples; ct_fit makes a

@@ -238,6 +238,7 @@ int cmd_train(int argc_in, char **argv_in) {
     cfg.dist.bucket_mb = dist.bucket_mb;
     cfg.dist.check_sync = dist.check_sync;
     cfg.dist.zero = dist.zero;
+    cfg.dist.sync_bn = dist.sync_bn;
     cfg.dist.dp_devices = dist.devs;
     cfg.dist.dp_count = dist.dp ? dist.ndev : 0;
     cfg.cuda_graph = cuda_graph;

@@ -32,6 +32,10 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     double x = 0;
     int r = 0;
+    if (!strcmp(a, "--sync-bn")) {
+      d->sync_bn = 1;
+      continue;
+    }
     if (!strcmp(a, "--strategy")) {
       d->ddp = d->dp = 0;
       if (v && !strcmp(v, "ddp")) d->ddp = 1;
@@ -69,6 +73,10 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
   if (n < argc) argv[n] = NULL;
   if (d->given && !d->ddp) {
     fprintf(stderr, "ctrain train: --nproc, --bucket-mb, --dist-timeout, --check-sync and --zero need --strategy ddp\n");
+    return -1;
+  }
+  if (d->sync_bn && !d->ddp && !d->dp) {
+    fprintf(stderr, "ctrain train: --sync-bn needs --strategy dp or ddp (one device's batch norm is already the whole batch's)\n");
     return -1;
   }
   if (d->dp != (d->devices != NULL)) {

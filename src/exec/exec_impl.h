@@ -20,4 +20,9 @@ void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx);
  * (ct_step_pos.sample_offset and sample_stride): dropout's mask numbers. */
 void ct_model_set_sample_span(ct_model *m, int64_t offset, int64_t stride);
 
+/* SyncBatchNorm: with sync set (it must outlive the model's training), the
+ * training passes' batch norms take the statistics of the global batch,
+ * summed through it; NULL: each replica its own batch's. */
+void ct_model_set_norm_sync(ct_model *m, const ct_norm_sync *sync);
+
 #endif

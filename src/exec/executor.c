@@ -124,7 +124,8 @@ ct_status ct_model_forward(ct_model *m, const ct_tensor *x, int training, uint32
                     x->layout == CT_LAYOUT_PLAIN ? "" : x->layout == CT_LAYOUT_NHWC ? " channels-last" : " blocked");
   ct_exec_bufs *b = m->eb;
   bind(m, b, x, n, 0);
-  ct_exec e = {m->dev, ct_device_backend(m->dev), training, n, m->seed, step, 0, NULL, 0, m->sample_offset, m->sample_stride};
+  ct_exec e = {m->dev, ct_device_backend(m->dev), training, n, m->seed, step, 0, NULL, 0, m->sample_offset,
+               m->sample_stride, m->norm_sync};
   for (int i = 0; i < m->n_layers; i++) CT_TRY(forward_layer(m, i, &e, x));
   m->lp_dirty = 0;
   m->input = *x;
@@ -158,6 +159,8 @@ void ct_model_set_sample_span(ct_model *m, int64_t offset, int64_t stride) {
   m->sample_stride = stride;
 }
 
+void ct_model_set_norm_sync(ct_model *m, const ct_norm_sync *sync) { m->norm_sync = sync; }
+
 void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx) {
   m->grad_hook = fn;
   m->grad_hook_ctx = ctx;
@@ -185,7 +188,7 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
     return ct_error(CT_ERR_SHAPE, "model '%s': output gradient has %lld elements, output has %lld", m->name,
                     (long long)ct_tensor_numel(dout), (long long)ct_tensor_numel(&o->y));
   ct_exec e = {m->dev, ct_device_backend(m->dev), 1, m->last_batch, m->seed, m->last_step, 0, NULL, 0, m->sample_offset,
-               m->sample_stride};
+               m->sample_stride, m->norm_sync};
   if (b->out32 >= 0) {
     if (dout->dtype != CT_F32) return ct_error(CT_ERR_INVALID_ARG, "model '%s': output gradient must be f32", m->name);
     ct_tensor d32 = o->dy;
@@ -254,7 +257,8 @@ ct_status ct_model_rerun_layer(ct_model *m, int i, int backward) {
   if (!m->arena || !m->training_plan || !m->last_batch)
     return ct_error(CT_ERR_INVALID_ARG, "model '%s': rerunning a layer needs a training step first", m->name);
   ct_layer *l = &m->layers[i];
-  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, m->last_batch, m->seed, 0, 0, NULL, 0, m->sample_offset, m->sample_stride};
+  ct_exec e = {m->dev, ct_device_backend(m->dev), 1, m->last_batch, m->seed, 0, 0, NULL, 0, m->sample_offset,
+               m->sample_stride, m->norm_sync};
   if (backward) l->grad_beta = 1.0f;
   /* Each pass as the step runs it: with its planned workspace. */
   ct_exec_pass_workspace(m, i, backward ? CT_PASS_BWD : CT_PASS_FWD, &e);

@@ -61,6 +61,17 @@ typedef enum ct_init_kind {
 typedef struct ct_layer ct_layer;
 
 /* Runtime context of one forward/backward pass. */
+/* SyncBatchNorm's collective, a strategy's: sums n doubles over every
+ * replica of the step, in place. */
+typedef struct ct_norm_sync {
+  ct_status (*sum)(void *ctx, double *vals, int n);
+  /* Non-zero while this replica's batch is no part of the step (a
+   * DataParallel replica left without samples, whose loss share is 0):
+   * it adds nothing and passes no gradient down. NULL: never. */
+  int (*excluded)(void *ctx);
+  void *ctx;
+} ct_norm_sync;
+
 typedef struct ct_exec {
   ct_device *dev;
   const ct_backend *be;
@@ -77,6 +88,9 @@ typedef struct ct_exec {
   /* Where this pass's samples stand in the step's whole batch
    * (ct_step_pos): sample i is number sample_offset + i x sample_stride. */
   int64_t sample_offset, sample_stride;
+  /* Set: batch norm normalises a training batch with the statistics of
+   * the step's global batch (SyncBatchNorm), summed through it. */
+  const ct_norm_sync *norm_sync;
 } ct_exec;
 
 typedef struct ct_state_decl {

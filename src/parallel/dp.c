@@ -18,6 +18,7 @@ typedef struct dp_group {
   int arrived, broken;
   long generation;
   double metrics[64][4];
+  const double *norm[64]; /* ct_dp_norm_sum: each replica's values */
 } dp_group;
 
 typedef struct dp_rep {
@@ -47,6 +48,8 @@ struct ct_dp {
 };
 
 int ct_dp_replicas(const ct_dp *dp) { return dp->R; }
+ct_model *ct_dp_model(ct_dp *dp, int r) { return dp->rep[r].m; }
+void *ct_dp_replica(ct_dp *dp, int r) { return &dp->rep[r]; }
 
 /* Waits until every replica arrived; CT_ERR_INTERNAL when one failed. */
 static ct_status meet(dp_group *g) {
@@ -110,6 +113,31 @@ static ct_status reduce(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *v
     v[j] = sum;
   }
   return meet(&dp->g); /* nobody writes the next sums before all have read these */
+}
+
+int ct_dp_norm_excluded(void *replica) { return !((dp_rep *)replica)->active; }
+
+ct_status ct_dp_norm_sum(void *replica, double *vals, int n) {
+  dp_rep *me = replica;
+  ct_dp *dp = me->dp;
+  if (!me->active) memset(vals, 0, (size_t)n * sizeof *vals);
+  double *sum = malloc((size_t)n * sizeof *sum + 8);
+  if (!sum) {
+    break_group(&dp->g);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "dp: out of host memory");
+  }
+  dp->g.norm[me->r] = vals;
+  ct_status s = meet(&dp->g);
+  for (int j = 0; s == CT_OK && j < n; j++) {
+    double t = 0;
+    for (int k = 0; k < dp->R; k++) t += dp->g.norm[k][j];
+    sum[j] = t;
+  }
+  /* Nobody overwrites its values before every replica has read them. */
+  if (s == CT_OK) s = meet(&dp->g);
+  if (s == CT_OK) memcpy(vals, sum, (size_t)n * sizeof *vals);
+  free(sum);
+  return s;
 }
 
 ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_config *oc, ct_device *const *devs,

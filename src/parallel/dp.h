@@ -39,5 +39,14 @@ ct_status ct_dp_train(ct_dp *dp, ct_batch *b, const ct_step_pos *pos, ct_step_re
  * n, top-1 and top-5 hits added to sums[0..2]. */
 ct_status ct_dp_eval(ct_dp *dp, const ct_batch *b, ct_loss_kind loss, float label_smoothing, double sums[3]);
 int ct_dp_replicas(const ct_dp *dp);
+/* Replica r's model, and the handle ct_dp_norm_sum takes for it. */
+ct_model *ct_dp_model(ct_dp *dp, int r);
+void *ct_dp_replica(ct_dp *dp, int r);
+/* SyncBatchNorm's sum over the replicas (called by each replica's batch
+ * norms during its passes, replica the handle above): vals[0..n) summed
+ * in replica order, in place; a replica without samples adds nothing. */
+ct_status ct_dp_norm_sum(void *replica, double *vals, int n);
+/* Whether the replica holds no samples of this step (ct_norm_sync.excluded). */
+int ct_dp_norm_excluded(void *replica);
 
 #endif

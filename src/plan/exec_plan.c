@@ -259,7 +259,7 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
     int gf = i == m->output ? L - 1 : gfirst[i];
     if (alias[i] < 0 && gf <= bwd[i]) b->grad[i] = ct_plan_add(plan, act_bytes(m, l, max_batch), gf, gend[i]);
     if (l->cls->workspace_bytes) {
-      size_t wsb = l->cls->workspace_bytes(l, &(ct_exec){dev, ct_device_backend(dev), 1, max_batch, 0, 0, 0, NULL, 0, 0, 0});
+      size_t wsb = l->cls->workspace_bytes(l, &(ct_exec){dev, ct_device_backend(dev), 1, max_batch, 0, 0, 0, NULL, 0, 0, 0, NULL});
       /* A rerun layer's first forward writes a workspace nobody reads,
        * unless its recompute reads it (CT_LAYER_RERUN_READS_WS). */
       const int own_rc = rerun[i] && !(l->cls->flags & CT_LAYER_RERUN_READS_WS);
@@ -286,7 +286,7 @@ static ct_status plan_step(ct_model *m, ct_device *dev, int64_t max_batch, int t
   for (int i = 0; i < L; i++) {
     ct_layer *l = &m->layers[i];
     if (!l->cls->pass_workspace_bytes) continue;
-    ct_exec e = {dev, ct_device_backend(dev), training, max_batch, 0, 0, 0, NULL, 0, 0, 0};
+    ct_exec e = {dev, ct_device_backend(dev), training, max_batch, 0, 0, 0, NULL, 0, 0, 0, NULL};
     size_t f = l->cls->pass_workspace_bytes(l, &e, 0), bw = training ? l->cls->pass_workspace_bytes(l, &e, 1) : 0;
     if (f) b->pws[3 * i + CT_PASS_FWD] = ct_plan_add(plan, f, i, i);
     if (f && training && rerun[i]) b->pws[3 * i + CT_PASS_RC] = ct_plan_add(plan, f, rc[i], rc[i]);

@@ -24,6 +24,8 @@
 #include "parallel/ddp.h"
 #include "parallel/dp.h"
 #include "exec/device_state.h"
+#include "exec/exec_impl.h"
+#include "nn/layer.h"
 #include "train/accumulate.h"
 
 static double now_s(void) {
@@ -193,6 +195,7 @@ typedef struct fit_run {
   int logs_off;         /* a log writer failed: no more history files or events */
   ct_ddp *ddp;          /* data parallel (cfg->dist.comm), else NULL */
   ct_dp *dp;            /* DataParallel (cfg->dist.dp_count >= 2), else NULL */
+  ct_norm_sync norm_sync[64]; /* SyncBatchNorm's sums: this rank's model (DDP) or each replica's (DP) */
   int rank, world;      /* 0 and 1 without it */
   size_t shard_lo, shard_hi; /* ZeRO-1: the parameters opt holds state for (0, 0: all) */
   int lead;             /* rank 0: writes checkpoints and logs */
@@ -426,6 +429,7 @@ static ct_status dist_check(fit_run *f) {
       {"bucket size (--bucket-mb)", mb, 1},
       {"first bucket size", mb1, 1},
       {"ZeRO stage (--zero)", (uint64_t)cfg->dist.zero, 0},
+      {"SyncBatchNorm (--sync-bn)", (uint64_t)cfg->dist.sync_bn, 0},
       {"settings", cfg->config_id ? ct_dist_hash(cfg->config_id, strlen(cfg->config_id), 0) : 0, 1},
   };
   return ct_dist_check_same(cfg->dist.comm, fields, (int)(sizeof fields / sizeof fields[0]));
@@ -474,6 +478,27 @@ static ct_status dist_open(fit_run *f) {
   }
   ct_optimizer_destroy(f->opt);
   f->opt = sh, f->shard_lo = lo, f->shard_hi = hi;
+  return CT_OK;
+}
+
+static ct_status ddp_norm_sum(void *ddp, double *vals, int n) {
+  return ct_ddp_sum(ddp, vals, n, "the all-reduce of SyncBatchNorm's sums");
+}
+
+/* SyncBatchNorm: every model of the run sums its batch norms' statistics
+ * over the ranks (DDP) or the replicas (DP). */
+static ct_status sync_bn_open(fit_run *f) {
+  if (!f->ddp && !f->dp)
+    return ct_error(CT_ERR_INVALID_ARG, "fit: SyncBatchNorm needs data parallel (dist.comm or dist.dp_count >= 2)");
+  if (f->ddp) {
+    f->norm_sync[0] = (ct_norm_sync){ddp_norm_sum, NULL, f->ddp};
+    ct_model_set_norm_sync(f->m, &f->norm_sync[0]);
+    return CT_OK;
+  }
+  for (int r = 0; r < ct_dp_replicas(f->dp); r++) {
+    f->norm_sync[r] = (ct_norm_sync){ct_dp_norm_sum, ct_dp_norm_excluded, ct_dp_replica(f->dp, r)};
+    ct_model_set_norm_sync(ct_dp_model(f->dp, r), &f->norm_sync[r]);
+  }
   return CT_OK;
 }
 
@@ -543,6 +568,7 @@ static ct_status fit_open(fit_run *f) {
     if (s == CT_OK && R >= 2)
       s = ct_dp_create(f->step, &sc, &cfg->optim, cfg->dist.dp_devices, R, (f->batch_size + R - 1) / R, &f->dp);
   }
+  if (s == CT_OK && cfg->dist.sync_bn) s = sync_bn_open(f);
   if (s == CT_OK && f->ddp) {
     ct_step_hooks h;
     ct_ddp_hooks(f->ddp, &h);
@@ -773,6 +799,7 @@ static ct_status fit_close(fit_run *f, ct_status s) {
   }
   free(f->best_state);
   res->history = f->hist; /* the caller prints or saves it; freed with the result */
+  if (f->cfg->dist.sync_bn) ct_model_set_norm_sync(f->m, NULL); /* f->norm_sync dies with fit */
   ct_dp_destroy(f->dp);
   ct_step_destroy(f->step);
   ct_ddp_destroy(f->ddp);

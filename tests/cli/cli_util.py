@@ -230,3 +230,26 @@ def normwise(a, b):
 
 def same_bits(a, b):
     return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+
+
+# A small batch-norm CNN for 1x28x28 inputs (SyncBatchNorm tests).
+BN_MODEL = """input 1x28x28
+conv2d 1 8 3 bias=false
+batchnorm2d 8
+relu
+maxpool2d 2
+conv2d 8 16 3 bias=false
+batchnorm2d 16
+relu
+adaptiveavgpool2d 1
+flatten
+linear 16 10
+"""
+
+
+def write_bn_model(d):
+    path = os.path.join(d, "bn.txt")
+    with open(path, "w") as f:
+        f.write(BN_MODEL)
+    return path
+

@@ -8,6 +8,8 @@ batch split across them, against single-device training.
   replicas keep the model's precision).
 - A last batch smaller than the number of devices (257 samples, batch 32:
   a last batch of 1) still trains as one device does.
+- SyncBatchNorm (--sync-bn): a batch-norm model trains as one device
+  does, also with that last batch of one sample.
 - A DP run repeats bit for bit, and a run stopped by --max-steps and
   resumed ends bit-identical to the uninterrupted one.
 - The evaluation split across the replicas gives one device's accuracy
@@ -46,11 +48,17 @@ def main():
             ("cnn_bf16", ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--precision", "bf16"] + data),
             ("cnn_tail", ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--data", "synthetic:257",
                           "--input", "1x28x28", "--classes", "10"]),
+            # SyncBatchNorm: the replicas normalise with the global batch's
+            # statistics, also when one holds no samples (the tail).
+            ("bn_sync", ["--model", u.write_bn_model(d), "--optimizer", "adam", "--lr", "0.002", "--sync-bn"] + data),
+            ("bn_tail", ["--model", u.write_bn_model(d), "--optimizer", "adam", "--lr", "0.002", "--sync-bn",
+                         "--data", "synthetic:257", "--input", "1x28x28", "--classes", "10"]),
         ]
         for name, args in cases:
             common = ["train"] + args + ["--batch-size", "32", "--epochs", "3", "--max-steps", "20"] + u.FAST
             one, two = os.path.join(d, name + "_1.safetensors"), os.path.join(d, name + "_dp.safetensors")
-            r1 = u.run_ok(common + ["--save", one], name + " single")
+            single = [a for a in common if a != "--sync-bn"]
+            r1 = u.run_ok(single + ["--save", one], name + " single")
             r2 = u.run_ok(common + DP + ["--save", two], name + " dp")
             if not (os.path.exists(one) and os.path.exists(two)):
                 continue

@@ -14,6 +14,8 @@ end on 2 ranks of one thread each, against single-process training.
   without --zero.
 - A DDP run repeats bit for bit; one rank equals single-process training
   bit for bit; --nproc 2 (ctrain starting mpirun itself) equals mpirun.
+- SyncBatchNorm (--sync-bn): a batch-norm model on 2 ranks trains as one
+  process does on the global batch, within 1e-4 (and does not without it).
 - Distributed evaluation counts every test sample once: with 101 test
   samples over 2 ranks the accuracy and loss equal one process's.
 - Ranks started with another batch size, seed or model are refused at
@@ -49,6 +51,7 @@ def main():
         u.write_idx_dataset(os.path.join(d, "data"), np.random.default_rng(0), n_train=256, n_test=101, h=28, w=28)
         data = ["--data", "mnist:" + os.path.join(d, "data")]
         equivalence(d, data)
+        sync_bn(d, data)
         invariance(d, data)
         evaluation(d, data)
         mismatch(d, data)
@@ -61,12 +64,13 @@ def main():
 
 
 def pair(d, data, name, model_args, steps=20):
-    """Single process with batch 32 and 2 ranks with 16 each; returns
-    both weight files' paths."""
+    """Single process with batch 32 and 2 ranks with 16 each (--sync-bn
+    for a batch-norm model); returns both weight files' paths."""
     common = model_args + data + ["--epochs", "3", "--max-steps", str(steps)] + u.FAST
     one, two = os.path.join(d, name + "_1.safetensors"), os.path.join(d, name + "_2.safetensors")
     u.run_ok(["train"] + common + ["--batch-size", "32", "--save", one], name + " single")
-    mu.ddp_ok(2, common + ["--batch-size", "16", "--save", two], name + " ddp")
+    sync = ["--sync-bn"] if name == "bn" else []
+    mu.ddp_ok(2, common + sync + ["--batch-size", "16", "--save", two], name + " ddp")
     return one, two
 
 
@@ -88,6 +92,23 @@ def equivalence(d, data):
         err = u.normwise(a, b)
         print("%s: single vs 2-rank ddp after 20 steps: normwise %.3g" % (name, err))
         u.check(err < 1e-5, "%s: 2-rank DDP differs from single-process training by %.3g (> 1e-5)" % (name, err))
+
+
+def sync_bn(d, data):
+    """A batch-norm model: with --sync-bn 2 ranks train as one process does
+    on the global batch (weights and running statistics within 1e-4);
+    without it each rank normalises its half, which is not the same."""
+    args = ["--model", u.write_bn_model(d), "--optimizer", "adam", "--lr", "0.002"]
+    one, two = pair(d, data, "bn", args)
+    plain = os.path.join(d, "bn_plain.safetensors")
+    mu.ddp_ok(2, args + data + ["--epochs", "3", "--max-steps", "20", "--batch-size", "16", "--save", plain] + u.FAST,
+              "bn without --sync-bn")
+    if os.path.exists(one) and os.path.exists(two) and os.path.exists(plain):
+        a = u.weights(one)
+        err, err_plain = u.normwise(a, u.weights(two)), u.normwise(a, u.weights(plain))
+        print("batch norm: single vs 2-rank ddp --sync-bn %.3g, without --sync-bn %.3g" % (err, err_plain))
+        u.check(err < 1e-4, "--sync-bn: 2 ranks differ from one process by %.3g (> 1e-4)" % err)
+        u.check(err_plain > 1e-4, "without --sync-bn the ranks' statistics should differ from the global batch's")
 
 
 def invariance(d, data):

@@ -111,7 +111,7 @@ static void test_fused_kernels(ct_device *d) {
  * more than was planned. */
 static void check_planned_workspace(ct_model *m, ct_device *gpu, int64_t batch) {
   int convs = 0, with_ws = 0;
-  ct_exec e = {gpu, ct_device_backend(gpu), 1, batch, 0, 0, 0, NULL, 0, 0, 0};
+  ct_exec e = {gpu, ct_device_backend(gpu), 1, batch, 0, 0, 0, NULL, 0, 0, 0, NULL};
   for (int i = 0; i < m->n_layers; i++) {
     ct_layer *l = &m->layers[i];
     if (l->cls != &ct_layer_conv2d) continue;

@@ -7,7 +7,13 @@
  * took the ReLU's gradient over: then no backward reads the reserve and
  * the forward's pass workspace holds it. Without such a backend, or in
  * eval, the activation runs in place after the forward and on dy before
- * the backward. */
+ * the backward. Under SyncBatchNorm (ct_exec.norm_sync) a training pass
+ * takes the global batch's statistics (sync_forward, sync_backward). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/device_impl.h"
 #include "nn/layer.h"
 
 static ct_status setup(ct_layer *l) {
@@ -104,6 +110,92 @@ static void stats(ct_layer *l, ct_tensor *mean, ct_tensor *invstd) {
   mean->device = invstd->device = l->y.device;
 }
 
+/* SyncBatchNorm's forward: the local batch's mean and variance (the
+ * backend's own pass), combined over the replicas as Chan's parallel
+ * variance does (the means first, then each replica's squared deviations
+ * around the global mean: no cancellation when the mean is large), the
+ * running statistics updated with the global ones (unbiased variance over
+ * all samples), and x normalised with them. Counts may differ between
+ * replicas. Host memory for the statistics (cpu, ref). */
+static ct_status sync_forward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, const ct_tensor *beta,
+                              ct_tensor *mean, ct_tensor *invstd, ct_tensor *rm, ct_tensor *rv) {
+  const int64_t C = l->ip[0];
+  const double eps = l->fp[0], mom = l->fp[1], n = (double)(ct_tensor_numel(&l->x[0]) / C);
+  CT_TRY(e->be->batchnorm_fwd(e->dev, 1, &l->x[0], NULL, NULL, NULL, NULL, 0.0f, l->fp[0], &l->y, mean, invstd));
+  double *v = malloc((size_t)(2 * C + 1) * sizeof *v);
+  if (!v) return ct_error(CT_ERR_OUT_OF_MEMORY, "SyncBatchNorm: out of host memory");
+  float *m = mean->data, *is = invstd->data, *rmean = rm->data, *rvar = rv->data;
+  for (int64_t c = 0; c < C; c++) v[c] = n * m[c];
+  v[C] = n;
+  ct_status s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)C + 1);
+  const double N = v[C];
+  for (int64_t c = 0; s == CT_OK && c < C; c++) {
+    double var = 1.0 / ((double)is[c] * is[c]) - eps, d = m[c] - v[c] / N;
+    v[C + 1 + c] = v[c] / N; /* the global mean, kept */
+    v[c] = n * ((var > 0 ? var : 0) + d * d);
+  }
+  if (s == CT_OK) s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)C);
+  for (int64_t c = 0; s == CT_OK && c < C; c++) {
+    double M = v[C + 1 + c], V = v[c] / N;
+    m[c] = (float)M;
+    is[c] = (float)(1.0 / sqrt(V + eps));
+    rmean[c] = (float)((1 - mom) * rmean[c] + mom * M);
+    rvar[c] = (float)((1 - mom) * rvar[c] + mom * V * (N > 1 ? N / (N - 1) : 1));
+  }
+  free(v);
+  if (s != CT_OK) return s;
+  return e->be->batchnorm_apply(e->dev, &l->x[0], gamma, beta, mean, invstd, l->act, 0.0f, &l->y);
+}
+
+/* SyncBatchNorm's backward: the backend's backward with the global
+ * statistics gives dx from this replica's sums of dy and dy x xhat; with
+ * the global sums, dx differs from it by a_c + b_c xhat per channel
+ * (added through batchnorm_apply, which computes xhat b + a), and the
+ * parameter gradients stay this replica's (the data-parallel reduction
+ * sums them). */
+static ct_status sync_backward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, ct_tensor *mean, ct_tensor *invstd,
+                               ct_tensor *dgamma, ct_tensor *dbeta) {
+  const int64_t C = l->ip[0];
+  const double n = (double)(ct_tensor_numel(&l->x[0]) / C);
+  size_t xb = ct_tensor_nbytes(&l->dx[0]), head = ((size_t)(4 * C) * sizeof(float) + 63) / 64 * 64;
+  float *tmp = ct_device_tmp_get(e->dev, head + xb);
+  double *v = malloc((size_t)(2 * C + 1) * sizeof *v);
+  if (!tmp || !v) {
+    free(v);
+    if (tmp) ct_device_tmp_put(e->dev, tmp);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "SyncBatchNorm: out of memory for the backward's %zu bytes", head + xb);
+  }
+  ct_tensor dg = ct_tensor_1d(tmp, CT_F32, C), db = ct_tensor_1d(tmp + C, CT_F32, C);
+  ct_tensor a = ct_tensor_1d(tmp + 2 * C, CT_F32, C), b = ct_tensor_1d(tmp + 3 * C, CT_F32, C);
+  ct_tensor corr = l->dx[0];
+  corr.data = (char *)tmp + head;
+  dg.device = db.device = a.device = b.device = corr.device = l->dx[0].device;
+  ct_status s = e->be->batchnorm_bwd(e->dev, &l->x[0], &l->dy, gamma, mean, invstd, &l->dx[0], &dg, &db, 0.0f);
+  const float *g = gamma ? gamma->data : NULL, *is = invstd->data;
+  float *fdg = dg.data, *fdb = db.data, *fa = a.data, *fb = b.data;
+  for (int64_t c = 0; c < C; c++) v[c] = fdb[c], v[C + c] = fdg[c];
+  v[2 * C] = n;
+  if (s == CT_OK) s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)(2 * C + 1));
+  /* Left out of the step: its dx stays the local one, zero (dy is). */
+  int out = e->norm_sync->excluded && e->norm_sync->excluded(e->norm_sync->ctx);
+  const double N = v[2 * C];
+  for (int64_t c = 0; s == CT_OK && c < C; c++) {
+    double k = (g ? g[c] : 1.0) * is[c];
+    fa[c] = (float)(k * (fdb[c] / n - v[c] / N));
+    fb[c] = (float)(k * (fdg[c] / n - v[C + c] / N));
+  }
+  if (s == CT_OK && !out) s = e->be->batchnorm_apply(e->dev, &l->x[0], &b, &a, mean, invstd, CT_ACT_NONE, 0.0f, &corr);
+  if (s == CT_OK && !out) s = e->be->add(e->dev, &l->dx[0], &corr, CT_ACT_NONE, &l->dx[0]);
+  for (int64_t c = 0; s == CT_OK && dgamma && c < C; c++) {
+    float *pg = dgamma->data, *pb = dbeta->data;
+    pg[c] = l->grad_beta * pg[c] + fdg[c];
+    pb[c] = l->grad_beta * pb[c] + fdb[c];
+  }
+  free(v);
+  ct_device_tmp_put(e->dev, tmp);
+  return s;
+}
+
 static ct_status forward(ct_layer *l, ct_exec *e) {
   int k = l->ip[2] ? 2 : 0;
   ct_tensor mean, invstd;
@@ -120,7 +212,9 @@ static ct_status forward(ct_layer *l, ct_exec *e) {
     return e->be->batchnorm_apply(e->dev, &l->x[0], gamma, beta, &mean, &invstd, l->act, 0.0f, &l->y);
   ct_tensor *rm = &l->w[k], *rv = &l->w[k + 1];
   ct_status s;
-  if (fused(l, e)) {
+  if (e->training && e->norm_sync) {
+    s = sync_forward(l, e, gamma, beta, &mean, &invstd, rm, rv);
+  } else if (fused(l, e)) {
     s = e->be->batchnorm_act_fwd(e->dev, l->act, &l->x[0], gamma, beta, rm, rv, l->fp[1], l->fp[0], &l->y, &mean,
                                  &invstd, reserve(l, e), l->ws_reserve);
   } else {
@@ -143,6 +237,10 @@ static ct_status backward(ct_layer *l, ct_exec *e) {
    * saved statistics are the same; the reserve only serves the fused
    * backward), and y need not be kept. */
   ct_act act = ct_layer_bwd_act(l);
+  if (e->norm_sync) {
+    if (act != CT_ACT_NONE) CT_TRY(e->be->act_bwd(e->dev, l->act, 0.0f, NULL, &l->y, &l->dy, &l->dy));
+    return sync_backward(l, e, gamma, &mean, &invstd, dgamma, dbeta);
+  }
   /* The executor always gives batch norm a dx buffer (the backends compute
    * it with the parameter gradients in one pass). */
   if (act != CT_ACT_NONE && fused(l, e))
