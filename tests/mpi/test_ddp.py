@@ -5,7 +5,9 @@ end on 2 ranks of one thread each, against single-process training.
   process gives with batch 32, after 20 steps, within 1e-5 (normwise):
   the mlp with Adam, the cnn with its Dropout2d with Adam and with SGD +
   momentum (dropout masks are keyed by each sample's number in the global
-  batch, so the ranks draw what the whole batch would).
+  batch, so the ranks draw what the whole batch would), with clipping,
+  accumulation and recompute together, and under bf16 autocast; under
+  fp16 the loss scaler skips the same steps and ends at the same scale.
 - The buckets do not change the result: --bucket-mb 0.001 (a bucket per
   parameter) and 1000 (one bucket) are bit-identical to the default; nor
   does ZeRO-1 (--zero 1: gradients reduce-scattered, each rank updating
@@ -83,6 +85,14 @@ def equivalence(d, data):
         # sizes on one device (docs/PARALLEL.md).
         ("cnn_adam", ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--seed", "1"]),
         ("cnn_sgd", ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"]),
+        # The global norm clips (each rank's norm is the summed gradients'),
+        # accumulation reduces once per group (no_sync), recompute reruns
+        # the dropout and the hooks fire after the rerun layers' backward.
+        ("cnn_clip_acc_rc", ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--seed", "1",
+                             "--clip-grad-norm", "0.5", "--accumulate", "2", "--recompute", "2"]),
+        # bf16 autocast and fp16 with dynamic loss scaling from a scale that
+        # overflows: the skipped steps and the final scale must agree too.
+        ("cnn_bf16", ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--seed", "1", "--precision", "bf16"]),
     ]
     for name, args in cases:
         one, two = pair(d, data, name, args)
@@ -92,6 +102,21 @@ def equivalence(d, data):
         err = u.normwise(a, b)
         print("%s: single vs 2-rank ddp after 20 steps: normwise %.3g" % (name, err))
         u.check(err < 1e-5, "%s: 2-rank DDP differs from single-process training by %.3g (> 1e-5)" % (name, err))
+    # fp16 with the loss scaler started at 2^40: the first steps overflow
+    # and are skipped. An overflow on any rank is one in the summed
+    # gradients every rank holds, so all skip together, as one process does.
+    args = ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--seed", "1", "--precision", "fp16",
+            "--loss-scale-init", "1099511627776"] + data + ["--epochs", "1", "--max-steps", "12"] + u.FAST
+    m1, m2 = os.path.join(d, "fp16_1.json"), os.path.join(d, "fp16_2.json")
+    u.run_ok(["train"] + args + ["--batch-size", "32", "--metrics-json", m1], "fp16 single")
+    mu.ddp_ok(2, args + ["--batch-size", "16", "--metrics-json", m2], "fp16 ddp")
+    if os.path.exists(m1) and os.path.exists(m2):
+        a, b = u.read_json(m1), u.read_json(m2)
+        print("fp16 scaler: single skipped %s, scale %s; ddp skipped %s, scale %s" % (
+            a["skipped_steps"], a["loss_scale"], b["skipped_steps"], b["loss_scale"]))
+        u.check(a["skipped_steps"] > 0 and a["skipped_steps"] == b["skipped_steps"] and
+                a["loss_scale"] == b["loss_scale"], "fp16 loss scaling: DDP skipped %s steps (scale %s), one process "
+                "%s (scale %s)" % (b["skipped_steps"], b["loss_scale"], a["skipped_steps"], a["loss_scale"]))
 
 
 def sync_bn(d, data):
