@@ -21,12 +21,9 @@
 #include "ctrain/tensorboard.h"
 #include "data/gpu_data.h"
 #include "io/train_state.h"
-#include "parallel/ddp.h"
-#include "parallel/dp.h"
 #include "exec/device_state.h"
-#include "exec/exec_impl.h"
-#include "nn/layer.h"
 #include "train/accumulate.h"
+#include "train/fit_run.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -172,34 +169,6 @@ static void count_batch(ct_loop_state *ls, double lv, int64_t n, int64_t top1, i
   ls->group_n += n;
 }
 
-/* What one ct_fit call holds from its start to its end. */
-typedef struct fit_run {
-  ct_model *m;
-  ct_device *dev;
-  ct_loader *train, *val;
-  const ct_train_config *cfg;
-  ct_fit_result *res;
-  ct_optimizer *opt;
-  ct_scheduler *sch;
-  ct_history *hist;
-  ct_tb_writer *tb;
-  ct_step *step;
-  float *best_state; /* host copy of parameters and buffers at the best epoch (restore_best) */
-  ct_loop_state ls;
-  ct_grad_scaler gs; /* the configured scaler, or a disabled one */
-  const char *monitor;
-  int maximize, acc, graph_told, have_val;
-  int64_t batches, batch_size;
-  ct_eval_result vres;
-  int64_t guard_skips; /* steps passed over with CT_NONFINITE_SKIP */
-  int logs_off;         /* a log writer failed: no more history files or events */
-  ct_ddp *ddp;          /* data parallel (cfg->dist.comm), else NULL */
-  ct_dp *dp;            /* DataParallel (cfg->dist.dp_count >= 2), else NULL */
-  ct_norm_sync norm_sync[64]; /* SyncBatchNorm's sums: this rank's model (DDP) or each replica's (DP) */
-  int rank, world;      /* 0 and 1 without it */
-  size_t shard_lo, shard_hi; /* ZeRO-1: the parameters opt holds state for (0, 0: all) */
-  int lead;             /* rank 0: writes checkpoints and logs */
-} fit_run;
 
 /* Evaluation over the validation loader; under data parallel each rank
  * evaluates its share (every sample once) and the sums are added up. */
@@ -396,125 +365,6 @@ static ct_status probe_dir(const char *dir, const char *file) {
   return s == CT_OK ? s : ct_error_wrap(s, "fit: cannot write in %s", dir);
 }
 
-/* The settings every rank must share, compared at the start: a rank
- * started with another model, batch, precision, data set or seed would
- * train a different run, or wait in a collective the others never start. */
-static ct_status dist_check(fit_run *f) {
-  const ct_train_config *cfg = f->cfg;
-  const ct_loader_options *lo = ct_loader_get_options(f->train);
-  uint64_t model = 0;
-  for (int i = 0; i < ct_model_state_count(f->m); i++) {
-    const ct_state_entry *e = ct_model_state(f->m, i);
-    model = ct_dist_hash(e->name, strlen(e->name) + 1, model);
-    model = ct_dist_hash(e->value.shape, (size_t)e->value.ndim * sizeof e->value.shape[0], model);
-  }
-  uint64_t lr, mb, mb1;
-  memcpy(&lr, &cfg->optim.lr, sizeof lr);
-  /* Buckets must match: each is one collective every rank calls. */
-  memcpy(&mb, &cfg->dist.bucket_mb, sizeof mb);
-  memcpy(&mb1, &cfg->dist.first_bucket_mb, sizeof mb1);
-  const ct_dist_field fields[] = {
-      {"model (parameter names and shapes)", model, 1},
-      {"batch size", (uint64_t)lo->batch_size, 0},
-      {"training samples", (uint64_t)ct_dataset_size(ct_loader_dataset(f->train)), 0},
-      {"test samples", f->val ? (uint64_t)ct_dataset_size(ct_loader_dataset(f->val)) : 0, 0},
-      {"precision", (uint64_t)ct_model_precision(f->m), 0},
-      {"accumulate", (uint64_t)f->acc, 0},
-      {"epochs", (uint64_t)cfg->epochs, 0},
-      {"seed", cfg->seed, 0},
-      {"data seed", lo->seed, 0},
-      {"optimizer", (uint64_t)cfg->optim.kind, 0},
-      {"learning rate", lr, 1},
-      {"resume", (uint64_t)cfg->resume, 0},
-      {"bucket size (--bucket-mb)", mb, 1},
-      {"first bucket size", mb1, 1},
-      {"ZeRO stage (--zero)", (uint64_t)cfg->dist.zero, 0},
-      {"SyncBatchNorm (--sync-bn)", (uint64_t)cfg->dist.sync_bn, 0},
-      {"settings", cfg->config_id ? ct_dist_hash(cfg->config_id, strlen(cfg->config_id), 0) : 0, 1},
-  };
-  return ct_dist_check_same(cfg->dist.comm, fields, (int)(sizeof fields / sizeof fields[0]));
-}
-
-/* Data parallel's part of the start: the loaders' shares, the settings
- * compared, the buckets, and rank 0's weights on every rank (after any
- * restore: every rank read the same checkpoint, but buffers may not be). */
-static ct_status dist_open(fit_run *f) {
-  ct_comm *c = f->cfg->dist.comm;
-  f->rank = ct_comm_rank(c), f->world = ct_comm_size(c), f->lead = f->rank == 0;
-  if (ct_model_step_stats(f->m))
-    return ct_error(CT_ERR_UNSUPPORTED, "fit: data parallel trains host models (cpu) for now; model '%s' is resident "
-                    "on %s", ct_model_name(f->m), ct_device_name(f->dev));
-  const ct_loader *ls[2] = {f->train, f->val};
-  for (int i = 0; i < 2; i++) {
-    if (!ls[i]) continue;
-    const ct_loader_options *o = ct_loader_get_options(ls[i]);
-    int n = o->num_replicas > 1 ? o->num_replicas : 1;
-    if (n != f->world || (n > 1 && o->rank != f->rank))
-      return ct_error(CT_ERR_INVALID_ARG, "fit: the %s loader reads share %d of %d, but this is rank %d of %d",
-                      i ? "validation" : "training", n > 1 ? o->rank : 0, n, f->rank, f->world);
-    /* Every rank must run the same steps (collectives), and an evaluation
-     * must not count padded duplicates. */
-    if (n > 1 && !i && o->dist_tail == CT_DIST_EXACT)
-      return ct_error(CT_ERR_INVALID_ARG, "fit: the training loader's CT_DIST_EXACT shares differ in length between "
-                      "ranks; use CT_DIST_PAD or CT_DIST_DROP");
-    if (n > 1 && i && o->dist_tail != CT_DIST_EXACT)
-      return ct_error(CT_ERR_INVALID_ARG, "fit: the validation loader pads or drops samples; give it CT_DIST_EXACT "
-                      "so the evaluation counts every sample once");
-  }
-  CT_TRY(dist_check(f));
-  CT_TRY(ct_ddp_create(c, f->m, &f->cfg->dist, &f->ddp));
-  CT_TRY(ct_ddp_broadcast_state(f->ddp));
-  if (!f->cfg->dist.zero) return CT_OK;
-  /* ZeRO-1: from here on this rank keeps its shard of the (restored)
-   * optimizer state only. */
-  size_t lo, hi;
-  ct_ddp_shard(f->ddp, &lo, &hi);
-  ct_optimizer *sh;
-  CT_TRY(ct_optimizer_create(ct_optimizer_get_config(f->opt), hi - lo, &sh));
-  ct_status s = ct_optimizer_copy_state(sh, 0, f->opt, lo, hi - lo);
-  if (s != CT_OK) {
-    ct_optimizer_destroy(sh);
-    return s;
-  }
-  ct_optimizer_destroy(f->opt);
-  f->opt = sh, f->shard_lo = lo, f->shard_hi = hi;
-  return CT_OK;
-}
-
-static ct_status ddp_norm_sum(void *ddp, double *vals, int n) {
-  return ct_ddp_sum(ddp, vals, n, "the all-reduce of SyncBatchNorm's sums");
-}
-
-/* SyncBatchNorm: every model of the run sums its batch norms' statistics
- * over the ranks (DDP) or the replicas (DP). */
-static ct_status sync_bn_open(fit_run *f) {
-  if (!f->ddp && !f->dp)
-    return ct_error(CT_ERR_INVALID_ARG, "fit: SyncBatchNorm needs data parallel (dist.comm or dist.dp_count >= 2)");
-  if (f->ddp) {
-    f->norm_sync[0] = (ct_norm_sync){ddp_norm_sum, NULL, f->ddp};
-    ct_model_set_norm_sync(f->m, &f->norm_sync[0]);
-    return CT_OK;
-  }
-  for (int r = 0; r < ct_dp_replicas(f->dp); r++) {
-    f->norm_sync[r] = (ct_norm_sync){ct_dp_norm_sum, ct_dp_norm_excluded, ct_dp_replica(f->dp, r)};
-    ct_model_set_norm_sync(ct_dp_model(f->dp, r), &f->norm_sync[r]);
-  }
-  return CT_OK;
-}
-
-/* The optimizer a checkpoint holds: f->opt, or under ZeRO every rank's
- * shard gathered into a whole one (*tmp, the caller frees it; every rank
- * takes part). */
-static ct_status ckpt_optimizer(fit_run *f, ct_optimizer **o, ct_optimizer **tmp) {
-  *o = f->opt, *tmp = NULL;
-  if (!f->shard_hi) return CT_OK;
-  size_t np;
-  ct_model_params(f->m, &np);
-  CT_TRY(ct_optimizer_create(ct_optimizer_get_config(f->opt), np, tmp));
-  *o = *tmp;
-  return ct_ddp_gather_optimizer(f->ddp, f->opt, *tmp);
-}
-
 /* Creates the optimizer, scheduler, history, logs and step, restoring
  * the checkpoint first when resuming. */
 static ct_status fit_open(fit_run *f) {
@@ -548,7 +398,7 @@ static ct_status fit_open(fit_run *f) {
     int run_world = ct_comm_size(cfg->dist.comm);
     if (s == CT_OK && f->ls.world != run_world) f->ls.batch = f->ls.batch * f->ls.world / run_world;
   }
-  if (s == CT_OK && cfg->dist.comm) s = dist_open(f);
+  if (s == CT_OK && cfg->dist.comm) s = fit_dist_open(f);
   /* The step; a model resident on a device trains there, its optimizer
    * state moved to the device after any restore loaded it on the host.
    * The read-back runs one step behind (the host never waits for the GPU
@@ -568,7 +418,7 @@ static ct_status fit_open(fit_run *f) {
     if (s == CT_OK && R >= 2)
       s = ct_dp_create(f->step, &sc, &cfg->optim, cfg->dist.dp_devices, R, (f->batch_size + R - 1) / R, &f->dp);
   }
-  if (s == CT_OK && cfg->dist.sync_bn) s = sync_bn_open(f);
+  if (s == CT_OK && cfg->dist.sync_bn) s = fit_sync_bn_open(f);
   if (s == CT_OK && f->ddp) {
     ct_step_hooks h;
     ct_ddp_hooks(f->ddp, &h);
@@ -681,7 +531,7 @@ static ct_status stop_mid_epoch(fit_run *f) {
   ct_loop_state *ls = &f->ls;
   ct_status s = check_weights(f, "when stopped");
   ct_optimizer *o, *tmp = NULL;
-  if (s == CT_OK && f->cfg->checkpoint_dir) s = ckpt_optimizer(f, &o, &tmp);
+  if (s == CT_OK && f->cfg->checkpoint_dir) s = fit_ckpt_optimizer(f, &o, &tmp);
   if (s == CT_OK && f->cfg->checkpoint_dir && f->lead)
     s = ct_train_state_save(f->cfg->checkpoint_dir, "last.safetensors", f->m, o, f->sch, ls, f->hist, f->cfg,
                             ct_step_scaler(f->step));
@@ -750,7 +600,7 @@ static ct_status end_epoch(fit_run *f, ct_progress *pg, int64_t epoch, double dt
   if (cfg->checkpoint_dir) {
     ls->batch = 0;
     ct_optimizer *o, *tmp = NULL;
-    if (s == CT_OK) s = ckpt_optimizer(f, &o, &tmp);
+    if (s == CT_OK) s = fit_ckpt_optimizer(f, &o, &tmp);
     if (s == CT_OK && f->lead) s = save_epoch(f->m, o, f->sch, ls, f->hist, cfg, ct_step_scaler(f->step), epoch + 1, improved);
     ct_optimizer_destroy(tmp);
   }
@@ -799,10 +649,8 @@ static ct_status fit_close(fit_run *f, ct_status s) {
   }
   free(f->best_state);
   res->history = f->hist; /* the caller prints or saves it; freed with the result */
-  if (f->cfg->dist.sync_bn) ct_model_set_norm_sync(f->m, NULL); /* f->norm_sync dies with fit */
-  ct_dp_destroy(f->dp);
+  fit_dist_close(f);
   ct_step_destroy(f->step);
-  ct_ddp_destroy(f->ddp);
   ct_scheduler_destroy(f->sch);
   ct_optimizer_destroy(f->opt);
   return s;
