@@ -1,6 +1,7 @@
-/* ctrain train's data-parallel flags: --strategy, --nproc, --bucket-mb,
- * --dist-timeout, --check-sync. --nproc N on a process that no launcher
- * started runs the same command under `mpirun -np N` instead. */
+/* ctrain train's data-parallel flags: --strategy, --devices (dp), --nproc,
+ * --bucket-mb, --dist-timeout, --check-sync, --zero (ddp), --sync-bn.
+ * --nproc N on a process that no launcher started runs the same command
+ * under `mpirun -np N` instead. */
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
@@ -15,11 +16,13 @@ static int bad(const char *flag, const char *v, const char *want) {
   return -1;
 }
 
-static int num(const char *flag, const char *v, double lo, double hi, const char *want, double *out) {
+/* A number in [lo, hi] (a whole one when whole). */
+static int num(const char *flag, const char *v, double lo, double hi, int whole, const char *want, double *out) {
   char *end;
   errno = 0;
   double x = v ? strtod(v, &end) : 0;
-  if (!v || !*v || *end || errno || !(x >= lo && x <= hi)) return bad(flag, v, want);
+  if (!v || !*v || *end || errno || !(x >= lo && x <= hi) || (whole && x != (double)(int64_t)x))
+    return bad(flag, v, want);
   *out = x;
   return 0;
 }
@@ -40,28 +43,25 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
       d->ddp = d->dp = 0;
       if (v && !strcmp(v, "ddp")) d->ddp = 1;
       else if (v && !strcmp(v, "dp")) d->dp = 1;
-      else if (!v || strcmp(v, "single")) r = bad(a, v, "single, dp or ddp");
+      else if (!v || strcmp(v, "single")) return bad(a, v, "single, dp or ddp");
       i++;
       continue;
     } else if (!strcmp(a, "--devices")) {
       d->devices = v;
       if (!v || !*v) r = bad(a, v, "a comma-separated device list such as cpu:0,cpu:1");
     } else if (!strcmp(a, "--nproc")) {
-      r = num(a, v, 1, 4096, "an integer in [1, 4096]", &x);
+      r = num(a, v, 1, 4096, 1, "an integer in [1, 4096]", &x);
       d->nproc = (int)x;
-      if (!r && x != (int)x) r = bad(a, v, "an integer in [1, 4096]");
     } else if (!strcmp(a, "--bucket-mb")) {
-      r = num(a, v, 1e-6, 1e6, "a number of MB in (0, 1e6]", &d->bucket_mb);
+      r = num(a, v, 1e-6, 1e6, 0, "a number of MB in (0, 1e6]", &d->bucket_mb);
     } else if (!strcmp(a, "--dist-timeout")) {
-      r = num(a, v, 0.001, 1e7, "seconds in [0.001, 1e7]", &d->timeout);
+      r = num(a, v, 0.001, 1e7, 0, "seconds in [0.001, 1e7]", &d->timeout);
     } else if (!strcmp(a, "--zero")) {
-      r = num(a, v, 0, 2, "0, 1 or 2", &x);
+      r = num(a, v, 0, 2, 1, "0, 1 or 2", &x);
       d->zero = (int)x;
-      if (!r && x != (int)x) r = bad(a, v, "0, 1 or 2");
     } else if (!strcmp(a, "--check-sync")) {
-      r = num(a, v, 0, 1e12, "a number of steps (0 = off)", &x);
+      r = num(a, v, 0, 1e12, 1, "a whole number of steps (0 = off)", &x);
       d->check_sync = (int64_t)x;
-      if (!r && x != (double)(int64_t)x) r = bad(a, v, "a whole number of steps");
     } else {
       argv[n++] = argv[i];
       continue;

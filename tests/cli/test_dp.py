@@ -16,7 +16,8 @@ batch split across them, against single-device training.
   exactly (the same weights: lr 0).
 - Each replica plans for its slice: device 0's step memory plan is below
   the single device's for the whole batch.
-- A device without its own thread (cpu) or a single device is refused.
+- A device without its own thread (cpu) or a single device is refused,
+  and the data-parallel flags' usage errors name the flag (exit 2).
 """
 import os
 import re
@@ -117,6 +118,15 @@ def refusals(data):
     r = u.run(base + ["--strategy", "dp"])
     u.check(r.returncode == 2 and "--devices" in r.stderr, "dp without --devices: exit %d, %s"
             % (r.returncode, r.stderr.strip()))
+    # The data-parallel flags' usage errors name the flag.
+    for flags, says in ((["--strategy", "foo"], "--strategy expects single, dp or ddp"),
+                        (["--nproc", "2"], "need --strategy ddp"),
+                        (["--sync-bn"], "--sync-bn needs --strategy dp or ddp"),
+                        (["--strategy", "ddp", "--zero", "3"], "--zero expects 0, 1 or 2"),
+                        (["--strategy", "ddp", "--nproc", "1.5"], "--nproc expects an integer")):
+        r = u.run(base + flags)
+        u.check(r.returncode == 2 and says in r.stderr, "%s: exit %d, %s" % (" ".join(flags), r.returncode,
+                                                                             r.stderr.strip()))
 
 
 if __name__ == "__main__":
