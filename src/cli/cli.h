@@ -91,7 +91,7 @@ int cli_fail(ct_status s);
 #define CLI_FLAGS_PREDICT                                                                                       \
   "model weights data images batch-size input classes resize device threads workers seed precision opt-level " \
   "memory-format channels-last"
-#define CLI_FLAGS_SUMMARY "model input classes batch-size device precision opt-level recompute memory"
+#define CLI_FLAGS_SUMMARY "model input classes batch-size device precision opt-level recompute memory optimizer momentum"
 
 /* --recompute when not given: CT_RECOMPUTE_SELECTIVE on a cuda device
  * (batch norm outputs rebuilt from their saved statistics, one
@@ -182,8 +182,8 @@ typedef struct cli_dist {
   "  --zero 0|1 (0)          1: shard the optimizer state over the ranks (ZeRO stage 1)\n"                     \
   "  --sync-bn               (dp, ddp) batch norm with the global batch's statistics (SyncBatchNorm)\n"
 /* Removes the flags from argv in place (order of the rest kept) and
- * returns the new argc, or -1 after a usage error on stderr. */
-int cli_take_dist_flags(int argc, char **argv, cli_dist *d);
+ * returns the new argc, or -1 after a usage error on stderr naming cmd. */
+int cli_take_dist_flags(const char *cmd, int argc, char **argv, cli_dist *d);
 /* --nproc N outside a launched job: runs `mpirun -np N <ctrain> train
  * <argv>` in place of this process (returns only on failure, with the
  * exit code); otherwise returns 0. */

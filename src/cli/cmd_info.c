@@ -7,14 +7,35 @@
 static const char *SUMMARY_HELP =
     "usage: ctrain summary --model NAME|FILE [--input CxHxW|F] [--classes N] [--batch-size N]\n"
     "                      [--precision fp32|bf16|fp16] [--opt-level O0|O1|O2|O3] [--recompute[=auto|N|cheap|norm|selective]]\n"
-    "                      [--device D] [--memory]\n"
+    "                      [--device D] [--memory] [--optimizer sgd|adam|adamw [--momentum F]]\n"
+    "                      [--strategy ddp --nproc N [--zero 1]]\n"
     "\n"
     "Prints a torchsummary-style table: layers, output shapes, parameters, totals, and the\n"
     "activation memory of one training step from the static memory plan. With a low\n"
     "precision, each layer's dtype and autocast rule (docs/MIXED_PRECISION.md); with\n"
     "--recompute, the plan with activation recompute next to the plan without; with\n"
     "--memory, what the plan holds at its peak: the buffers alive then by kind, and the\n"
-    "10 largest with their layers.\n";
+    "10 largest with their layers. With --optimizer, the optimizer's state; with\n"
+    "--strategy ddp --nproc N --zero 1 too, what each of the N ranks keeps of it.\n";
+
+/* The optimizer's state, whole and (ZeRO-1 over n ranks) per rank: the
+ * largest shard, as ct_ddp cuts the flat buffer (np r / n boundaries). */
+static void optimizer_lines(const cli_opts *o, const cli_dist *d, ct_model *m) {
+  ct_optim_kind k = !strcmp(o->optimizer, "adam") ? CT_OPTIM_ADAM : !strcmp(o->optimizer, "adamw") ? CT_OPTIM_ADAMW : CT_OPTIM_SGD;
+  ct_optim_config oc = ct_optim_config_default(k);
+  if (o->have_momentum) oc.momentum = o->momentum;
+  size_t np;
+  ct_model_params(m, &np);
+  int nb = ct_optim_state_buffers(&oc);
+  double whole = (double)np * sizeof(float) * nb / 1e6;
+  printf("Optimizer state (MB): %.2f  (%s: %d buffer%s of the %zu-value flat parameter buffer)\n", whole, o->optimizer,
+         nb, nb == 1 ? "" : "s", np);
+  if (!d->zero) return;
+  size_t largest = np - np * (size_t)(d->nproc - 1) / (size_t)d->nproc;
+  double shard = (double)largest * sizeof(float) * nb / 1e6;
+  printf("ZeRO-1 over %d ranks: %.2f MB of optimizer state per rank (the largest shard), %.2f MB saved per rank\n",
+         d->nproc, shard, whole - shard);
+}
 
 int cmd_summary(int argc, char **argv) {
   for (int i = 0; i < argc; i++)
@@ -22,7 +43,20 @@ int cmd_summary(int argc, char **argv) {
       fputs(SUMMARY_HELP, stdout);
       return 0;
     }
+  cli_dist d;
+  argc = cli_take_dist_flags("summary", argc, argv, &d);
+  if (argc < 0) return CLI_EXIT_USAGE;
+  if (d.dp || d.sync_bn || (d.ddp && !d.nproc) || (d.zero && !d.ddp)) {
+    fprintf(stderr, "ctrain summary: of the data-parallel flags it takes --strategy ddp --nproc N and --zero 1\n");
+    return CLI_EXIT_USAGE;
+  }
+  if (d.zero == 2) {
+    fprintf(stderr, "ctrain summary: --zero 2 is not built (docs/PARALLEL.md)\n");
+    return CLI_EXIT_NO_DEVICE;
+  }
   cli_opts o;
+  int given_optimizer = 0;
+  for (int i = 0; i < argc; i++) given_optimizer |= !strcmp(argv[i], "--optimizer");
   int r = cli_parse(argc, argv, "summary", CLI_FLAGS_SUMMARY, &o);
   if (r) return r;
   if (!o.model) {
@@ -41,6 +75,7 @@ int cmd_summary(int argc, char **argv) {
     if (ct_model_input_ndim(m) == 3) printf("%s, input %dx%dx%d\n", ct_model_name(m), c, h, w);
     else printf("%s, input %d\n", ct_model_name(m), c);
     s = ct_model_summary(m, o.batch_size, stdout);
+    if (s == CT_OK && (given_optimizer || d.zero)) optimizer_lines(&o, &d, m);
     if (s == CT_OK && o.memory_report) s = ct_model_memory_report(m, 10, stdout);
   }
   int code = s == CT_OK ? 0 : cli_fail(s);

@@ -133,7 +133,7 @@ int cmd_train(int argc_in, char **argv_in) {
   int gpu_data_mode;
   cli_device_switches sw;
   cli_dist dist;
-  argc_in = cli_take_dist_flags(argc_in, argv_in, &dist);
+  argc_in = cli_take_dist_flags("train", argc_in, argv_in, &dist);
   if (argc_in < 0) return CLI_EXIT_USAGE;
   int r = cli_dist_launch(&dist, argc_orig, orig);
   if (r) return r;

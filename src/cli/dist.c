@@ -1,4 +1,5 @@
-/* ctrain train's data-parallel flags: --strategy, --devices (dp), --nproc,
+/* The data-parallel flags of ctrain train (and summary's share of them):
+ * --strategy, --devices (dp), --nproc,
  * --bucket-mb, --dist-timeout, --check-sync, --zero (ddp), --sync-bn.
  * --nproc N on a process that no launcher started runs the same command
  * under `mpirun -np N` instead. */
@@ -11,23 +12,24 @@
 
 #include "cli/cli.h"
 
-static int bad(const char *flag, const char *v, const char *want) {
-  fprintf(stderr, "ctrain train: %s expects %s, got '%s' (see 'ctrain train --help')\n", flag, want, v ? v : "");
+static int bad(const char *cmd, const char *flag, const char *v, const char *want) {
+  fprintf(stderr, "ctrain %s: %s expects %s, got '%s' (see 'ctrain %s --help')\n", cmd, flag, want, v ? v : "", cmd);
   return -1;
 }
 
 /* A number in [lo, hi] (a whole one when whole). */
-static int num(const char *flag, const char *v, double lo, double hi, int whole, const char *want, double *out) {
+static int num(const char *cmd, const char *flag, const char *v, double lo, double hi, int whole, const char *want,
+               double *out) {
   char *end;
   errno = 0;
   double x = v ? strtod(v, &end) : 0;
   if (!v || !*v || *end || errno || !(x >= lo && x <= hi) || (whole && x != (double)(int64_t)x))
-    return bad(flag, v, want);
+    return bad(cmd, flag, v, want);
   *out = x;
   return 0;
 }
 
-int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
+int cli_take_dist_flags(const char *cmd, int argc, char **argv, cli_dist *d) {
   memset(d, 0, sizeof *d);
   d->timeout = 600;
   int n = 0;
@@ -43,24 +45,24 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
       d->ddp = d->dp = 0;
       if (v && !strcmp(v, "ddp")) d->ddp = 1;
       else if (v && !strcmp(v, "dp")) d->dp = 1;
-      else if (!v || strcmp(v, "single")) return bad(a, v, "single, dp or ddp");
+      else if (!v || strcmp(v, "single")) return bad(cmd, a, v, "single, dp or ddp");
       i++;
       continue;
     } else if (!strcmp(a, "--devices")) {
       d->devices = v;
-      if (!v || !*v) r = bad(a, v, "a comma-separated device list such as cpu:0,cpu:1");
+      if (!v || !*v) r = bad(cmd, a, v, "a comma-separated device list such as cpu:0,cpu:1");
     } else if (!strcmp(a, "--nproc")) {
-      r = num(a, v, 1, 4096, 1, "an integer in [1, 4096]", &x);
+      r = num(cmd, a, v, 1, 4096, 1, "an integer in [1, 4096]", &x);
       d->nproc = (int)x;
     } else if (!strcmp(a, "--bucket-mb")) {
-      r = num(a, v, 1e-6, 1e6, 0, "a number of MB in (0, 1e6]", &d->bucket_mb);
+      r = num(cmd, a, v, 1e-6, 1e6, 0, "a number of MB in (0, 1e6]", &d->bucket_mb);
     } else if (!strcmp(a, "--dist-timeout")) {
-      r = num(a, v, 0.001, 1e7, 0, "seconds in [0.001, 1e7]", &d->timeout);
+      r = num(cmd, a, v, 0.001, 1e7, 0, "seconds in [0.001, 1e7]", &d->timeout);
     } else if (!strcmp(a, "--zero")) {
-      r = num(a, v, 0, 2, 1, "0, 1 or 2", &x);
+      r = num(cmd, a, v, 0, 2, 1, "0, 1 or 2", &x);
       d->zero = (int)x;
     } else if (!strcmp(a, "--check-sync")) {
-      r = num(a, v, 0, 1e12, 1, "a whole number of steps (0 = off)", &x);
+      r = num(cmd, a, v, 0, 1e12, 1, "a whole number of steps (0 = off)", &x);
       d->check_sync = (int64_t)x;
     } else {
       argv[n++] = argv[i];
@@ -72,15 +74,16 @@ int cli_take_dist_flags(int argc, char **argv, cli_dist *d) {
   }
   if (n < argc) argv[n] = NULL;
   if (d->given && !d->ddp) {
-    fprintf(stderr, "ctrain train: --nproc, --bucket-mb, --dist-timeout, --check-sync and --zero need --strategy ddp\n");
+    fprintf(stderr, "ctrain %s: --nproc, --bucket-mb, --dist-timeout, --check-sync and --zero need --strategy ddp\n", cmd);
     return -1;
   }
   if (d->sync_bn && !d->ddp && !d->dp) {
-    fprintf(stderr, "ctrain train: --sync-bn needs --strategy dp or ddp (one device's batch norm is already the whole batch's)\n");
+    fprintf(stderr, "ctrain %s: --sync-bn needs --strategy dp or ddp (one device's batch norm is already the whole batch's)\n",
+            cmd);
     return -1;
   }
   if (d->dp != (d->devices != NULL)) {
-    fprintf(stderr, "ctrain train: --strategy dp and --devices LIST go together (--devices cpu:0,cpu:1)\n");
+    fprintf(stderr, "ctrain %s: --strategy dp and --devices LIST go together (--devices cpu:0,cpu:1)\n", cmd);
     return -1;
   }
   return n;
