@@ -138,17 +138,21 @@ def signals(d):
     same_file(ref, w, "resumed after SIGTERM vs uninterrupted")
 
     # The second SIGINT must come after the first was taken (two pending
-    # ones merge into one) and before the stop has saved: a few tries (on
-    # a loaded machine four in a row have merged).
-    for attempt in range(8):
+    # ones merge into one) and before the stop has saved. So the test waits
+    # for the watcher's line about the first, and the steps are long
+    # (about half a second of a 1024-sample CNN batch) so the stop is still
+    # finishing its step when the second arrives; a few tries for a machine
+    # that stalls the test between the two.
+    slow = ["--model", "cnn", "--data", "synthetic:65536", "--batch-size", "1024", "--epochs", "1"] + u.FAST
+    for attempt in range(4):
         saved = os.path.join(d, "int%d.safetensors" % attempt)
         with open(os.path.join(d, "int.log"), "w") as log:
-            p = popen(["train"] + data + ["--save", saved], log)
-            wait_for(log.name, "Epoch 1/2")
+            p = popen(["train"] + slow + ["--save", saved], log)
+            wait_for(log.name, "Epoch 1/1")
             p.send_signal(signal.SIGINT)
-            time.sleep(0.02)
+            wait_for(log.name, "interrupt: stopping", limit=10)
             p.send_signal(signal.SIGINT)
-            rc = p.wait(30 * u.TIME_SCALE)
+            rc = p.wait(60 * u.TIME_SCALE)
         if "second interrupt" in open(log.name).read():
             break
     u.check(rc == 130, "two SIGINTs: exit %d, expected 130" % rc)
