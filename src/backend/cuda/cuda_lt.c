@@ -20,7 +20,7 @@ ct_status cuda_lt_load(void) {
 
 #else
 
-#include <dlfcn.h>
+#include "backend/cuda/cuda_dl.h"
 
 #define LT_STR2(x) #x
 #define LT_STR(x) LT_STR2(x)
@@ -42,37 +42,15 @@ static void lt_load_once(void) {
     tried[n++] = CTRAIN_CUBLASLT_DIR "/" LT_SONAME;
 #endif
   }
-  lt_status = CT_ERR_NO_DEVICE;
-  void *h = NULL;
-  const char *from = NULL;
-  char first_err[512] = ""; /* the first candidate's reason says the most */
-  for (int i = 0; i < n && !h; i++) {
-    h = dlopen(from = tried[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h && i == 0) snprintf(first_err, sizeof first_err, "%s", dlerror());
-  }
-  if (!h) {
-    if (n == 1 && tried[0] == forced)
-      snprintf(lt_why, sizeof lt_why, "cannot load cuBLASLt from CTRAIN_CUBLASLT_PATH: %s", first_err);
-    else
-      snprintf(lt_why, sizeof lt_why,
-               "cannot load cuBLASLt: %s; install the CUDA toolkit's cuBLAS, add its lib directory to "
-               "LD_LIBRARY_PATH, or set CTRAIN_CUBLASLT_PATH to the library's file",
-               first_err);
-    return;
-  }
+#define CUDA_LT_NAME(name) #name,
+  static const char *const names[] = {CUDA_LT_FUNCS(CUDA_LT_NAME)};
+#undef CUDA_LT_NAME
+  cuda_dl_spec spec = {"cuBLASLt", "CTRAIN_CUBLASLT_PATH",
+                       "install the CUDA toolkit's cuBLAS, add its lib directory to LD_LIBRARY_PATH", "cublasLt",
+                       tried, n, forced && forced[0], names, (int)(sizeof names / sizeof names[0])};
   cuda_lt_api t;
-#define CUDA_LT_SYM(name)                                                                           \
-  *(void **)&t.name = dlsym(h, "cublasLt" #name);                                                   \
-  if (!t.name) {                                                                                    \
-    snprintf(lt_why, sizeof lt_why, "cannot use cuBLASLt from %s: it has no symbol cublasLt" #name, \
-             from);                                                                                 \
-    dlclose(h);                                                                                     \
-    return;                                                                                         \
-  }
-  CUDA_LT_FUNCS(CUDA_LT_SYM)
-#undef CUDA_LT_SYM
-  cuda_lt = t;
-  lt_status = CT_OK;
+  lt_status = cuda_dl_load(&spec, (void **)&t, lt_why, sizeof lt_why);
+  if (lt_status == CT_OK) cuda_lt = t;
 }
 
 ct_status cuda_lt_load(void) {
