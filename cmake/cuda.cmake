@@ -85,15 +85,21 @@ if(CTRAIN_WITH_CUDA AND CTRAIN_CUDA_SOURCES)
                       "Set CUDNN_ROOT to the directory holding include/cudnn.h and lib/libcudnn.so.")
     endif()
 
-    # NCCL is located for the multi-GPU communicator (not built yet); its
-    # location is reported so a CI log shows what a later build would use.
+    # NCCL's header, for the GPU communicator (cuda_coll.c); the library
+    # itself is loaded at run time by a process that trains over several
+    # GPUs (libnccl.so.2, or CTRAIN_NCCL_PATH), never linked.
     set(ctrain_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
     foreach(w ${ctrain_wheel_dirs})
       list(APPEND ctrain_nccl_hints ${w}/nccl ${w}/cu13)
     endforeach()
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${ctrain_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${ctrain_nccl_hints} PATH_SUFFIXES lib lib64)
-    message(STATUS "ctrain: NCCL ${NCCL_LIBRARY} (${NCCL_INCLUDE_DIR}); not linked yet")
+    if(CTRAIN_HAVE_CUDA AND NCCL_INCLUDE_DIR)
+      target_include_directories(ctrain_cuda PRIVATE ${NCCL_INCLUDE_DIR})
+      target_compile_definitions(ctrain_cuda PRIVATE CTRAIN_HAVE_NCCL)
+      message(STATUS "ctrain: NCCL header ${NCCL_INCLUDE_DIR}: DDP over GPUs built (libnccl.so.2 loaded at run time)")
+    else()
+      message(STATUS "ctrain: nccl.h not found (NCCL_ROOT): DDP over GPUs left out")
+    endif()
   endif()
 endif()
 message(STATUS "ctrain: CUDA backend ${CTRAIN_HAVE_CUDA}")

@@ -84,6 +84,9 @@ CT_HOST_DEVICE static inline uint64_t ct_dropout_mask_index(const ct_dropout_key
 }
 
 typedef struct ct_backend ct_backend;
+
+/* Bytes of a collective communicator's id (NCCL's ncclUniqueId). */
+#define CT_COLL_ID_BYTES 128
 struct ct_step_stats;
 struct ct_fused_optim_args;
 struct ct_xf_batch;
@@ -277,6 +280,33 @@ struct ct_backend {
                                  const ct_tensor *gamma, const ct_tensor *beta, float eps, const ct_tensor *save_mean,
                                  const ct_tensor *save_invstd, const void *reserve, size_t reserve_bytes,
                                  ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
+
+  /* ---- collectives between processes, one device each (NCCL,
+   * src/backend/cuda/cuda_coll.c; src/parallel/ddp.c). NULL on the host
+   * backends, whose replicas communicate over MPI. All or none. ---- */
+  /* Writes a new communicator id (CT_COLL_ID_BYTES bytes) on one rank;
+   * the caller hands it to every rank (over MPI). */
+  ct_status (*coll_new_id)(ct_device *d, void *id);
+  /* Joins communicator id as rank of size, with a collective stream of
+   * its own; blocks until every rank has joined. One per device. */
+  ct_status (*coll_open)(ct_device *d, const void *id, int rank, int size);
+  /* Queued on the collective stream after everything queued on the
+   * compute stream so far (an event), without waiting: the sum of count
+   * f32 values at buf over the ranks, in place; bytes bytes from root's
+   * buf to every rank's. buf is device memory. */
+  ct_status (*coll_allreduce)(ct_device *d, float *buf, size_t count);
+  ct_status (*coll_bcast)(ct_device *d, void *buf, size_t bytes, int root);
+  /* Compute work queued after the fence waits for every collective queued
+   * before it (an event; the host does not wait). */
+  ct_status (*coll_fence)(ct_device *d);
+  /* Blocks the host until the collectives before the fence `back` fences
+   * ago (0: the last; at most 1) have completed, for at most timeout
+   * seconds. A timeout, or an error NCCL reports, aborts the communicator
+   * and returns CT_ERR_BACKEND naming `what` (every later collective
+   * fails). */
+  ct_status (*coll_wait)(ct_device *d, int back, double timeout, const char *what);
+  /* Leaves the communicator (after the queued collectives). */
+  void (*coll_close)(ct_device *d);
 
   /* ---- dense linear algebra ---- */
   /* c[M,N] = alpha * op(a) @ op(b) + beta * c; op transposes when trans_*.

@@ -91,6 +91,15 @@ static ct_backend cuda_table = {
     .graph_free = cuda_graph_free,
     .linreg_fit = cuda_linreg_fit,
     .transform_u8 = cuda_transform_u8,
+#ifdef CTRAIN_HAVE_NCCL
+    .coll_new_id = cuda_coll_new_id,
+    .coll_open = cuda_coll_open,
+    .coll_allreduce = cuda_coll_allreduce,
+    .coll_bcast = cuda_coll_bcast,
+    .coll_fence = cuda_coll_fence,
+    .coll_wait = cuda_coll_wait,
+    .coll_close = cuda_coll_close,
+#endif
 };
 
 /* Here because the device struct is visible to C files only. */

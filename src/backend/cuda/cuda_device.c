@@ -192,6 +192,7 @@ void cuda_close(ct_device *d) {
   (void)cudaSetDevice(cd->ordinal);
   if (cd->stream) (void)cudaStreamSynchronize(cd->stream);
   if (cd->copy_stream) (void)cudaStreamSynchronize(cd->copy_stream);
+  cuda_coll_close(d);
   cuda_conv_cache_free(d);
   cuda_blas_cache_free(d);
   cuda_step_events_free(d);

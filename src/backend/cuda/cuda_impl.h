@@ -96,12 +96,18 @@ typedef struct cuda_dev {
   /* The ReLU activation descriptor of the fused batch norm, created on
    * first use (cuda_bnorm.c), destroyed at close. */
   cudnnActivationDescriptor_t bn_relu;
+  /* The NCCL communicator with its stream and events (cuda_coll.c); NULL
+   * until coll_open. */
+  struct cuda_coll *coll;
 } cuda_dev;
 
 enum { CUDA_S2D_OFF = 0, CUDA_S2D_AUTO = 1, CUDA_S2D_ALWAYS = 2 };
 
 static inline cuda_dev *cuda_dev_of(ct_device *d) { return (cuda_dev *)d->impl; }
 #endif
+
+/* Leaves d's NCCL communicator, if it joined one (cuda_close). */
+void cuda_coll_close(ct_device *d);
 
 /* The stream every op of d is queued on. */
 cudaStream_t cuda_stream(ct_device *d);
@@ -346,6 +352,14 @@ void cuda_graph_free(ct_device *d, void *graph);
 ct_status cuda_linreg_fit(ct_device *d, const float *x, const float *y, int64_t n, int features,
                           const struct ct_fused_optim_args *args, int64_t steps, float *params, float *state,
                           double *loss_history);
+
+/* ---- collectives over NCCL (cuda_coll.c; backend.h's coll_*) ---- */
+ct_status cuda_coll_new_id(ct_device *d, void *id);
+ct_status cuda_coll_open(ct_device *d, const void *id, int rank, int size);
+ct_status cuda_coll_allreduce(ct_device *d, float *buf, size_t count);
+ct_status cuda_coll_bcast(ct_device *d, void *buf, size_t bytes, int root);
+ct_status cuda_coll_fence(ct_device *d);
+ct_status cuda_coll_wait(ct_device *d, int back, double timeout, const char *what);
 
 /* ---- GPU data path (cuda_transform.cu) ---- */
 struct ct_xf_batch;
