@@ -95,7 +95,7 @@ typedef struct ct_dist_config {
 
 /* DistributedDataParallel as hooks of the one training step, for a loop
  * of one's own (ct_fit uses the same). Each rank holds a whole replica of
- * m (prepared for training on a host device). The flat gradient buffer
+ * m (prepared for training). The flat gradient buffer
  * is cut into buckets, views of it in reverse state order (the order the
  * backward finishes them): the first first_bucket_mb, the others
  * bucket_mb. The grads_ready hook counts a bucket's gradients as the
@@ -106,12 +106,23 @@ typedef struct ct_dist_config {
  * started ones, and the sync hook waits for all, then copies rank 0's
  * buffers (running statistics) to every rank. The reduce hook sums the
  * metrics; the non-finite flag and the gradient norm need nothing, since
- * every rank holds the same summed gradients. */
+ * every rank holds the same summed gradients. A model resident on a CUDA
+ * device (prepared there for training) communicates over NCCL instead:
+ * each bucket's all-reduce is queued on the device's collective stream
+ * behind the kernels that wrote it, and the update waits for them on the
+ * device, not on the host. */
 typedef struct ct_ddp ct_ddp;
 ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_ddp **out);
 void ct_ddp_destroy(ct_ddp *d);
 /* The step hooks (h->ctx is d): install with ct_step_set_hooks. */
 void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h);
+/* A device-resident model's collectives run on the device's collective
+ * stream and the sync hook checks each step's one step later, with the
+ * deadline; this waits for the last step's the same way. ct_fit calls it
+ * before it reads an epoch's last results, so a peer that hangs in the
+ * last step is an error, not a wait without end. CT_OK at once for host
+ * models. */
+ct_status ct_ddp_finish(ct_ddp *d);
 /* Rank 0's parameters and buffers to every rank (the start of a run). */
 ct_status ct_ddp_broadcast_state(ct_ddp *d);
 /* Compares a hash of the parameters across ranks: CT_ERR_INTERNAL naming

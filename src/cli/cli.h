@@ -202,6 +202,9 @@ ct_status cli_dist_resume(const cli_dist *d, cli_opts *o, int lead);
  * switches) into d->devs and gives each threads (0: the host's cores
  * shared among them, or OMP_NUM_THREADS when set). */
 ct_status cli_dp_open(cli_dist *d, const cli_device_switches *sw, int threads);
+/* Opens the command's device: under ddp a bare "cuda" is this rank's GPU,
+ * cuda:LOCAL_RANK (NCCL takes one GPU per rank). */
+ct_status cli_dist_device(const cli_dist *d, const char *name, const cli_device_switches *sw, ct_device **dev);
 /* Closes the devices cli_dp_open opened but the first (the command's own). */
 void cli_dp_close(cli_dist *d);
 /* cli_fail, and with more than one rank the message names this rank and

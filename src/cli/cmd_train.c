@@ -177,7 +177,7 @@ int cmd_train(int argc_in, char **argv_in) {
   if (s == CT_OK && lead) s = cli_check_output("--metrics-json", o.metrics_json);
   if (s == CT_OK && dist.dp) s = cli_dp_open(&dist, &sw, o.threads);
   if (dist.dp && dist.ndev) dev = dist.devs[0];
-  else if (s == CT_OK) s = cli_open_device(o.device, &sw, &dev);
+  else if (s == CT_OK) s = cli_dist_device(&dist, o.device, &sw, &dev);
   if (s == CT_OK && cuda_graph && !ct_device_can_capture_graphs(dev))
     s = ct_error(CT_ERR_INVALID_ARG, "--cuda-graph: device '%s' cannot capture CUDA graphs (use --device cuda)", o.device);
   if (s == CT_OK && ct_device_get_type(dev) == CT_DEVICE_CUDA) {

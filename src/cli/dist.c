@@ -206,3 +206,15 @@ int cli_dist_fail(cli_dist *d, ct_status s) {
   ct_comm_abort(d->comm, cli_exit_code(s));
   return cli_exit_code(s);
 }
+
+ct_status cli_dist_device(const cli_dist *d, const char *name, const cli_device_switches *sw, ct_device **dev) {
+  if (!d->ddp || strcmp(name, "cuda")) return cli_open_device(name, sw, dev);
+  char own[32];
+  int local = ct_comm_local_rank(d->comm);
+  snprintf(own, sizeof own, "cuda:%d", local);
+  ct_status s = cli_open_device(own, sw, dev);
+  if (s != CT_OK)
+    return ct_error_wrap(s, "--strategy ddp: rank %d takes %s, its local rank's GPU (one GPU per rank, %d rank(s) on "
+                         "this host)", ct_comm_rank(d->comm), own, ct_comm_local_size(d->comm));
+  return CT_OK;
+}

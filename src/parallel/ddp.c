@@ -1,5 +1,6 @@
-/* DistributedDataParallel over MPI: gradient buckets as views of the flat
- * gradient buffer, all-reduced while the backward runs. */
+/* DistributedDataParallel: gradient buckets as views of the flat gradient
+ * buffer, all-reduced while the backward runs; over MPI for host models,
+ * over the device's own collectives (NCCL) for device-resident ones. */
 #include "parallel/ddp.h"
 
 #include <stdio.h>
@@ -7,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
+#include "backend/device_impl.h"
 #include "parallel/comm.h"
 
 /* One parameter's place in the flat gradient buffer. */
@@ -34,6 +37,11 @@ struct ct_ddp {
   size_t nflat;       /* the flat buffers' length */
   size_t *shard;      /* [size + 1] shard boundaries: rank r owns [shard[r], shard[r + 1]) */
   size_t *counts;     /* [size] scratch: one collective's part per rank */
+  /* A device-resident model's device (NULL: host memory, MPI): its
+   * collectives run on the device's collective stream, and the sync hook
+   * waits for the previous step's with the deadline (the host never waits
+   * for the current step's). */
+  ct_device *dev;
 };
 
 void ct_ddp_shard(const ct_ddp *d, size_t *lo, size_t *hi) {
@@ -60,6 +68,26 @@ void ct_ddp_get_stats(const ct_ddp *d, ct_ddp_stats *st) { *st = d->stats; }
 
 int ct_ddp_bucket_count(const ct_ddp *d) { return d->nb; }
 
+/* A model resident on a device (its gradients in device memory) joins a
+ * communicator of the device's backend, its id sent from rank 0 over MPI. */
+static ct_status open_device(ct_ddp *d, const ct_dist_config *cfg) {
+  ct_device *dev = NULL;
+  for (int i = 0; i < ct_model_state_count(d->m) && !dev; i++) dev = ct_model_state(d->m, i)->grad.device;
+  if (!dev || !dev->backend->alloc) return CT_OK;
+  if (!dev->backend->coll_allreduce)
+    return ct_error(CT_ERR_UNSUPPORTED, "ddp: %s has no collectives in this build (NCCL's header was not found)",
+                    dev->name);
+  if (cfg->zero)
+    return ct_error(CT_ERR_UNSUPPORTED, "ddp: ZeRO (--zero) shards host models only for now; %s holds the model",
+                    dev->name);
+  unsigned char id[CT_COLL_ID_BYTES];
+  if (ct_comm_rank(d->c) == 0) CT_TRY(dev->backend->coll_new_id(dev, id));
+  CT_TRY(ct_comm_bcast(d->c, id, sizeof id, 0, "the broadcast of the NCCL communicator's id"));
+  CT_TRY(dev->backend->coll_open(dev, id, ct_comm_rank(d->c), ct_comm_size(d->c)));
+  d->dev = dev;
+  return CT_OK;
+}
+
 ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_ddp **out) {
   *out = NULL;
   ct_ddp *d = calloc(1, sizeof *d);
@@ -83,6 +111,11 @@ ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_d
     return ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
   }
   for (int r = 0; r <= N; r++) d->shard[r] = d->nflat * (size_t)r / (size_t)N;
+  ct_status st = open_device(d, cfg);
+  if (st != CT_OK) {
+    ct_ddp_destroy(d);
+    return st;
+  }
   for (int i = ns - 1; i >= 0; i--) {
     const ct_state_entry *e = ct_model_state(m, i);
     if (e->is_buffer || !e->grad.data) continue;
@@ -118,6 +151,7 @@ ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_d
 
 void ct_ddp_destroy(ct_ddp *d) {
   if (!d) return;
+  if (d->dev) d->dev->backend->coll_close(d->dev);
   free(d->params);
   free(d->b);
   free(d->total);
@@ -133,7 +167,9 @@ static ct_status start_ready(ct_ddp *d, int64_t step) {
     char what[128];
     snprintf(what, sizeof what, "the %s of gradient bucket %d of %d (step %lld)",
              d->zero ? "reduce-scatter" : "all-reduce", d->next_start + 1, d->nb, (long long)step);
-    if (d->zero) {
+    if (d->dev) {
+      CT_TRY(d->dev->backend->coll_allreduce(d->dev, g + b->lo, b->hi - b->lo));
+    } else if (d->zero) {
       parts(d, b->lo, b->hi);
       CT_TRY(ct_comm_reduce_scatter_start(d->c, g + b->lo, d->counts, CT_F32, what, &b->req));
     } else {
@@ -167,14 +203,28 @@ static ct_status grads_ready(void *ctx, ct_step *s, int layer, size_t first, siz
 
 /* Buffers (running statistics) follow rank 0's, as PyTorch's
  * broadcast_buffers does: every rank then evaluates and saves alike. */
+static ct_status bcast_entry(ct_ddp *d, const ct_state_entry *e, const char *what) {
+  if (d->dev && e->value.device) return d->dev->backend->coll_bcast(d->dev, e->value.data, ct_tensor_nbytes(&e->value), 0);
+  return ct_comm_bcast(d->c, e->value.data, ct_tensor_nbytes(&e->value), 0, what);
+}
+
 static ct_status bcast_buffers(ct_ddp *d, int64_t step) {
   char what[96];
   snprintf(what, sizeof what, "the broadcast of rank 0's buffers (step %lld)", (long long)step);
   for (int i = 0; i < ct_model_state_count(d->m); i++) {
     const ct_state_entry *e = ct_model_state(d->m, i);
-    if (e->is_buffer) CT_TRY(ct_comm_bcast(d->c, e->value.data, ct_tensor_nbytes(&e->value), 0, what));
+    if (e->is_buffer) CT_TRY(bcast_entry(d, e, what));
   }
   return CT_OK;
+}
+
+/* On a device: the compute stream waits for the collectives queued so
+ * far, and the host for those before the fence `back` fences ago, within
+ * the deadline. */
+static ct_status device_fence(ct_ddp *d, int back, const char *what) {
+  const ct_backend *be = d->dev->backend;
+  CT_TRY(be->coll_fence(d->dev));
+  return be->coll_wait(d->dev, back, ct_comm_timeout(d->c), what);
 }
 
 static ct_status sync(void *ctx, ct_step *s) {
@@ -185,6 +235,15 @@ static ct_status sync(void *ctx, ct_step *s) {
   for (int k = 0; k < d->nb; k++) d->b[k].pending = 0;
   double t0 = now_s();
   ct_status st = start_ready(d, step);
+  if (d->dev && st == CT_OK) {
+    /* The buffers' broadcast queues behind the buckets; the host checks
+     * the previous step's collectives (a hang surfaces one step late,
+     * before anything waits for it without a deadline). */
+    char what[96];
+    snprintf(what, sizeof what, "the collectives of step %lld", (long long)step - 1);
+    st = bcast_buffers(d, step);
+    if (st == CT_OK) st = device_fence(d, 1, what);
+  }
   for (int k = 0; k < d->nb; k++) {
     if (st == CT_OK && d->b[k].req >= 0) st = ct_comm_wait(d->c, d->b[k].req);
     d->b[k].req = -1;
@@ -193,7 +252,12 @@ static ct_status sync(void *ctx, ct_step *s) {
   d->next_start = 0;
   d->stats.wait_seconds += now_s() - t0;
   d->stats.steps++;
-  return st == CT_OK ? bcast_buffers(d, step) : st;
+  return st == CT_OK && !d->dev ? bcast_buffers(d, step) : st;
+}
+
+ct_status ct_ddp_finish(ct_ddp *d) {
+  if (!d->dev) return CT_OK;
+  return d->dev->backend->coll_wait(d->dev, 0, ct_comm_timeout(d->c), "the last step's collectives");
 }
 
 static ct_status reduce(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals) {
@@ -247,15 +311,26 @@ ct_status ct_ddp_broadcast_state(ct_ddp *d) {
     const ct_state_entry *e = ct_model_state(d->m, i);
     char what[192];
     snprintf(what, sizeof what, "the broadcast of rank 0's %s", e->name);
-    CT_TRY(ct_comm_bcast(d->c, e->value.data, ct_tensor_nbytes(&e->value), 0, what));
+    CT_TRY(bcast_entry(d, e, what));
   }
-  return CT_OK;
+  return d->dev ? device_fence(d, 0, "the broadcast of rank 0's parameters and buffers") : CT_OK;
 }
 
 ct_status ct_ddp_check_sync(ct_ddp *d, int64_t step) {
   size_t n;
-  float *p = ct_model_params(d->m, &n);
+  float *p = ct_model_params(d->m, &n), *host = NULL;
+  if (d->dev) {
+    host = malloc(n * sizeof *host);
+    if (!host) return ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
+    ct_status s = ct_device_copy(NULL, host, d->dev, p, n * sizeof *host);
+    if (s != CT_OK) {
+      free(host);
+      return s;
+    }
+    p = host;
+  }
   ct_dist_field f = {"parameters", ct_dist_hash(p, n * sizeof *p, 0), 1};
+  free(host);
   ct_status s = ct_dist_check_same(d->c, &f, 1);
   if (s == CT_OK) return s;
   return ct_error(CT_ERR_INTERNAL, "ddp: after step %lld the ranks' weights are no longer the same (--check-sync): %s",

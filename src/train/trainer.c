@@ -502,6 +502,7 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
       break;
     }
   }
+  if (s == CT_OK && f->ddp) s = ct_ddp_finish(f->ddp);
   for (int have = 1; s == CT_OK && have;) {
     ct_step_result r;
     s = ct_step_drain(f->step, &r, &have);
