@@ -112,10 +112,14 @@ bool immediate() {
   return on;
 }
 
+/* One device, or CT_EMU_DEVICES: ordinals for processes that each use one
+ * of them (DDP's ranks pick cuda:LOCAL_RANK); the emulated devices share
+ * one memory, so a process using two at once is not emulated. */
 int device_count() {
   const char *v = getenv("CUDA_VISIBLE_DEVICES");
   if (v && (!*v || v[0] == '-')) return 0;
-  return 1;
+  const char *n = getenv("CT_EMU_DEVICES");
+  return n && atoi(n) > 1 ? atoi(n) : 1;
 }
 
 CUstream_st *stream_of(cudaStream_t s) { return s ? s : &g_default_stream; }
