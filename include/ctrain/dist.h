@@ -75,7 +75,11 @@ typedef struct ct_dist_config {
    * updates only parameters [np r / N, np (r + 1) / N) of the flat buffer
    * (shards may be uneven), the gradient buckets are reduce-scattered
    * (each rank receives its shard's sums) and the updated parameters
-   * all-gathered. Checkpoints still hold the whole, logical state. */
+   * all-gathered. Checkpoints still hold the whole, logical state.
+   * 2: ZeRO stage 2, the same step, and each bucket's gradient memory
+   * outside the rank's shard is returned to the OS as soon as its
+   * reduce-scatter is done (host models): between steps a rank keeps
+   * its shard's gradients only. */
   int zero;
   /* 1: SyncBatchNorm. Every batch norm of the model normalises a
    * training batch with the mean and variance of the global batch (the
@@ -142,6 +146,7 @@ typedef struct ct_ddp_stats {
   int64_t steps;        /* sync hooks run */
   double wait_seconds;  /* in the sync hook, waiting for buckets: communication the backward did not hide */
   double bytes;         /* gradient bytes all-reduced by this rank */
+  double released_bytes; /* ZeRO-2: gradient bytes returned to the OS after their reduction */
 } ct_ddp_stats;
 void ct_ddp_get_stats(const ct_ddp *d, ct_ddp_stats *st);
 

@@ -8,7 +8,7 @@ static const char *SUMMARY_HELP =
     "usage: ctrain summary --model NAME|FILE [--input CxHxW|F] [--classes N] [--batch-size N]\n"
     "                      [--precision fp32|bf16|fp16] [--opt-level O0|O1|O2|O3] [--recompute[=auto|N|cheap|norm|selective]]\n"
     "                      [--device D] [--memory] [--optimizer sgd|adam|adamw [--momentum F]]\n"
-    "                      [--strategy ddp --nproc N [--zero 1]]\n"
+    "                      [--strategy ddp --nproc N [--zero 1|2]]\n"
     "\n"
     "Prints a torchsummary-style table: layers, output shapes, parameters, totals, and the\n"
     "activation memory of one training step from the static memory plan. With a low\n"
@@ -16,10 +16,12 @@ static const char *SUMMARY_HELP =
     "--recompute, the plan with activation recompute next to the plan without; with\n"
     "--memory, what the plan holds at its peak: the buffers alive then by kind, and the\n"
     "10 largest with their layers. With --optimizer, the optimizer's state; with\n"
-    "--strategy ddp --nproc N --zero 1 too, what each of the N ranks keeps of it.\n";
+    "--strategy ddp --nproc N --zero 1 too, what each of the N ranks keeps of it (--zero 2:\n"
+    "of the gradients too).\n";
 
-/* The optimizer's state, whole and (ZeRO-1 over n ranks) per rank: the
- * largest shard, as ct_ddp cuts the flat buffer (np r / n boundaries). */
+/* The optimizer's state, whole and (ZeRO over n ranks) per rank: the
+ * largest shard, as ct_ddp cuts the flat buffer (np r / n boundaries);
+ * under ZeRO-2 the gradients' shard too. */
 static void optimizer_lines(const cli_opts *o, const cli_dist *d, ct_model *m) {
   ct_optim_kind k = !strcmp(o->optimizer, "adam") ? CT_OPTIM_ADAM : !strcmp(o->optimizer, "adamw") ? CT_OPTIM_ADAMW : CT_OPTIM_SGD;
   ct_optim_config oc = ct_optim_config_default(k);
@@ -33,8 +35,12 @@ static void optimizer_lines(const cli_opts *o, const cli_dist *d, ct_model *m) {
   if (!d->zero) return;
   size_t largest = np - np * (size_t)(d->nproc - 1) / (size_t)d->nproc;
   double shard = (double)largest * sizeof(float) * nb / 1e6;
-  printf("ZeRO-1 over %d ranks: %.2f MB of optimizer state per rank (the largest shard), %.2f MB saved per rank\n",
-         d->nproc, shard, whole - shard);
+  printf("ZeRO-%d over %d ranks: %.2f MB of optimizer state per rank (the largest shard), %.2f MB saved per rank\n",
+         d->zero, d->nproc, shard, whole - shard);
+  if (d->zero < 2) return;
+  double gw = (double)np * sizeof(float) / 1e6, gs = (double)largest * sizeof(float) / 1e6;
+  printf("ZeRO-2 gradients: %.2f of %.2f MB per rank between steps (%.2f MB saved; during the backward also the "
+         "buckets not yet reduced)\n", gs, gw, gw - gs);
 }
 
 int cmd_summary(int argc, char **argv) {
@@ -47,12 +53,8 @@ int cmd_summary(int argc, char **argv) {
   argc = cli_take_dist_flags("summary", argc, argv, &d);
   if (argc < 0) return CLI_EXIT_USAGE;
   if (d.dp || d.sync_bn || (d.ddp && !d.nproc) || (d.zero && !d.ddp)) {
-    fprintf(stderr, "ctrain summary: of the data-parallel flags it takes --strategy ddp --nproc N and --zero 1\n");
+    fprintf(stderr, "ctrain summary: of the data-parallel flags it takes --strategy ddp --nproc N and --zero 1|2\n");
     return CLI_EXIT_USAGE;
-  }
-  if (d.zero == 2) {
-    fprintf(stderr, "ctrain summary: --zero 2 is not built (docs/PARALLEL.md)\n");
-    return CLI_EXIT_NO_DEVICE;
   }
   cli_opts o;
   int given_optimizer = 0;

@@ -299,7 +299,9 @@ int cmd_train(int argc_in, char **argv_in) {
       size_t np;
       ct_model_params(m, &np);
       double mb = (double)np * sizeof(float) * ct_optim_state_buffers(&cfg.optim) / 1e6;
-      printf(", ZeRO-1: optimizer state %.2f of %.2f MB per rank", mb / o.dist_size, mb);
+      printf(", ZeRO-%d: optimizer state %.2f of %.2f MB per rank", dist.zero, mb / o.dist_size, mb);
+      if (dist.zero == 2)
+        printf(", gradients %.2f of %.2f MB between steps", (double)np * 4 / 1e6 / o.dist_size, (double)np * 4 / 1e6);
     }
     if (dist.dp) printf(", DataParallel over %s (global batch %lld)", dist.devices, (long long)o.batch_size);
     printf("\n");

@@ -129,9 +129,6 @@ int cli_dist_launch(const cli_dist *d, int argc, char **argv) {
 
 ct_status cli_dist_open(cli_dist *d, int threads_given) {
   if (!d->ddp) return CT_OK;
-  if (d->zero == 2)
-    return ct_error(CT_ERR_UNSUPPORTED, "--zero 2 (sharded gradients) is not built yet: the backward writes one flat "
-                    "gradient buffer whole; --zero 1 shards the optimizer state (docs/PARALLEL.md)");
   ct_status s = ct_comm_open_mpi(&d->comm);
   if (s != CT_OK) return ct_error_wrap(s, "--strategy ddp");
   ct_comm_set_timeout(d->comm, d->timeout);

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/device_impl.h"
@@ -33,7 +35,7 @@ struct ct_ddp {
   int nb, next_start; /* buckets start in index order on every rank */
   size_t *total;      /* [nb] gradient elements of each bucket */
   ct_ddp_stats stats;
-  int zero;           /* ZeRO-1: reduce-scatter, shard updates, all-gather */
+  int zero;           /* 1: reduce-scatter, shard updates, all-gather; 2: also releases the other shards' gradients */
   size_t nflat;       /* the flat buffers' length */
   size_t *shard;      /* [size + 1] shard boundaries: rank r owns [shard[r], shard[r + 1]) */
   size_t *counts;     /* [size] scratch: one collective's part per rank */
@@ -67,6 +69,27 @@ static double now_s(void) {
 void ct_ddp_get_stats(const ct_ddp *d, ct_ddp_stats *st) { *st = d->stats; }
 
 int ct_ddp_bucket_count(const ct_ddp *d) { return d->nb; }
+
+/* ZeRO-2: once bucket k's reduce-scatter is done, its gradient pages
+ * outside this rank's shard go back to the OS. They read as zeros after
+ * that, which the reduce-scatter left there anyway, so the step computes
+ * exactly what ZeRO-1 does; the next backward faults them in again, so a
+ * rank's resident gradients are its shard plus the buckets not yet
+ * reduced. Only pages wholly outside the shard are released. */
+static void release_bucket(ct_ddp *d, int k) {
+  if (d->zero < 2) return;
+  int r = ct_comm_rank(d->c);
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  float *g = ct_model_grads(d->m, NULL);
+  const ddp_bucket *b = &d->b[k];
+  size_t cut[2][2] = {{b->lo, b->hi < d->shard[r] ? b->hi : d->shard[r]},
+                      {b->lo > d->shard[r + 1] ? b->lo : d->shard[r + 1], b->hi}};
+  for (int i = 0; i < 2; i++) {
+    uintptr_t a = ((uintptr_t)(g + cut[i][0]) + page - 1) & ~(page - 1), e = (uintptr_t)(g + cut[i][1]) & ~(page - 1);
+    if (cut[i][1] <= cut[i][0] || e <= a) continue;
+    if (madvise((void *)a, e - a, MADV_DONTNEED) == 0) d->stats.released_bytes += (double)(e - a);
+  }
+}
 
 /* A model resident on a device (its gradients in device memory) joins a
  * communicator of the device's backend, its id sent from rank 0 over MPI. */
@@ -144,6 +167,9 @@ ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_d
   for (int k = 0; k < d->nb; k++) {
     d->b[k].pending = d->total[k];
     d->b[k].req = -1;
+    /* ZeRO-2: the other shards' gradients are never resident between
+     * steps, from the start (the model zeroed them all when it was made). */
+    release_bucket(d, k);
   }
   *out = d;
   return CT_OK;
@@ -184,7 +210,7 @@ static ct_status start_ready(ct_ddp *d, int64_t step) {
     if (d->b[k].req < 0) continue;
     int done;
     CT_TRY(ct_comm_test(d->c, d->b[k].req, &done));
-    if (done) d->b[k].req = -1;
+    if (done) d->b[k].req = -1, release_bucket(d, k);
   }
   return CT_OK;
 }
@@ -227,7 +253,7 @@ static ct_status device_fence(ct_ddp *d, int back, const char *what) {
   return be->coll_wait(d->dev, back, ct_comm_timeout(d->c), what);
 }
 
-static ct_status sync(void *ctx, ct_step *s) {
+static ct_status sync_hook(void *ctx, ct_step *s) {
   ct_ddp *d = ctx;
   int64_t step = ct_step_current(s)->step;
   /* A bucket some hook never reported (a parameter without a gradient
@@ -245,7 +271,7 @@ static ct_status sync(void *ctx, ct_step *s) {
     if (st == CT_OK) st = device_fence(d, 1, what);
   }
   for (int k = 0; k < d->nb; k++) {
-    if (st == CT_OK && d->b[k].req >= 0) st = ct_comm_wait(d->c, d->b[k].req);
+    if (st == CT_OK && d->b[k].req >= 0 && (st = ct_comm_wait(d->c, d->b[k].req)) == CT_OK) release_bucket(d, k);
     d->b[k].req = -1;
     d->b[k].pending = d->total[k];
   }
@@ -284,7 +310,7 @@ void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h) {
   memset(h, 0, sizeof *h);
   h->ctx = d;
   h->grads_ready = grads_ready;
-  h->sync = sync;
+  h->sync = sync_hook;
   h->reduce = reduce;
   if (d->zero) h->updated = updated;
 }

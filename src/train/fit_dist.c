@@ -74,13 +74,15 @@ ct_status fit_dist_open(fit_run *f) {
   CT_TRY(ct_ddp_create(c, f->m, &f->cfg->dist, &f->ddp));
   CT_TRY(ct_ddp_broadcast_state(f->ddp));
   if (!f->cfg->dist.zero) return CT_OK;
-  /* ZeRO-1: from here on this rank keeps its shard of the (restored)
-   * optimizer state only. */
+  /* ZeRO: from here on this rank keeps its shard of the optimizer state
+   * only. A fresh run's whole optimizer was made without state (fit
+   * asks for one parameter, so no rank ever holds it all); a resumed
+   * one's shard is cut from the restored state. */
   size_t lo, hi;
   ct_ddp_shard(f->ddp, &lo, &hi);
   ct_optimizer *sh;
   CT_TRY(ct_optimizer_create(ct_optimizer_get_config(f->opt), hi - lo, &sh));
-  ct_status s = ct_optimizer_copy_state(sh, 0, f->opt, lo, hi - lo);
+  ct_status s = f->cfg->resume ? ct_optimizer_copy_state(sh, 0, f->opt, lo, hi - lo) : CT_OK;
   if (s != CT_OK) {
     ct_optimizer_destroy(sh);
     return s;

@@ -382,7 +382,10 @@ static ct_status fit_open(fit_run *f) {
   f->batches = ct_loader_batches_per_epoch(f->train);
   f->batch_size = ct_loader_get_options(f->train)->batch_size;
   f->world = 1, f->lead = 1;
-  ct_status s = ct_optimizer_create(&cfg->optim, np, &f->opt);
+  /* Under ZeRO a fresh run's state is created per shard (fit_dist_open):
+   * until then the optimizer holds one value, its configuration only. */
+  int sharded = cfg->dist.comm && cfg->dist.zero && !cfg->resume;
+  ct_status s = ct_optimizer_create(&cfg->optim, sharded ? 1 : np, &f->opt);
   if (s == CT_OK && cfg->use_scheduler) s = ct_scheduler_create(&cfg->sched, f->opt, &f->sch);
   if (s == CT_OK) s = ct_history_create(&f->hist);
   int writes = !cfg->dist.comm || ct_comm_rank(cfg->dist.comm) == 0;

@@ -16,7 +16,7 @@ batch split across them, against single-device training.
   exactly (the same weights: lr 0).
 - Each replica plans for its slice: device 0's step memory plan is below
   the single device's for the whole batch.
-- `ctrain summary --optimizer adam --strategy ddp --nproc 4 --zero 1`
+- `ctrain summary --optimizer adam --strategy ddp --nproc 4 --zero 1|2`
   shows the optimizer state and each rank's part of it.
 - A device without its own thread (cpu) or a single device is refused,
   and the data-parallel flags' usage errors name the flag (exit 2).
@@ -135,12 +135,17 @@ def refusals(data):
 def summary_zero():
     """summary shows the optimizer state and, under ZeRO-1, each rank's
     part: Adam's 2 x 54090 values of the cnn are 0.43 MB, 0.11 MB per rank
-    over 4 ranks (the largest shard, 13523 values)."""
+    over 4 ranks (the largest shard, 13523 values); under ZeRO-2 the
+    gradients' shard too (0.05 of 0.22 MB)."""
     r = u.run_ok(["summary", "--model", "cnn", "--optimizer", "adam", "--strategy", "ddp", "--nproc", "4", "--zero",
                   "1"], "summary --zero 1")
     u.check("Optimizer state (MB): 0.43  (adam: 2 buffers of the 54090-value flat parameter buffer)" in r.stdout and
             "ZeRO-1 over 4 ranks: 0.11 MB of optimizer state per rank (the largest shard), 0.32 MB saved per rank"
             in r.stdout, "summary --zero 1: %s" % r.stdout[-400:])
+    r = u.run_ok(["summary", "--model", "cnn", "--optimizer", "adam", "--strategy", "ddp", "--nproc", "4", "--zero",
+                  "2"], "summary --zero 2")
+    u.check("ZeRO-2 gradients: 0.05 of 0.22 MB per rank between steps (0.16 MB saved" in r.stdout,
+            "summary --zero 2: %s" % r.stdout[-400:])
     r = u.run(["summary", "--model", "cnn", "--zero", "1"])
     u.check(r.returncode == 2 and "need --strategy ddp" in r.stderr, "summary --zero 1 alone: exit %d, %s"
             % (r.returncode, r.stderr.strip()))

@@ -4,7 +4,13 @@
  * settings comparison naming the field, the weight checksum catching a rank whose weights drifted
  * (--check-sync) and the state broadcast repairing it, and a collective
  * one rank joins late: the other's wait fails after the timeout naming it,
- * and a second wait then completes. */
+ * and a second wait then completes; and ZeRO-2's release of the gradient
+ * pages outside a rank's shard after one training step (mincore: none of
+ * them resident, every page of the shard resident; under ZeRO-1 all
+ * stay), with the step's weights the same on both ranks and equal to
+ * ZeRO-1's bit for bit. */
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +98,104 @@ static void weights(ct_comm *c, int rank) {
   ct_device_close(dev);
 }
 
+/* Pages of [a, a + n floats) that are resident, and the whole pages in it. */
+static void residency(const float *a, size_t n, size_t *resident, size_t *pages) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)a + page - 1) & ~(page - 1), hi = (uintptr_t)(a + n) & ~(page - 1);
+  *resident = *pages = 0;
+  if (hi <= lo) return;
+  size_t np = (hi - lo) / page;
+  unsigned char *v = malloc(np);
+  CHECK(v && mincore((void *)lo, hi - lo, v) == 0);
+  for (size_t i = 0; v && i < np; i++) *resident += v[i] & 1;
+  *pages = np;
+  free(v);
+}
+
+/* One DDP step of an 8.5M-parameter mlp under ZeRO stage `zero`; returns
+ * the weights after it (malloc'd) and checks where the gradients live. */
+static float *zero_step(ct_comm *c, int rank, int zero) {
+  ct_device *dev;
+  ct_model *m;
+  CHECK_OK(ct_device_open("cpu", &dev));
+  ct_model_options mo = {0};
+  mo.in_channels = 64, mo.height = 16, mo.width = 16, mo.num_classes = 10;
+  mo.seed = 5;
+  CHECK_OK(ct_model_create("mlp", &mo, &m));
+  CHECK_OK(ct_model_prepare(m, dev, 4, 1));
+  ct_dist_config dc = {.comm = c, .bucket_mb = 4, .zero = zero};
+  ct_ddp *d = NULL;
+  CHECK_OK(ct_ddp_create(c, m, &dc, &d));
+  CHECK_OK(ct_ddp_broadcast_state(d));
+  size_t lo, hi, np;
+  ct_ddp_shard(d, &lo, &hi);
+  float *g = ct_model_grads(m, &np);
+  ct_optim_config oc = ct_optim_config_default(CT_OPTIM_ADAM);
+  ct_optimizer *opt;
+  CHECK_OK(ct_optimizer_create(&oc, hi - lo, &opt));
+  ct_step_config sc;
+  ct_step_config_default(&sc);
+  sc.shard_lo = lo, sc.shard_hi = hi;
+  ct_step *s;
+  CHECK_OK(ct_step_create(m, dev, opt, &sc, &s));
+  ct_step_hooks h;
+  ct_ddp_hooks(d, &h);
+  ct_step_set_hooks(s, &h);
+  static float x[4 * 64 * 16 * 16];
+  static int64_t y[4];
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)((i * 7 + (size_t)rank * 13) % 17) / 17.0f;
+  for (int i = 0; i < 4; i++) y[i] = (i + rank) % 10;
+  int64_t xs[4] = {4, 64, 16, 16}, ys[1] = {4};
+  ct_batch b = {0};
+  b.x = ct_tensor_view(x, CT_F32, 4, xs), b.y = ct_tensor_view(y, CT_I64, 1, ys), b.n = 4;
+  ct_step_pos pos = ct_step_pos_single(1);
+  pos.factor = 0.5f, pos.sample_offset = rank, pos.sample_stride = 2;
+  ct_step_result r;
+  int have = 0;
+  CHECK_OK(ct_step_train(s, &b, &pos, &r, &have));
+  CHECK_OK(ct_step_drain(s, &r, &have));
+  CHECK_OK(ct_ddp_check_sync(d, 1));
+  size_t res_own, pages_own, res_other = 0, pages_other = 0, rr, pp;
+  residency(g + lo, hi - lo, &res_own, &pages_own);
+  residency(g, lo, &rr, &pp), res_other += rr, pages_other += pp;
+  residency(g + hi, np - hi, &rr, &pp), res_other += rr, pages_other += pp;
+  ct_ddp_stats st;
+  ct_ddp_get_stats(d, &st);
+  CHECK(pages_own > 1000 && pages_other > 1000);
+  CHECK_MSG(res_own == pages_own, "ZeRO-%d: %zu of the shard's %zu gradient pages resident", zero, res_own, pages_own);
+  if (zero == 2) {
+    CHECK_MSG(res_other == 0, "ZeRO-2: %zu of %zu gradient pages outside the shard still resident", res_other,
+              pages_other);
+    CHECK(st.released_bytes >= (double)pages_other * (double)sysconf(_SC_PAGESIZE));
+  } else {
+    CHECK_MSG(res_other == pages_other, "ZeRO-1: %zu of %zu pages resident", res_other, pages_other);
+    CHECK(st.released_bytes == 0);
+  }
+  float *w = malloc(np * sizeof *w);
+  CHECK(w != NULL);
+  if (w) memcpy(w, ct_model_params(m, NULL), np * sizeof *w);
+  ct_step_destroy(s);
+  ct_optimizer_destroy(opt);
+  ct_ddp_destroy(d);
+  ct_model_destroy(m);
+  ct_device_close(dev);
+  return w;
+}
+
+static void zero2(ct_comm *c, int rank) {
+  float *w1 = zero_step(c, rank, 1), *w2 = zero_step(c, rank, 2);
+  size_t n = 0;
+  ct_model *m;
+  ct_model_options mo = {0};
+  mo.in_channels = 64, mo.height = 16, mo.width = 16, mo.num_classes = 10;
+  CHECK_OK(ct_model_create("mlp", &mo, &m));
+  ct_model_params(m, &n);
+  ct_model_destroy(m);
+  CHECK_MSG(w1 && w2 && n && memcmp(w1, w2, n * sizeof *w1) == 0, "ZeRO-2's step differs from ZeRO-1's");
+  free(w1);
+  free(w2);
+}
+
 static void late(ct_comm *c, int rank) {
   double v = 1;
   if (rank == 1) {
@@ -134,6 +238,7 @@ int main(void) {
   scatter_gather(c, rank);
   fields(c, rank);
   weights(c, rank);
+  zero2(c, rank);
   late(c, rank);
   ct_comm_close(c);
   return test_summary(rank ? "test_mpi_comm (rank 1)" : "test_mpi_comm");
