@@ -6,7 +6,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # libopenblas0-pthread: the BLAS Debian's PyTorch recommends; without it
 # torch falls back to the netlib reference BLAS (~40x slower matmul), which
 # would make every PyTorch baseline and parity run needlessly slow.
-PACKAGES := cmake gcc g++ make libdnnl-dev zlib1g-dev libpng-dev libjpeg-dev libopenmpi-dev openmpi-bin \
+PACKAGES := cmake gcc g++ make libdnnl-dev zlib1g-dev libpng-dev libjpeg-dev libopenmpi-dev openmpi-bin valgrind \
             python3-torch python3-torchvision python3-numpy libopenblas0-pthread dataset-fashion-mnist
 CMAKE_FLAGS ?=
 

@@ -24,20 +24,25 @@ static const char *USAGE =
     "'ctrain <command> --help' describes each command's options.\n";
 
 int main(int argc, char **argv) {
-  /* How long idle OpenMP threads spin before sleeping. libgomp's default
-   * (300,000 spins) lets them steal the cores the loader threads need on
-   * small machines; sleeping at once (OMP_WAIT_POLICY=passive, what this
-   * did before) pays a futex wake-up at each of the ~100 parallel regions
-   * of a step: cnn bf16 ran at 8,900-9,500 img/s that way, 10,300-10,600
-   * with 30,000 spins (about 10 us), and convnet 4,200-4,500 against 4,800-4,900
-   * (`ctrain train`, one epoch of Fashion-MNIST, 2 cores, 2026-11-21).
-   * libgomp reads these when it loads, before main, so the default is set by
-   * re-executing once; an explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT wins. */
+  /* How long idle OpenMP threads spin before sleeping: libgomp's default
+   * lets them steal the cores the loader threads need on small machines,
+   * and sleeping at once pays a futex wake-up at each parallel region of
+   * a step; about 10 us of spinning was fastest (docs/ARCHITECTURE.md,
+   * "Threads"). libgomp reads these when it loads, before main, so the
+   * default is set by re-executing once; an explicit OMP_WAIT_POLICY or
+   * GOMP_SPINCOUNT wins. The path is read from /proc/self/exe first:
+   * exec'd directly that names the running binary, which under valgrind
+   * is valgrind's, not ctrain. */
   if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
     setenv("GOMP_SPINCOUNT", "30000", 1);
     /* LLVM's libomp ignores GOMP_SPINCOUNT: sleep at once there, as before. */
     if (!getenv("KMP_BLOCKTIME")) setenv("KMP_BLOCKTIME", "0", 1);
-    execv("/proc/self/exe", argv); /* returns only on failure: go on */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+      self[n] = 0;
+      execv(self, argv); /* returns only on failure: go on */
+    }
   }
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     fputs(USAGE, argc < 2 ? stderr : stdout);

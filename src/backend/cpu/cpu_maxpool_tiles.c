@@ -112,13 +112,17 @@ int cpu_maxpool_tiles_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct
   }
 
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* The AVX-512 tiles are compiled whatever the build's baseline (x86-64-v3
+ * by default) and run only where the CPU has AVX-512F, BW and VL, checked
+ * once at run time; the AVX2 tiles are the baseline's. */
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 /* Up to 16 windows of one output row: a/b/c/d = top-left, top-right,
  * bottom-left, bottom-right; the sequential rule of the scalar loop
  * (replace when greater, or when NaN) as mask blends. */
-static inline void sel4(__m512 a, __m512 b, __m512 c, __m512 d, __m512 *m, __m512i *k) {
+AVX512 static inline void sel4(__m512 a, __m512 b, __m512 c, __m512 d, __m512 *m, __m512i *k) {
   __m512 v = a;
   __m512i i = _mm512_setzero_si512();
   __mmask16 t = _mm512_cmp_ps_mask(b, v, _CMP_GT_OQ) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
@@ -138,20 +142,20 @@ static const int32_t lo_idx[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 
 static const int32_t hi_idx[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
 /* 32 consecutive elements (fewer under mask m2 = 2n bits) as two f32 halves. */
-static inline void load32_f32(const float *p, int n, __m512 *lo, __m512 *hi) {
+AVX512 static inline void load32_f32(const float *p, int n, __m512 *lo, __m512 *hi) {
   __mmask16 m0 = n >= 8 ? 0xffff : (__mmask16)((1u << (2 * n)) - 1);
   __mmask16 m1 = n <= 8 ? 0 : (__mmask16)(n >= 16 ? 0xffff : (1u << (2 * (n - 8))) - 1);
   *lo = _mm512_maskz_loadu_ps(m0, p);
   *hi = _mm512_maskz_loadu_ps(m1, p + 16);
 }
-static inline void load32_bf16(const uint16_t *p, int n, __m512 *lo, __m512 *hi) {
+AVX512 static inline void load32_bf16(const uint16_t *p, int n, __m512 *lo, __m512 *hi) {
   __mmask32 m = n >= 16 ? 0xffffffffu : (__mmask32)((1ull << (2 * n)) - 1);
   __m512i v = _mm512_maskz_loadu_epi16(m, p);
   *lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16));
   *hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
 }
 
-static void fwd2x2_avx512(const void *xp, void *yp, uint8_t *wp, int bf, int64_t W, int64_t OH, int64_t OW) {
+AVX512 static void fwd2x2_avx512(const void *xp, void *yp, uint8_t *wp, int bf, int64_t W, int64_t OH, int64_t OW) {
   const __m512i ev = _mm512_loadu_si512(even_idx), od = _mm512_loadu_si512(odd_idx);
   for (int64_t oh = 0; oh < OH; oh++)
     for (int64_t o = 0; o < OW; o += 16) {
@@ -184,7 +188,7 @@ static void fwd2x2_avx512(const void *xp, void *yp, uint8_t *wp, int bf, int64_t
     }
 }
 
-static void bwd2x2_avx512(const void *gp, const uint8_t *wp, void *dp, int bf, int64_t W, int64_t OH, int64_t OW) {
+AVX512 static void bwd2x2_avx512(const void *gp, const uint8_t *wp, void *dp, int bf, int64_t W, int64_t OH, int64_t OW) {
   const __m512i lo = _mm512_loadu_si512(lo_idx), hi = _mm512_loadu_si512(hi_idx);
   for (int64_t oh = 0; oh < OH; oh++)
     for (int64_t o = 0; o < OW; o += 16) {
@@ -216,7 +220,8 @@ static void bwd2x2_avx512(const void *gp, const uint8_t *wp, void *dp, int bf, i
     if (2 * OW < W) memset((char *)dp + (size_t)(h * W + 2 * OW) * es, 0, (size_t)(W - 2 * OW) * es);
 }
 #define HAVE_AVX512_TILES 1
-#elif defined(__AVX2__)
+#endif
+#if defined(__AVX2__)
 #include "backend/cpu/cpu_pool_avx2.h"
 
 /* The AVX2 2x2 kernels: 8 windows of one output row at a time (a row's
@@ -355,7 +360,25 @@ TILES_FWD(fwd_bf16, uint16_t, cpu_bf16_ld, cpu_bf16_st)
 TILES_BWD(bwd_f32, float, 0.0f)
 TILES_BWD(bwd_bf16, uint16_t, (uint16_t)0)
 
+/* 1 where the AVX-512 tiles are built and this CPU runs them. */
+static int use_avx512(void) {
+#ifdef HAVE_AVX512_TILES
+  static int v = -1;
+  if (v < 0) v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return v;
+#else
+  return 0;
+#endif
+}
+
+#ifdef HAVE_AVX2_TILES
+static const int have_avx2 = 1;
+#else
+static const int have_avx2 = 0;
+#endif
+
 void cpu_maxpool_tiles_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, uint8_t *ws) {
+  const int avx512 = use_avx512();
   const int64_t P = x->shape[0] * x->shape[1], H = x->shape[2], W = x->shape[3];
   const int64_t OH = y->shape[2], OW = y->shape[3];
   const int bf = x->dtype == CT_BF16;
@@ -365,17 +388,18 @@ void cpu_maxpool_tiles_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_ten
     const void *xp = (const char *)x->data + (size_t)(pl * H * W) * es;
     void *yp = (char *)y->data + (size_t)(pl * OH * OW) * es;
     uint8_t *wp = ws ? ws + pl * OH * OW : NULL;
+    if (p->kernel_h == 2 && p->kernel_w == 2) {
 #ifdef HAVE_AVX512_TILES
-    if (p->kernel_h == 2 && p->kernel_w == 2) {
-      fwd2x2_avx512(xp, yp, wp, bf, W, OH, OW);
-      continue;
-    }
-#elif defined(HAVE_AVX2_TILES)
-    if (p->kernel_h == 2 && p->kernel_w == 2) {
+      if (avx512) {
+        fwd2x2_avx512(xp, yp, wp, bf, W, OH, OW);
+        continue;
+      }
+#endif
+#ifdef HAVE_AVX2_TILES
       fwd2x2_avx2(xp, yp, wp, bf, W, OH, OW);
       continue;
-    }
 #endif
+    }
     if (bf)
       fwd_bf16(xp, yp, wp, W, OH, OW, p->kernel_h, p->kernel_w);
     else
@@ -384,6 +408,7 @@ void cpu_maxpool_tiles_fwd(const ct_pool2d_params *p, const ct_tensor *x, ct_ten
 }
 
 void cpu_maxpool_tiles_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx) {
+  const int avx512 = use_avx512();
   const int64_t P = dx->shape[0] * dx->shape[1], H = dx->shape[2], W = dx->shape[3];
   const int64_t OH = dy->shape[2], OW = dy->shape[3];
   const int bf = dx->dtype == CT_BF16;
@@ -392,17 +417,16 @@ void cpu_maxpool_tiles_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const
   for (int64_t pl = 0; pl < P; pl++) {
     const void *gp = (const char *)dy->data + (size_t)(pl * OH * OW) * es;
     void *dp = (char *)dx->data + (size_t)(pl * H * W) * es;
-#if defined(HAVE_AVX512_TILES) || defined(HAVE_AVX2_TILES)
-    if (p->kernel_h == 2 && p->kernel_w == 2) {
+    if (p->kernel_h == 2 && p->kernel_w == 2 && (avx512 || have_avx2)) {
 #ifdef HAVE_AVX512_TILES
-      bwd2x2_avx512(gp, ws + pl * OH * OW, dp, bf, W, OH, OW);
-#else
-      bwd2x2_avx2(gp, ws + pl * OH * OW, dp, bf, W, OH, OW);
+      if (avx512) bwd2x2_avx512(gp, ws + pl * OH * OW, dp, bf, W, OH, OW);
+#endif
+#ifdef HAVE_AVX2_TILES
+      if (!avx512) bwd2x2_avx2(gp, ws + pl * OH * OW, dp, bf, W, OH, OW);
 #endif
       if (2 * OH < H) memset((char *)dp + (size_t)(2 * OH * W) * es, 0, (size_t)((H - 2 * OH) * W) * es);
       continue;
     }
-#endif
     if (bf)
       bwd_bf16(gp, ws + pl * OH * OW, dp, H, W, OH, OW, p->kernel_h, p->kernel_w);
     else
