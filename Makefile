@@ -6,11 +6,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # libopenblas0-pthread: the BLAS Debian's PyTorch recommends; without it
 # torch falls back to the netlib reference BLAS (~40x slower matmul), which
 # would make every PyTorch baseline and parity run needlessly slow.
-PACKAGES := cmake gcc g++ make libdnnl-dev zlib1g-dev libpng-dev libjpeg-dev libopenmpi-dev openmpi-bin valgrind \
+PACKAGES := cmake gcc g++ make libdnnl-dev zlib1g-dev libpng-dev libjpeg-dev libopenmpi-dev openmpi-bin valgrind pkgconf \
             python3-torch python3-torchvision python3-numpy libopenblas0-pthread dataset-fashion-mnist
 CMAKE_FLAGS ?=
+# make install PREFIX=DIR: the command, libctrain.so and .a, the headers,
+# ctrain.pc and the CMake package under DIR (docs/INSTALL.md).
+PREFIX ?= /usr/local
 
-.PHONY: all deps build train test test-fast bench clean
+.PHONY: all deps build train test test-fast bench install deb clean
 
 all: build
 
@@ -41,6 +44,12 @@ test-fast: build
 
 bench: build
 	bench/run.sh
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+deb: build
+	cd $(BUILD) && cpack -G DEB
 
 clean:
 	rm -rf $(BUILD)
