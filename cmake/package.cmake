@@ -48,6 +48,12 @@ add_custom_command(OUTPUT ${ctrain_public_a}
   COMMAND_EXPAND_LISTS VERBATIM
   COMMENT "libctrain.a for installing: one object, ct_ names global")
 add_custom_target(ctrain_public_static ALL DEPENDS ${ctrain_public_a})
+# The objects' own targets first: a file dependency alone does not order
+# a parallel build.
+add_dependencies(ctrain_public_static ctrain_core)
+if(CTRAIN_HAVE_CUDA)
+  add_dependencies(ctrain_public_static ctrain_cuda)
+endif()
 
 # Libs.private of ctrain.pc: what a static link against libctrain.a needs.
 set(CTRAIN_PC_PRIVATE "-lz -lm -lpthread ${OpenMP_C_FLAGS}")
