@@ -164,8 +164,8 @@ void ct_model_reserve_optimizer_state(ct_model *m, int buffers);
  * in one while step k reads the other) share one x buffer (their y stay
  * apart). For the GPU data
  * path, whose transform writes x on the compute stream after everything
- * queued before it, so a second x buffer (a whole f32 batch: 158 MB for
- * AlexNet-227 at batch 256) would only hold memory; a host batch staged
+ * queued before it, so a second x buffer (a whole f32 batch; docs/GPU.md,
+ * "Batches") would only hold memory; a host batch staged
  * into a shared x is copied on the compute stream too, giving up its
  * overlap with compute. Call before ct_model_prepare, which lays out the
  * block. */

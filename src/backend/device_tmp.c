@@ -2,10 +2,8 @@
  *
  * Why: the widening path of 16-bit ops (ref_half.c) needs whole-tensor f32
  * copies on every call. Large ones come from glibc as fresh mmap()s, so
- * each call paid a page fault and a kernel page clear per 4 KiB: on the
- * AVX2 machine AlexNet's first linear layer took 94 ms forward in bf16
- * against 37 in f32, and a bf16 training step ran at 24 img/s against 31
- * with the blocks reused. A device therefore keeps up to
+ * each call paid a page fault and a kernel page clear per 4 KiB, which
+ * made bf16 layers far slower than f32 ones. A device therefore keeps up to
  * CT_DEVICE_TMP_KEEP freed blocks of at least TMP_MIN_KEEP bytes and hands
  * out the smallest one that fits; smaller blocks go back to malloc, which
  * reuses them anyway.
@@ -18,10 +16,9 @@
  * succeeded, so a failed one changes nothing). The peak grows only by
  * fresh allocations. A rule that a block serve only requests of at least
  * half its size was tried and dropped: AlexNet bf16 steps then kept
- * evicting the 151 MB block of the 9216x4096 weight to make room for the
- * convolutions' smaller ones and faulted it in again every step (its
- * forward 89 ms against 43 without the rule; the step 27 against 33
- * img/s). Kept blocks are host memory outside the memory plan (not in
+ * evicting the block of the 9216x4096 weight to make room for the
+ * convolutions' smaller ones and faulted it in again every step. Kept
+ * blocks are host memory outside the memory plan (not in
  * ct_device_mem_in_use), held until the device closes. */
 #include <stdint.h>
 #include <stdlib.h>

@@ -96,10 +96,11 @@ static inline float f16_to_f32_soft(uint16_t h) {
 
 /* Where the CPU has F16C (the build is -march=native), its instructions:
  * the same IEEE conversions (round to nearest even, a NaN stays a NaN of
- * its sign), and GCC does not vectorise the loops above (measured: the
- * f16 conversions took a third of an fp16 training step on an AVX2 CPU,
- * bf16's 6%). Scalar and vector paths use the same instructions, so they
- * agree bit for bit, NaN payloads included. */
+ * its sign), and GCC does not vectorise the loops above, which made the
+ * f16 conversions a large part of an fp16 training step
+ * (docs/MIXED_PRECISION.md, "Kernels on the CPU"). Scalar and vector paths
+ * use the same instructions, so they agree bit for bit, NaN payloads
+ * included. */
 #if defined(__F16C__)
 static inline uint16_t f32_to_f16(float f) { return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 static inline float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }

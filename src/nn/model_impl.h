@@ -121,8 +121,8 @@ static inline int ct_model_readers(const ct_model *m, int i) {
  * after ct_model_zero_grad) without zeroing them first. For a caller whose
  * backward follows at once: every layer runs its backward and each writes
  * all of its parameters' gradients, so the zero fill would be one more
- * write of the whole gradient buffer per step (228 MB for AlexNet with
- * 10 classes). Until that backward the gradients hold stale values. */
+ * write of the whole gradient buffer per step. Until that backward the
+ * gradients hold stale values. */
 void ct_model_overwrite_grads(ct_model *m);
 
 /* Frees what the model's definition owns (graph, names, flat storage,

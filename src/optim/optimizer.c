@@ -50,9 +50,9 @@ static ct_status check_config(const ct_optim_config *c) {
 
 /* Zeroed by writing, not by calloc: calloc's untouched pages map the
  * shared zero page on the first step's read and fault again, with a TLB
- * shootdown across the threads, on its write (1 to 2 s of AlexNet's first
- * Adam step on the 2-core machine). The loop is an OpenMP one so that GCC
- * does not fold malloc + memset back into calloc. */
+ * shootdown across the threads, on its write, which made the first Adam
+ * step far slower. The loop is an OpenMP one so that GCC does not fold
+ * malloc + memset back into calloc. */
 static ct_status alloc_state(float **p, size_t n, const char *name) {
   float *s = n <= SIZE_MAX / sizeof(float) ? malloc((n ? n : 1) * sizeof(float)) : NULL;
   if (!s) return ct_error(CT_ERR_OUT_OF_MEMORY, "optimizer: cannot allocate state '%s' (%zu floats)", name, n);

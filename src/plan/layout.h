@@ -2,8 +2,8 @@
  *
  * oneDNN's convolution and pooling kernels compute in channel-blocked order
  * (nChw16c); with plain NCHW activations every convolution pays a reorder of
- * its input, its output and both gradients (about 1.5 ms of an 11 ms cnn
- * bf16 step on 2 cores). cuDNN's tensor-core convolutions likewise compute
+ * its input, its output and both gradients, a sizeable part of a small
+ * model's step. cuDNN's tensor-core convolutions likewise compute
  * channels-last (NHWC) and transpose NCHW operands around every call. The
  * executor therefore stores an activation in the layout `want` (the
  * model's memory format: `auto` takes the backend's act_layout, C16 on an

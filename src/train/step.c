@@ -349,7 +349,7 @@ ct_status ct_step_backward(ct_step *s) {
   ct_tensor dout;
   CT_TRY(ct_model_output_grad(m, &dout));
   /* A group's first backward writes every gradient with beta 0: no zero
-   * fill (AlexNet: 244 MB a step). */
+   * fill (bench/results/2026-11-28-cpu-ab-step-overheads.md). */
   if (s->pos.first) ct_model_overwrite_grads(m);
   if (s->on_device) {
     /* The scale is read from the device's scaler; the micro-batch's share

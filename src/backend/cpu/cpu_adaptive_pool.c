@@ -6,8 +6,8 @@
  * residual stage ending in one needs no reorders); its output and dy are
  * plain, which for 1x1 are the same bytes in every layout. Every other
  * plain case (larger outputs, fp16) goes to the reference (ref_pool.inc
- * through ref_half.c), whose single-threaded loop took 2% of the cnn's
- * step for its 4x4 global max pool. The global loops give the
+ * through ref_half.c), whose single-threaded loop was a visible part of
+ * the cnn's step for its 4x4 global max pool. The global loops give the
  * reference's numbers bit for bit: the
  * average sums in double in (h, w) order and rounds once to f32 (then to
  * bf16); the max keeps the reference's first maximum, later NaNs winning,
@@ -106,8 +106,8 @@ static int plain_to_ref(const ct_tensor *big, const ct_tensor *small) {
 
 /* Average pooling whose every bin is one pixel (AlexNet's 6x6 to 6x6)
  * moves each element unchanged, in either direction: a threaded copy
- * instead of the reference's single-threaded loop (3.7 ms forward and 3.9
- * backward of AlexNet bf16's step at batch 64). It adds +0 as the
+ * instead of the reference's single-threaded loop, a visible part of
+ * AlexNet bf16's step. It adds +0 as the
  * reference's sum does (which starts from a zeroed double), so -0 comes
  * out +0 and the bits are the reference's. Same shape, dtype (f32 or bf16)
  * and a layout without padding (plain or NHWC) on both sides. */

@@ -165,9 +165,9 @@ ct_status cpu_act_bwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x,
  * the uniforms of mask elements 4b..4b+3, exactly as ct_rng_uniform_at()
  * computes them one by one; a task draws DROP_BLOCKS blocks at once
  * (ct_philox4x32_blocks: eight side by side with AVX2), and a mask of
- * one element per value is applied in a vectorised loop (keep_f32 below):
- * AlexNet's 64 x 9216 f32 mask on 2 cores takes 0.34 ms, against 4.1 ms
- * one block at a time with a branch per element. Tasks start
+ * one element per value is applied in a vectorised loop (keep_f32 below),
+ * far faster than one block at a time with a branch per element
+ * (docs/ARCHITECTURE.md, "Dropout masks are regenerated"). Tasks start
  * at multiples of DROP_BLOCKS, so a task's blocks share the counter's
  * high word (b >> 32, packed into ctr[1]). Kept values are scaled in
  * double and rounded once, as the reference does, so the results are
@@ -179,8 +179,8 @@ enum { DROP_BLOCKS = 256 };
 /* A value's bits and'ed with an all-ones or all-zeros mask: +0 where the
  * mask drops it. A select of 0 or the value would not vectorise: under
  * gcc's default trapping math it does not compute the scaled value for
- * an element it drops, so the loop keeps a branch (a 64 x 9216 f32 mask
- * on one thread: 4.8 ms branching, 0.68 ms vectorised). */
+ * an element it drops, so the loop keeps a branch and runs several times
+ * slower. */
 static inline float keep_f32(float v, uint32_t mask) {
   uint32_t b;
   memcpy(&b, &v, sizeof b);

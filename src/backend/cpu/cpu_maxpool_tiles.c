@@ -2,11 +2,10 @@
  * every window inside the input: the 2x2/2 pools of LeNet-style CNNs) on
  * plain NCHW, f32 and bf16, as branchless OpenMP loops.
  *
- * Why: oneDNN 2.6 pools plain NCHW through a transposing path (1.4 ms
- * forward, 1.5 ms backward for the cnn's 128x32x26x26 f32), and its fast
- * path wants nChw16c, which would cost a reorder on each side. An earlier
- * version of these loops picked the argmax with branches and lost to
- * oneDNN (4.8 ms: random data mispredicts half the compares); here every
+ * Why: oneDNN 2.6 pools plain NCHW through a slow transposing path, and
+ * its fast path wants nChw16c, which would cost a reorder on each side. An
+ * earlier version of these loops picked the argmax with branches and lost
+ * to oneDNN (random data mispredicts half the compares); here every
  * compare is a select the compiler turns into vector blends.
  *
  * The workspace is one byte per output element, the argmax's offset in
@@ -27,12 +26,11 @@ int cpu_maxpool_tiles_ok(const ct_pool2d_params *p, const ct_tensor *x, const ct
 }
 
 /* Left to the compiler, the 2x2 loops become gathers/scatters (vectorised)
- * or branches (scalar): both measured 3x slower than oneDNN. The 2x2 case
+ * or branches (scalar): both measured slower than oneDNN. The 2x2 case
  * is therefore written with AVX-512 below (contiguous loads, permutes to
  * split even/odd columns, mask blends for the selection), and with AVX2
- * where that is the best the build targets (5-6x faster than these loops
- * for the convnet's pools); these generic loops serve other windows and
- * other CPUs. */
+ * where that is the best the build targets (several times faster than
+ * these loops); these generic loops serve other windows and other CPUs. */
 #define NOVEC __attribute__((optimize("no-tree-vectorize")))
 
 #define F32_LD(v) (v)
@@ -229,9 +227,8 @@ AVX512 static void bwd2x2_avx512(const void *gp, const uint8_t *wp, void *dp, in
  * the same result; a row narrower than 8 windows through zero-padded
  * copies), even/odd columns split by shuffles,
  * the sequential selection rule as blends, the argmax packed to bytes.
- * Measured on the 2-core AVX2 machine, the convnet's 128x32x28x28 pool:
- * see the commit that added them. bf16 runs on 32-bit lanes holding the
- * bf16 bits (widened by a shift, which is exact). */
+ * bf16 runs on 32-bit lanes holding the bf16 bits (widened by a shift,
+ * which is exact). */
 
 /* 16 consecutive elements from p as two f32 vectors. */
 static inline void load16(const void *p, int bf, __m256 *lo, __m256 *hi) {

@@ -2,18 +2,15 @@
  * ResNet's 3x3 / stride 2 / pad 1 stem pool) on plain NCHW, f32 and
  * bf16, and, in AVX2 builds, on f32 C8 (nChw8c) activations; AVX2
  * builds also run plain planes eight at a time through the C8 kernels
- * (transposed tiles: AlexNet's first pool 48 -> 4.5 ms forward, 16 -> 7.4
- * backward, bf16 on the AVX2 machine), and pool a C8 x into a plain y
+ * (transposed tiles), and pool a C8 x into a plain y
  * (the backend's maxpool_to_plain: the pool that ends a C8 chain in front
  * of flatten or dropout, so the convolution before it keeps C8).
  *
- * Why: oneDNN 2.6 pools plain NCHW through its reference kernel
- * `simple_nchw` (22-25 ms forward for ResNet-18's 128x64x16x16 stem pool
- * at 32x32 on the 2-core AVX2 development machine, a twentieth of a whole
- * training step), and nChw8c at 4.5 ms for the convnet's 128x32x28x28 2x2
- * pool, where these loops take 0.4. Plain windows that do not overlap
- * take cpu_maxpool_tiles.c instead; C16 stays with oneDNN's AVX-512
- * kernels.
+ * Why: oneDNN 2.6 pools plain NCHW through its slow reference kernel
+ * `simple_nchw`, and nChw8c several times slower than these loops
+ * (docs/ARCHITECTURE.md, "Small maps, plain and C8 layouts"). Plain
+ * windows that do not overlap take cpu_maxpool_tiles.c instead; C16 stays
+ * with oneDNN's AVX-512 kernels.
  *
  * Semantics are the reference's (ref_pool.inc) bit for bit: padding counts
  * as -inf, the first maximum in row-major window order wins, a NaN wins
@@ -31,8 +28,7 @@
 #include "backend/cpu/cpu_impl.h"
 
 #define NO_ARG 255
-/* The plain loops run unvectorised: measured faster (7.9 against 10.0 ms
- * forward for ResNet-18's stem pool). */
+/* The plain loops run unvectorised, which measured faster. */
 #define NOVEC __attribute__((optimize("no-tree-vectorize")))
 
 /* Lanes per pixel: 1 for plain NCHW (a plane at a time), 8 for f32 C8 (a
@@ -195,10 +191,9 @@ static void bwd8_f32_avx2(const ct_pool2d_params *p, const float *restrict gp, c
 /* Plain planes, eight at a time, through the C8 kernels above: eight
  * planes are interleaved into a per-thread pixel-major tile (8x8
  * transposes; bf16 widened on the way, which is exact), pooled there, and
- * the results (and argmax bytes) transposed back. The scalar loops took
- * 41 ms forward for AlexNet's first pool (64x64x55x55, 3x3 / 2) in f32 and
- * 48 in bf16, the C8 kernel 4; the transposes cost a pass over the data in
- * cache. Same lanes rule, so the same bits as the scalar loops. */
+ * the results (and argmax bytes) transposed back: far faster than the
+ * scalar loops; the transposes cost a pass over the data in cache. Same
+ * lanes rule, so the same bits as the scalar loops. */
 
 /* 8x8 transpose of r[0..7]. */
 static inline void tr8(__m256 r[8]) {

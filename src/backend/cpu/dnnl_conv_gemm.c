@@ -5,12 +5,10 @@
  * of a few positions (ResNet-18 at 32x32 ends in 2x2 and 1x1 maps) their
  * register blocking is mostly idle; on AVX2 its backward weights for a
  * 3x3 convolution on a 2x2 map even falls back to im2col + GEMM image by
- * image, GEMMs of 4 rows. Measured on a 2-core AVX2 EPYC, 256 -> 256
- * channels on 2x2 maps, batch 128: forward 7.7 ms, backward weights 19 ms
- * (31 GFLOP/s), against about 170 GFLOP/s for the same FLOPs as one GEMM
- * with M = batch x positions. Here the GEMM's rows are every output
- * position of the batch, so M is large however small the map is.
- * ResNet-18 at 32x32, batch 128, there: 371-424 -> 441-485 img/s.
+ * image, GEMMs of 4 rows, several times slower than the same FLOPs as one
+ * GEMM with M = batch x positions (docs/ARCHITECTURE.md, "Small output
+ * maps as one GEMM"). Here the GEMM's rows are every output position of
+ * the batch, so M is large however small the map is.
  * cpu_conv_gemm_ok leaves to oneDNN what it measured as fast or faster:
  * 1x1 convolutions, and the backward data of stride-1 uncropped ones.
  *
@@ -69,8 +67,8 @@ int cpu_conv_gemm_ok(const ct_conv2d_params *p, const ct_tensor *x, const ct_ten
    * reading data is left to oneDNN too. */
   if (g.th0 > g.th1 || g.tw0 > g.tw1 || g.taps == 1) return 0;
   /* Backward data with stride 1 and every tap kept (a 3x3 convolution on
-   * a 2x2 map) was faster in oneDNN's direct kernel: 4.5 ms against 6.4
-   * for the GEMM and the scatter back, 256 channels at batch 128. */
+   * a 2x2 map) was faster in oneDNN's direct kernel than the GEMM and the
+   * scatter back. */
   if (bwd_data && g.sh == 1 && g.sw == 1 && g.taps == g.KH * g.KW) return 0;
   return (size_t)g.M * (size_t)g.Ck * sizeof(float) <= GEMM_MAX_COL_BYTES;
 }

@@ -7,8 +7,9 @@
  *
  * Backward weights, why: oneDNN 2.6's AVX2 backward-weights kernel pads a 1-channel input to
  * a block of 8 (it reorders x into nChw8c and computes eight channels, seven
- * of them zero): 3.6-6 ms of the torchkeras cnn's 28 ms step on a 2-core
- * AVX2 EPYC for a convolution of 50 MFLOP. Here each output-gradient row
+ * of them zero), a large share of the torchkeras cnn's step for a small
+ * convolution (docs/ARCHITECTURE.md, "First-layer weight gradients").
+ * Here each output-gradient row
  * is taken as vectors of 8 channels, so a tap's gradient is a sum over the
  * row of such a vector times one input element: FMAs on whole vectors, no
  * padded channels. C8, C16 and NHWC are read in place, plain gathered a
@@ -30,19 +31,17 @@ enum { OP_CONV_THIN_SCRATCH = 151, OP_CONV_THIN_FWD_SCRATCH };
 
 /* -1 (default): on where oneDNN has no AVX-512 kernels. Both paths were
  * written against oneDNN 2.6's AVX2 kernels; its AVX-512 ones handle a
- * first layer without padding it to a block and beat both here (2-core
- * AVX-512 EPYC, 2026-11-28: the cnn's one-channel weight gradient 0.19 ms
- * against 0.8-1.8 ms, its step 14.1 against 15.4 ms; AlexNet's 11x11
- * forward at batch 64 28.7 against 50.7 ms). */
+ * first layer without padding it to a block and beat both here
+ * (bench/results/2026-11-28-cpu-ab-conv-thin.md). */
 static int thin_mode = -1;
 void cpu_conv_set_thin(int on) { thin_mode = on; }
 static int thin_on(void) { return thin_mode < 0 ? !cpu_dnnl_avx512() : thin_mode; }
 
 /* Input channels up to which this path is taken. One: oneDNN pads only
  * that to a block. With three (RGB) it reads the input plain, and its
- * kernel beat this one: ResNet-18's 7x7 stem at 32x32, batch 128, 4.4-6.4
- * ms against 20-22 here, where each row's short dot products and the
- * double accumulation of 147 taps dominate. */
+ * kernel beat this one several times over on ResNet-18's 7x7 stem, where
+ * each row's short dot products and the double accumulation of 147 taps
+ * dominate. */
 #define THIN_MAX_C 1
 
 /* What both directions need: groups 1, dilation 1, 4-D, plain weights
@@ -56,8 +55,8 @@ static int thin_shapes(const ct_conv2d_params *p, const ct_tensor *x, const ct_t
 /* bf16 tensors the weight gradient reads or writes itself, converting on
  * the way (exact when widening; dw and db rounded once, from the f32 the
  * widening path would have rounded): only where oneDNN has no bf16 (AVX2),
- * whose alternative is that path's whole-tensor copies (the cnn's first
- * layer 7.3 ms backward in bf16 against 0.6 in f32), and a bf16 dy only
+ * whose alternative is that path's whole-tensor copies (far slower than
+ * f32), and a bf16 dy only
  * plain, read through the gather. */
 static int wgrad_dtype(const ct_tensor *t) { return t->dtype == CT_F32 || (t->dtype == CT_BF16 && !cpu_dnnl_bf16()); }
 
@@ -220,13 +219,12 @@ ct_status cpu_conv_thin_wgrad(cpu_dev *cd, const ct_conv2d_params *p, const ct_t
 
 /* ---- Forward: large kernels on few channels ------------------------------
  * oneDNN 2.6 on AVX2 runs AlexNet's first convolution (3 -> 64, 11x11,
- * stride 4) as im2col + GEMM image by image, each GEMM on both threads:
- * 147-200 ms of a 2.4 s step at batch 64 (57 GFLOP/s). The same scheme with
- * whole images per thread (one single-threaded GEMM each, 64 x 3025 x 363)
- * and an im2col from a zero-padded copy (no bounds tests) took 68-71 ms
- * measured alone. ResNet's 7x7 stem (3 channels) was a wash (4.4 ms
- * against oneDNN's direct 5.5 before the scatter into C8), so the kernel
- * must be larger than 7x7. */
+ * stride 4) as im2col + GEMM image by image, each GEMM on both threads.
+ * The same scheme with whole images per thread (one single-threaded GEMM
+ * each, 64 x 3025 x 363) and an im2col from a zero-padded copy (no bounds
+ * tests) took far less (docs/ARCHITECTURE.md, "Large kernels on few
+ * channels, forward"). ResNet's 7x7 stem (3 channels) was a wash, so
+ * the kernel must be larger than 7x7. */
 #define THIN_FWD_MAX_C 4
 #define THIN_FWD_MIN_TAPS 50
 

@@ -43,8 +43,7 @@ static int fast_dtype(const ct_tensor *a, const ct_tensor *b) {
 /* The own loops (cpu_maxpool_tiles.c, cpu_maxpool_windows.c) come before
  * oneDNN for every dtype they take: bf16 too on CPUs without oneDNN's
  * bf16, where the alternative is the widening path (two whole-tensor f32
- * temporaries per call: 66 against 5 ms forward for AlexNet's first pool
- * at batch 64 on the AVX2 machine). */
+ * temporaries per call, far slower). */
 static int own_loops(const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y) {
   return cpu_maxpool_tiles_ok(p, x, y) || cpu_maxpool_windows_ok(p, x, y);
 }

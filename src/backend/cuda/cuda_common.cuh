@@ -58,8 +58,8 @@ __device__ __forceinline__ void ct_st(void *p, int dt, int64_t i, float v) {
 /* ---- 8 elements at a time ----
  * Bandwidth-bound kernels move 8 consecutive elements per step: one
  * 16-byte access for 16-bit storage, two for f32. With one 2-byte access
- * per thread too few bytes are in flight to reach HBM's rate (on the H100
- * ResNet-50's residual add ran at about half of it). The per-element
+ * per thread too few bytes are in flight to reach HBM's rate (docs/GPU.md,
+ * "Since the H100 run"). The per-element
  * arithmetic is the scalar kernels', so both paths give the same bits. The
  * 8-wide path needs every pointer 16-byte aligned (ct_vec_ok); device
  * allocations are 256-aligned and plan buffers 64-aligned, so only views

@@ -220,10 +220,9 @@ typedef struct conv_ranked {
   }
 
 /* 1 for the algorithms that trade accuracy for speed: FFT and the
- * non-fused Winograd transforms. On an H100 cuDNN's heuristics ranked the
- * FFT-tiled backward-filter first for AlexNet's 5x5 convolution in NCHW
- * f32, and its weight gradient was 4e-4 (relative) from PyTorch's, where
- * the other algorithms agree to 1e-5. */
+ * non-fused Winograd transforms. cuDNN's heuristics can rank one first,
+ * and its gradients then stray far from PyTorch's (docs/GPU.md, "cuDNN
+ * plans"). */
 static int lossy_algo(conv_kind kind, int a) {
   if (kind == CONV_FWD)
     return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
@@ -462,9 +461,8 @@ static conv_arg in_layout(conv_arg a, int nhwc) {
 
 /* Space-to-depth (cuda_s2d.cu, whose header has the index maps). cuDNN
  * runs a strided convolution over a few input channels far below the
- * tensor cores' rate: AlexNet's 11x11/4 stem over 3 channels took 1.28 +
- * 1.51 ms of an 8.2 ms fp16 step on an H100 (about 28 TFLOP/s), where
- * PyTorch's trace shows cuDNN padding the channels itself. Such a pass
+ * tensor cores' rate (docs/GPU.md, "Space-to-depth stems"), and PyTorch's
+ * trace shows cuDNN padding the channels itself. Such a pass
  * runs as a stride-1 convolution over Cp = C*s*s channels instead:
  * AlexNet's stem as 3x3 over 48, ResNet's 7x7/2 as 4x4 over 16 (12
  * padded to a multiple of 8). Forward and weight-gradient passes only:

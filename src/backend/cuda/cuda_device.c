@@ -148,9 +148,8 @@ ct_status cuda_open(ct_device *d) {
     free(cd);
     return ct_error(CT_ERR_INVALID_ARG, "device '%s': CTRAIN_CUDA_CONV_API=%s: expected graph or legacy", spec, api);
   }
-  /* the graph API by default: +3% on AlexNet fp16 and +7.5% on ResNet-50
-   * bf16 training steps against the legacy API alone on an H200
-   * (bench/results/2026-11-28-h200-gpu.md) */
+  /* the graph API by default: faster training steps than the legacy API
+   * alone (bench/results/2026-11-28-h200-gpu.md) */
   cd->conv_graph = !(api && !strcmp(api, "legacy"));
   /* CTRAIN_CUDA_S2D: auto (the default), 1 always where it fits, 0 never */
   const char *sd = getenv("CTRAIN_CUDA_S2D");

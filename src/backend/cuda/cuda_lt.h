@@ -1,9 +1,9 @@
 /* cuBLASLt, loaded when the first CUDA device opens.
  *
- * Linking libcublasLt costs every process that links it about 150 MB of
- * resident memory and 0.14 s at start (measured on the CI machine class: its
- * relocations and static constructors run at load), whether or not it ever
- * opens a GPU. ctrain's CPU users should not pay that, so the backend does
+ * Linking libcublasLt costs every process that links it resident memory
+ * and start-up time (its relocations and static constructors run at load;
+ * docs/GPU.md, "Building"), whether or not it ever opens a GPU. ctrain's
+ * CPU users should not pay that, so the backend does
  * not link it: cuda_lt_load() dlopens libcublasLt.so.<major> (the major
  * version of the headers built against) and resolves the entry points the
  * backend calls into the table cuda_lt, which the backend calls through

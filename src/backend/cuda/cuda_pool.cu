@@ -33,9 +33,7 @@ typedef struct pool_geom {
 /* The geometry as the kernels index it: in 32-bit integers when every
  * index and product they form fits (pool_fits32), which makes the many
  * divisions of index unpacking several times cheaper than 64-bit ones
- * (on an H100, batch 256 bf16/fp16: ResNet-50's max pool 1.40 -> 0.92 ms
- * forward and 3.92 -> 3.10 ms backward, AlexNet's first 0.34 -> 0.22 and
- * 0.96 -> 0.76 ms; still several times the bytes' time). */
+ * (docs/GPU.md, "Channels-last"; still several times the bytes' time). */
 template <typename I> struct pool_geom_t {
   I planes, C, H, W, OH, OW;
   int kh, kw, sh, sw, ph, pw, cip;
