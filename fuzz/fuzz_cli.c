@@ -1,7 +1,8 @@
 /* libFuzzer target for the command line (see fuzz/README.md): the input's
  * first byte picks the subcommand (train, eval, predict, summary), the rest
  * split at NUL bytes is its argv, which goes through what main does before
- * any file is touched: cli_take_gpu_data_flags, then cli_parse with the
+ * any file is touched: train's and summary's data-parallel flags
+ * (cli_take_dist_flags), cli_take_gpu_data_flags, then cli_parse with the
  * subcommand's real flag list. The parse must return 0 or the usage exit
  * code; an accepted line must leave every number inside the range its
  * flag documents and every string either a default or a piece of argv.
@@ -44,7 +45,17 @@ static int fuzz_cli_one(const uint8_t *data, size_t size) {
   argv[argc] = NULL;
 
   int mode = -1, rc = 0;
-  int n = cli_take_gpu_data_flags(argc, argv, &mode);
+  if (c == 0 || c == 3) {
+    cli_dist d;
+    int k = cli_take_dist_flags(cmds[c], argc, argv, &d);
+    if (k > argc) rc = -1;
+    if (k >= 0 && (d.zero < 0 || d.zero > 2 || d.nproc < 0 || d.nproc > 4096 || d.check_sync < 0 ||
+                   (d.bucket_mb != 0 && (d.bucket_mb < 1e-6 || d.bucket_mb > 1e6)) || d.timeout < 0.001 ||
+                   d.timeout > 1e7 || (d.ddp && d.dp) || !fuzz_cli_str_ok(d.devices, buf, buf + size)))
+      rc = -1;
+    argc = k < 0 ? 0 : k;
+  }
+  int n = rc ? 0 : cli_take_gpu_data_flags(argc, argv, &mode);
   if (n < 0 || n > argc || (mode != CT_LOADER_FLOAT && mode != CT_LOADER_RAW_U8 && mode != CT_LOADER_INDICES)) rc = -1;
   for (int i = 0; rc == 0 && i < n; i++)
     if (!strcmp(argv[i], "--gpu-transforms") || !strcmp(argv[i], "--data-on-gpu")) rc = -1;

@@ -21,7 +21,7 @@ $cc fuzz/fuzz_safetensors.c src/io/json.c src/io/safetensors.c $core -lm -o "$ou
 $cc -DCTRAIN_HAVE_PNG -DCTRAIN_HAVE_JPEG fuzz/fuzz_datasets.c src/data/dataset.c src/data/idx.c src/data/cifar.c \
   src/data/folder.c src/data/synthetic.c src/data/transform.c src/data/image_decode.c src/core/status.c \
   src/core/rng.c src/core/file_open.c -lz -lpng -ljpeg -lm -o "$out/bin/fuzz_datasets" || exit 1
-$cc fuzz/fuzz_cli.c src/cli/options.c src/cli/gpu_data_flags.c $libs -o "$out/bin/fuzz_cli" || exit 1
+$cc fuzz/fuzz_cli.c src/cli/options.c src/cli/gpu_data_flags.c src/cli/dist.c src/cli/device_switches.c $libs -o "$out/bin/fuzz_cli" || exit 1
 $cc fuzz/fuzz_checkpoint.c src/io/checkpoint.c src/io/safetensors.c src/io/safetensors_load.c src/io/json.c \
   src/core/file_open.c $libs -o "$out/bin/fuzz_checkpoint" || exit 1
 $cc fuzz/fuzz_model_text.c src/nn/model_text.c src/nn/model.c src/nn/model_def.c src/nn/layers/*.c \

@@ -179,7 +179,7 @@ typedef struct cli_dist {
   "  --bucket-mb F (25)      gradient bucket size (the first bucket is 1 MB)\n"                            \
   "  --dist-timeout S (600)  longest wait in a collective before every rank exits naming it\n"            \
   "  --check-sync N (0)      every N steps compare a checksum of the weights across ranks\n"                   \
-  "  --zero 0|1 (0)          1: shard the optimizer state over the ranks (ZeRO stage 1)\n"                     \
+  "  --zero 0|1|2 (0)        1: shard the optimizer state over the ranks (ZeRO-1); 2: the gradients too\n"     \
   "  --sync-bn               (dp, ddp) batch norm with the global batch's statistics (SyncBatchNorm)\n"
 /* Removes the flags from argv in place (order of the rest kept) and
  * returns the new argc, or -1 after a usage error on stderr naming cmd. */
