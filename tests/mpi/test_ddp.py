@@ -103,21 +103,7 @@ def equivalence(d, data):
         err = u.normwise(a, b)
         print("%s: single vs 2-rank ddp after 20 steps: normwise %.3g" % (name, err))
         u.check(err < 1e-5, "%s: 2-rank DDP differs from single-process training by %.3g (> 1e-5)" % (name, err))
-    # fp16 with the loss scaler started at 2^40: the first steps overflow
-    # and are skipped. An overflow on any rank is one in the summed
-    # gradients every rank holds, so all skip together, as one process does.
-    args = ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--seed", "1", "--precision", "fp16",
-            "--loss-scale-init", "1099511627776"] + data + ["--epochs", "1", "--max-steps", "12"] + u.FAST
-    m1, m2 = os.path.join(d, "fp16_1.json"), os.path.join(d, "fp16_2.json")
-    u.run_ok(["train"] + args + ["--batch-size", "32", "--metrics-json", m1], "fp16 single")
-    mu.ddp_ok(2, args + ["--batch-size", "16", "--metrics-json", m2], "fp16 ddp")
-    if os.path.exists(m1) and os.path.exists(m2):
-        a, b = u.read_json(m1), u.read_json(m2)
-        print("fp16 scaler: single skipped %s, scale %s; ddp skipped %s, scale %s" % (
-            a["skipped_steps"], a["loss_scale"], b["skipped_steps"], b["loss_scale"]))
-        u.check(a["skipped_steps"] > 0 and a["skipped_steps"] == b["skipped_steps"] and
-                a["loss_scale"] == b["loss_scale"], "fp16 loss scaling: DDP skipped %s steps (scale %s), one process "
-                "%s (scale %s)" % (b["skipped_steps"], b["loss_scale"], a["skipped_steps"], a["loss_scale"]))
+    mu.fp16_scaler_agrees(d, data, 12)
 
 
 def sync_bn(d, data):

@@ -73,18 +73,7 @@ def equivalence(d, data):
         print("%s: one GPU vs 2-rank ddp after 20 steps: normwise %.3g" % (name, err))
         u.check(err < 1e-5, "%s: DDP over 2 GPUs differs from one GPU by %.3g (> 1e-5)" % (name, err))
     bf16(d, data)
-    args = ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--seed", "1", "--precision", "fp16",
-            "--loss-scale-init", "1099511627776"] + data + ["--epochs", "1", "--max-steps", "8"] + u.FAST
-    m1, m2 = os.path.join(d, "fp16_1.json"), os.path.join(d, "fp16_2.json")
-    u.run_ok(["train"] + args + ["--batch-size", "32", "--metrics-json", m1], "fp16 one GPU", timeout=600)
-    mu.ddp_ok(2, args + ["--batch-size", "16", "--metrics-json", m2], "fp16 ddp", timeout=600)
-    if os.path.exists(m1) and os.path.exists(m2):
-        a, b = u.read_json(m1), u.read_json(m2)
-        print("fp16 scaler: one GPU skipped %s, scale %s; ddp skipped %s, scale %s" % (
-            a["skipped_steps"], a["loss_scale"], b["skipped_steps"], b["loss_scale"]))
-        u.check(a["skipped_steps"] > 0 and a["skipped_steps"] == b["skipped_steps"] and
-                a["loss_scale"] == b["loss_scale"], "fp16 loss scaling: DDP skipped %s steps (scale %s), one GPU "
-                "%s (scale %s)" % (b["skipped_steps"], b["loss_scale"], a["skipped_steps"], a["loss_scale"]))
+    mu.fp16_scaler_agrees(d, data, 8, timeout=600)
 
 
 def bf16(d, data):
