@@ -15,7 +15,10 @@
  *    CT_F32 and, where noted by the mixed-precision policy, CT_BF16/CT_F16
  *    inputs with f32 accumulation;
  *  - an op a backend does not implement is NULL; ct_backend_fill_defaults()
- *    fills those from the reference so every table is complete on the host.
+ *    fills the required ones from the reference so every table is complete
+ *    on the host. Which entries are required, and when the others may be
+ *    NULL, is backend_ops.h's list (CT_BACKEND_OPS): every field here has
+ *    its line there.
  */
 #ifndef CTRAIN_BACKEND_H
 #define CTRAIN_BACKEND_H

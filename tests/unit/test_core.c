@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "backend/backend_ops.h"
 #include "backend/device_impl.h"
 #include "core/half_portable.h"
 #include "test_util.h"
@@ -216,6 +217,15 @@ static void test_devices(void) {
   CHECK_OK(ct_device_open("cpu:1", &b));
   if (!a || !b) return;
   CHECK(!strcmp(ct_device_name(b), "cpu:1") && ct_device_index(b) == 1);
+  /* Every host table keeps backend_ops.h's rules (cuda: test_gpu_device). */
+  ct_device *cpu = NULL, *ref = NULL;
+  CHECK_OK(ct_device_open("cpu", &cpu));
+  CHECK_OK(ct_device_open("ref", &ref));
+  ct_device *hosts[4] = {a, b, cpu, ref};
+  for (int i = 0; i < 4; i++)
+    if (hosts[i]) CHECK_MSG(ct_backend_check(hosts[i]->backend) == CT_OK, "%s", ct_last_error());
+  ct_device_close(cpu);
+  ct_device_close(ref);
   /* Memory accounting is per device. */
   void *p = ct_device_alloc(a, 1 << 20), *q = ct_device_alloc(b, 4096);
   CHECK(p && q && ((uintptr_t)p % 64) == 0);

@@ -4,6 +4,8 @@
  * far beyond the GPU's memory failing with a message that names the size,
  * and an unknown CTRAIN_CUDA_CONV_API refused. Without a GPU the rest
  * exits 77 (skipped). */
+#include "backend/backend_ops.h"
+#include "backend/device_impl.h"
 #include "test_gpu_common.h"
 
 int main(void) {
@@ -19,6 +21,9 @@ int main(void) {
     return test_failures_ ? 1 : 77;
   }
   CHECK(ct_device_get_type(d) == CT_DEVICE_CUDA);
+  /* The cuda table keeps backend_ops.h's rules: every required op, the
+   * memory and device entries, the groups whole. */
+  CHECK_MSG(ct_backend_check(d->backend) == CT_OK, "%s", ct_last_error());
   /* A convolution API the backend does not know is refused, named. */
   const char *api = getenv("CTRAIN_CUDA_CONV_API");
   char *api_keep = api ? strdup(api) : NULL;

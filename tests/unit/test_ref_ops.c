@@ -3,6 +3,7 @@
  * BatchNorm running-stat rule, the dropout mask definition; plus the table
  * being complete and bad targets being rejected. Gradients are checked in
  * test_ref_grad.c. */
+#include "backend/backend_ops.h"
 #include "backend/cpu/ref_ops.h"
 #include "backend/device_impl.h"
 #include "test_ref_common.h"
@@ -24,6 +25,7 @@ static void test_table_complete(void) {
   const size_t n = (sizeof(ct_backend) - first) / sizeof(fnp);
   const fnp *ops = (const fnp *)((const char *)r + first);
   for (size_t i = 0; i < n; i++) CHECK_MSG(ops[i] != NULL, "ref table op #%zu (after matmul) is NULL", i);
+  CHECK_MSG(ct_backend_check(r) == CT_OK, "%s", ct_last_error());
 }
 
 /* ---- convolution, linear, matmul against naive loops ---- */
