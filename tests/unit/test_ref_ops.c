@@ -20,11 +20,11 @@ static void test_table_complete(void) {
   const ct_backend *r = ct_ref_backend();
   CHECK(r == B);
   CHECK(!r->open && !r->close && !r->alloc && !r->free && !r->copy && !r->sync);
-  typedef void (*fnp)(void);
-  const size_t first = offsetof(ct_backend, matmul);
-  const size_t n = (sizeof(ct_backend) - first) / sizeof(fnp);
-  const fnp *ops = (const fnp *)((const char *)r + first);
-  for (size_t i = 0; i < n; i++) CHECK_MSG(ops[i] != NULL, "ref table op #%zu (after matmul) is NULL", i);
+  /* Nothing fills the reference's own table: every required entry of
+   * backend_ops.def is its own. */
+  for (int i = 0; i < ct_backend_op_count; i++)
+    if (ct_backend_ops[i].rule == CT_OP_REQUIRED)
+      CHECK_MSG(ct_backend_has(r, &ct_backend_ops[i]), "ref table: required entry '%s' is NULL", ct_backend_ops[i].name);
   CHECK_MSG(ct_backend_check(r) == CT_OK, "%s", ct_last_error());
 }
 

@@ -230,37 +230,12 @@ static inline uint16_t cpu_bf16_st(float f) {
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
 }
 
-/* The ops, one file per family. */
-#if CTRAIN_HAVE_DNNL
-ct_status cpu_matmul(ct_device *d, int trans_a, int trans_b, const ct_tensor *a, const ct_tensor *b, float alpha,
-                     float beta, ct_tensor *c);
-ct_status cpu_linear_fwd(ct_device *d, const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, ct_act act,
-                         ct_tensor *y);
-ct_status cpu_linear_bwd_data(ct_device *d, const ct_tensor *dy, const ct_tensor *w, ct_tensor *dx);
-ct_status cpu_linear_bwd_weights(ct_device *d, const ct_tensor *x, const ct_tensor *dy, ct_tensor *dw, ct_tensor *db,
-                                 float beta);
-
-ct_status cpu_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w,
-                         const ct_tensor *b, ct_act act, ct_tensor *y);
-ct_status cpu_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
-                              ct_tensor *dx);
-ct_status cpu_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
-                                 ct_tensor *dw, ct_tensor *db, float beta);
-
-size_t cpu_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, const ct_tensor *y);
-ct_status cpu_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, void *ws);
-ct_status cpu_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, const void *ws,
-                            ct_tensor *dx);
-ct_status cpu_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y);
-ct_status cpu_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, ct_tensor *dx);
-#endif /* CTRAIN_HAVE_DNNL */
-
-/* Adaptive pooling (cpu_adaptive_pool.c): the reference's on plain
- * tensors; global (1x1 output) pooling also reads C16, C8 and NHWC inputs. */
-ct_status cpu_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y);
-ct_status cpu_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tensor *dx);
-ct_status cpu_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y, int32_t *idx);
-ct_status cpu_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx);
+/* cpu_<op> for every entry of backend_ops.def, one file per family; the
+ * table (cpu_backend.c) takes those this backend defines and the
+ * reference's for the rest. */
+#define CT_OP(rule, ret, name, params) ret cpu_##name params;
+#include "backend/backend_ops.def"
+#undef CT_OP
 
 /* Non-overlapping max pooling on plain NCHW (cpu_maxpool_tiles.c): whether
  * p/x/y qualify, and the two directions; the workspace is one byte per
@@ -278,42 +253,6 @@ ct_status cpu_maxpool_windows_fwd(const ct_pool2d_params *p, const ct_tensor *x,
  * AVX2 builds (the backend's maxpool_to_plain), else none. */
 unsigned cpu_maxpool_windows_to_plain(void);
 ct_status cpu_maxpool_windows_bwd(const ct_pool2d_params *p, const ct_tensor *dy, const uint8_t *ws, ct_tensor *dx);
-
-ct_status cpu_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
-                            const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
-                            float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd);
-ct_status cpu_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
-                              const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
-                              ct_tensor *y);
-ct_status cpu_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
-                            const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma,
-                            ct_tensor *dbeta, float beta_acc);
-
-ct_status cpu_act_fwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, ct_tensor *y);
-ct_status cpu_act_bwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, const ct_tensor *y,
-                      const ct_tensor *dy, ct_tensor *dx);
-ct_status cpu_dropout_fwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *x,
-                          ct_tensor *y);
-ct_status cpu_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *dy,
-                          ct_tensor *dx);
-ct_status cpu_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y);
-ct_status cpu_axpby(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y);
-ct_status cpu_fill(ct_device *d, ct_tensor *x, float value);
-ct_status cpu_cast(ct_device *d, const ct_tensor *x, ct_tensor *y);
-
-ct_status cpu_softmax_fwd(ct_device *d, int log, const ct_tensor *x, ct_tensor *y);
-ct_status cpu_softmax_bwd(ct_device *d, int log, const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
-ct_status cpu_cross_entropy_fwd(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
-                                float label_smoothing, ct_tensor *loss);
-ct_status cpu_cross_entropy_bwd(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
-                                float label_smoothing, float grad_scale, ct_tensor *dlogits);
-ct_status cpu_nll_fwd(ct_device *d, const ct_tensor *logp, const ct_tensor *targets, ct_tensor *loss);
-ct_status cpu_nll_bwd(ct_device *d, const ct_tensor *targets, float grad_scale, ct_tensor *dlogp);
-ct_status cpu_mse_fwd(ct_device *d, const ct_tensor *pred, const ct_tensor *target, ct_tensor *loss);
-ct_status cpu_mse_bwd(ct_device *d, const ct_tensor *pred, const ct_tensor *target, float grad_scale,
-                      ct_tensor *dpred);
-ct_status cpu_sumsq(ct_device *d, const ct_tensor *x, double *out);
-ct_status cpu_nonfinite(ct_device *d, const ct_tensor *x, int *out);
 
 /* Threads for an OpenMP region on this device (0 = the runtime's). */
 static inline int cpu_nthreads(const ct_device *d) { return d->threads > 0 ? d->threads : omp_get_max_threads(); }

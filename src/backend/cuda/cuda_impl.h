@@ -161,35 +161,20 @@ static inline int cuda_float_dtype(ct_dtype t) { return t == CT_F32 || t == CT_B
  * t is not a device float dtype. NULL tensors pass. */
 ct_status cuda_check_float(const char *op, const ct_tensor *t, int pos);
 
-/* ---- device lifetime and memory (cuda_device.c) ---- */
-ct_status cuda_open(ct_device *d);
-void cuda_close(ct_device *d);
-void *cuda_alloc(ct_device *d, size_t bytes);
-void cuda_free(ct_device *d, void *p);
-ct_status cuda_copy(ct_device *d, void *dst, int dst_on_dev, const void *src, int src_on_dev, size_t bytes);
-ct_status cuda_sync(ct_device *d);
-
-/* ---- cuBLASLt (cuda_blas.c) ---- */
-ct_status cuda_matmul(ct_device *d, int trans_a, int trans_b, const ct_tensor *a, const ct_tensor *b, float alpha,
-                      float beta, ct_tensor *c);
-ct_status cuda_linear_fwd(ct_device *d, const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, ct_act act,
-                          ct_tensor *y);
-ct_status cuda_linear_bwd_data(ct_device *d, const ct_tensor *dy, const ct_tensor *w, ct_tensor *dx);
-ct_status cuda_linear_bwd_weights(ct_device *d, const ct_tensor *x, const ct_tensor *dy, ct_tensor *dw,
-                                  ct_tensor *db, float beta);
-
-/* ---- cuDNN convolution (cuda_conv.c) ---- */
-ct_status cuda_conv2d_fwd(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *w,
-                          const ct_tensor *b, ct_act act, ct_tensor *y);
-ct_status cuda_conv2d_bwd_data_acc(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
-                                   ct_tensor *dx);
-ct_status cuda_conv2d_bwd_data(ct_device *d, const ct_conv2d_params *p, const ct_tensor *dy, const ct_tensor *w,
-                               ct_tensor *dx);
-ct_status cuda_conv2d_bwd_weights(ct_device *d, const ct_conv2d_params *p, const ct_tensor *x, const ct_tensor *dy,
-                                  ct_tensor *dw, ct_tensor *db, float beta);
-size_t cuda_conv2d_workspace_bytes(ct_device *d, int pass, const ct_conv2d_params *p, const ct_tensor *a,
-                                   const ct_tensor *b, const ct_tensor *out);
-void cuda_set_workspace(ct_device *d, void *p, size_t bytes);
+/* cuda_<op> for every entry of backend_ops.def, one file per family:
+ * lifetime and memory, the step's copies and events, options
+ * (cuda_device.c, cuda_graph.c); cuBLASLt (cuda_blas.c); cuDNN
+ * convolution (cuda_conv.c); pooling (cuda_pool.cu); batch norm
+ * (cuda_bnorm.c, cuda_reduce.cu); softmax, losses and reductions
+ * (cuda_reduce.cu); elementwise (cuda_elementwise.cu); the device-resident
+ * update (cuda_optim.cu); collectives (cuda_coll.c); the GPU data path
+ * (cuda_transform.cu). The table is cuda_backend.c's. */
+struct ct_step_stats;
+struct ct_fused_optim_args;
+struct ct_xf_batch;
+#define CT_OP(rule, ret, name, params) ret cuda_##name params;
+#include "backend/backend_ops.def"
+#undef CT_OP
 
 /* Space-to-depth staging (cuda_s2d.cu): a convolution of x [N, C, H, W]
  * with w [O, C, KH, KW] at stride s and padding pad_h/pad_w run as a
@@ -209,43 +194,11 @@ ct_status cuda_s2d_weight(ct_device *d, const cuda_s2d *g, const void *w, ct_dty
 ct_status cuda_s2d_weight_grad(ct_device *d, const cuda_s2d *g, const void *dWz, ct_dtype zt, void *dw, ct_dtype dt,
                                float beta);
 
-/* ---- pooling kernels (cuda_pool.cu) ---- */
-size_t cuda_maxpool2d_workspace_bytes(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x,
-                                      const ct_tensor *y);
-ct_status cuda_maxpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y, void *ws);
-ct_status cuda_maxpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, const void *ws,
-                             ct_tensor *dx);
-ct_status cuda_avgpool2d_fwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *x, ct_tensor *y);
-ct_status cuda_avgpool2d_bwd(ct_device *d, const ct_pool2d_params *p, const ct_tensor *dy, ct_tensor *dx);
-ct_status cuda_adaptive_avgpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y);
-ct_status cuda_adaptive_avgpool2d_bwd(ct_device *d, const ct_tensor *dy, ct_tensor *dx);
-ct_status cuda_adaptive_maxpool2d_fwd(ct_device *d, const ct_tensor *x, ct_tensor *y, int32_t *idx);
-ct_status cuda_adaptive_maxpool2d_bwd(ct_device *d, const ct_tensor *dy, const int32_t *idx, ct_tensor *dx);
-
-/* ---- batch norm (cuda_bnorm.c: cuDNN; cuda_reduce.cu: own kernels) ---- */
-/* The backend's batchnorm_fwd/bwd: x, y (dy, dx) all plain or all NHWC
- * (4-D); cuDNN where it takes the call, else the own kernels. */
-ct_status cuda_batchnorm_fwd(ct_device *d, int training, const ct_tensor *x, const ct_tensor *gamma,
-                             const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var, float momentum,
-                             float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd);
-ct_status cuda_batchnorm_bwd(ct_device *d, const ct_tensor *x, const ct_tensor *dy, const ct_tensor *gamma,
-                             const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_tensor *dx,
-                             ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
-ct_status cuda_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tensor *gamma, const ct_tensor *beta,
-                               const ct_tensor *save_mean, const ct_tensor *save_invstd, ct_act act, float alpha,
-                               ct_tensor *y);
-/* The backend's batchnorm_act_reserve/fwd/bwd: ReLU fused by cuDNN where
- * it can (NHWC 16-bit), else batch norm and the own activation kernel. */
-size_t cuda_batchnorm_act_reserve(ct_device *d, ct_act act, const ct_tensor *x);
-ct_status cuda_batchnorm_act_fwd(ct_device *d, ct_act act, const ct_tensor *x, const ct_tensor *gamma,
-                                 const ct_tensor *beta, ct_tensor *running_mean, ct_tensor *running_var,
-                                 float momentum, float eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_invstd,
-                                 void *reserve, size_t reserve_bytes);
-ct_status cuda_batchnorm_act_bwd(ct_device *d, ct_act act, const ct_tensor *x, const ct_tensor *y, ct_tensor *dy,
-                                 const ct_tensor *gamma, const ct_tensor *beta, float eps, const ct_tensor *save_mean,
-                                 const ct_tensor *save_invstd, const void *reserve, size_t reserve_bytes,
-                                 ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta, float beta_acc);
-/* The own kernels behind them, for what cuDNN refuses: the same
+/* Batch norm: the backend's batchnorm_fwd/bwd take x, y (dy, dx) all
+ * plain or all NHWC (4-D), cuDNN where it takes the call (cuda_bnorm.c);
+ * batchnorm_act_* fuse ReLU by cuDNN where it can (NHWC 16-bit), else
+ * batch norm and the own activation kernel. The own kernels behind them
+ * (cuda_reduce.cu), for what cuDNN refuses: the same
  * contracts on x viewed as [N, C, S] (S = product of the extents after C),
  * nhwc 1 for channels-last element order ((n*S + s)*C + c), any float
  * dtype per tensor. Arguments are validated by the callers in
@@ -261,34 +214,6 @@ ct_status cuda_bn_bwd_kernels(ct_device *d, int nhwc, int64_t N, int64_t C, int6
                               const ct_tensor *dy, const ct_tensor *gamma, const ct_tensor *save_mean,
                               const ct_tensor *save_invstd, ct_tensor *dx, ct_tensor *dgamma, ct_tensor *dbeta,
                               float beta_acc);
-
-/* ---- softmax, losses, reductions (cuda_reduce.cu) ---- */
-ct_status cuda_softmax_fwd(ct_device *d, int log, const ct_tensor *x, ct_tensor *y);
-ct_status cuda_softmax_bwd(ct_device *d, int log, const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
-ct_status cuda_cross_entropy_fwd(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
-                                 float label_smoothing, ct_tensor *loss);
-ct_status cuda_cross_entropy_bwd(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
-                                 float label_smoothing, float grad_scale, ct_tensor *dlogits);
-ct_status cuda_nll_fwd(ct_device *d, const ct_tensor *logp, const ct_tensor *targets, ct_tensor *loss);
-ct_status cuda_nll_bwd(ct_device *d, const ct_tensor *targets, float grad_scale, ct_tensor *dlogp);
-ct_status cuda_mse_fwd(ct_device *d, const ct_tensor *pred, const ct_tensor *target, ct_tensor *loss);
-ct_status cuda_mse_bwd(ct_device *d, const ct_tensor *pred, const ct_tensor *target, float grad_scale,
-                       ct_tensor *dpred);
-ct_status cuda_sumsq(ct_device *d, const ct_tensor *x, double *out);
-ct_status cuda_nonfinite(ct_device *d, const ct_tensor *x, int *out);
-
-/* ---- elementwise kernels (cuda_elementwise.cu) ---- */
-ct_status cuda_act_fwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, ct_tensor *y);
-ct_status cuda_act_bwd(ct_device *d, ct_act act, float alpha, const ct_tensor *x, const ct_tensor *y,
-                       const ct_tensor *dy, ct_tensor *dx);
-ct_status cuda_dropout_fwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *x,
-                           ct_tensor *y);
-ct_status cuda_dropout_bwd(ct_device *d, float p, int64_t group, ct_dropout_key key, const ct_tensor *dy,
-                           ct_tensor *dx);
-ct_status cuda_add(ct_device *d, const ct_tensor *a, const ct_tensor *b, ct_act act, ct_tensor *y);
-ct_status cuda_axpby(ct_device *d, float alpha, const ct_tensor *x, float beta, ct_tensor *y);
-ct_status cuda_fill(ct_device *d, ct_tensor *x, float value);
-ct_status cuda_cast(ct_device *d, const ct_tensor *x, ct_tensor *y);
 
 /* Helpers the cuBLASLt/cuDNN ops share (cuda_elementwise.cu):
  * y[i] = act(y[i] + b[(i / inner) % channels]) in place over n elements of
@@ -307,20 +232,6 @@ ct_status cuda_convert(ct_device *d, const void *src, ct_dtype st, void *dst, ct
 ct_status cuda_relayout(ct_device *d, const void *src, ct_dtype st, int src_nhwc, void *dst, ct_dtype dt,
                         int dst_nhwc, int64_t N, int64_t C, int64_t HW, float beta);
 
-/* ---- device-resident training (cuda_optim.cu, cuda_device.c) ---- */
-struct ct_step_stats;
-struct ct_fused_optim_args;
-ct_status cuda_grad_stats(ct_device *d, const ct_tensor *grads, struct ct_step_stats *stats);
-ct_status cuda_fused_optim_step(ct_device *d, const struct ct_fused_optim_args *a, float *params, const float *grads,
-                                float *s0, float *s1, float *s2, const struct ct_step_stats *stats);
-ct_status cuda_scaler_update(ct_device *d, struct ct_step_stats *stats);
-ct_status cuda_count_correct(ct_device *d, const ct_tensor *scores, const ct_tensor *labels,
-                             struct ct_step_stats *stats);
-void *cuda_host_alloc(ct_device *d, size_t bytes);
-void cuda_host_free(ct_device *d, void *p);
-ct_status cuda_copy_h2d_async(ct_device *d, void *dst, const void *src, size_t bytes);
-ct_status cuda_set_option(ct_device *d, const char *name, int value);
-ct_status cuda_mem_info(ct_device *d, size_t *free_bytes, size_t *total_bytes);
 /* Frees the convolution plan cache (cuda_conv.c). */
 void cuda_conv_cache_free(ct_device *d);
 /* The backend's describe op: the scratch size, then one line per cached
@@ -330,40 +241,8 @@ size_t cuda_conv_describe(ct_device *d, char *buf, size_t n);
  * (cuda_graph.c). */
 void cuda_blas_cache_free(ct_device *d);
 void cuda_step_events_free(ct_device *d);
-
-/* ---- a step without host synchronisation, CUDA graphs (cuda_graph.c,
- * cuda_reduce.cu, cuda_optim.cu) ---- */
-ct_status cuda_copy_async(ct_device *d, void *dst, int dst_on_dev, const void *src, int src_on_dev, size_t bytes);
-ct_status cuda_event_record(ct_device *d, int slot);
-ct_status cuda_event_wait(ct_device *d, int slot);
-ct_status cuda_cross_entropy_bwd_dev(ct_device *d, const ct_tensor *logits, const ct_tensor *targets,
-                                     float label_smoothing, const struct ct_step_stats *stats, ct_tensor *dlogits);
-ct_status cuda_nll_bwd_dev(ct_device *d, const ct_tensor *targets, const struct ct_step_stats *stats,
-                           ct_tensor *dlogp);
-ct_status cuda_fused_optim_step_dev(ct_device *d, int kind, int64_t n, float *params, const float *grads, float *s0,
-                                    float *s1, float *s2, const struct ct_step_stats *stats);
-/* dropout_step_from (cuda_backend.c) and what the dropout kernels read. */
-ct_status cuda_dropout_step_from(ct_device *d, const uint32_t *step);
+/* The step the dropout kernels read (cuda_dropout_step_from's). */
 const uint32_t *cuda_dropout_step(ct_device *d);
-ct_status cuda_graph_begin(ct_device *d);
-ct_status cuda_graph_end(ct_device *d, void **graph);
-ct_status cuda_graph_launch(ct_device *d, void *graph);
-void cuda_graph_free(ct_device *d, void *graph);
-ct_status cuda_linreg_fit(ct_device *d, const float *x, const float *y, int64_t n, int features,
-                          const struct ct_fused_optim_args *args, int64_t steps, float *params, float *state,
-                          double *loss_history);
-
-/* ---- collectives over NCCL (cuda_coll.c; backend.h's coll_*) ---- */
-ct_status cuda_coll_new_id(ct_device *d, void *id);
-ct_status cuda_coll_open(ct_device *d, const void *id, int rank, int size);
-ct_status cuda_coll_allreduce(ct_device *d, float *buf, size_t count);
-ct_status cuda_coll_bcast(ct_device *d, void *buf, size_t bytes, int root);
-ct_status cuda_coll_fence(ct_device *d);
-ct_status cuda_coll_wait(ct_device *d, int back, double timeout, const char *what);
-
-/* ---- GPU data path (cuda_transform.cu) ---- */
-struct ct_xf_batch;
-ct_status cuda_transform_u8(ct_device *d, const struct ct_xf_batch *b);
 
 /* Describes every visible GPU (see device_impl.h). */
 int cuda_list_devices(char *buf, size_t n);
