@@ -70,8 +70,15 @@ void fail(cudaError_t e, const std::string &message);
 void set_last_error(cudaError_t e, const std::string &message);
 
 /* Fails (cudaErrorIllegalAddress) naming what and who when [p, p+bytes)
- * is not device memory; returns whether it was. */
+ * is not device memory, or is another device's than the calling thread's
+ * current one; returns whether it was fine. */
 bool check_device_range(const void *p, size_t bytes, const char *who, const char *what);
+/* A launch error (cudaErrorInvalidResourceHandle) when stream s belongs
+ * to another device than the calling thread's current one; returns
+ * whether it was fine. */
+bool check_stream_device(cudaStream_t s, const char *who);
+/* The calling thread's current device (cudaSetDevice). */
+int current_device();
 
 /* An on/off knob from the environment (CT_EMU_REVERSE, CT_EMU_DNN_NO_NHWC,
  * ...): on when set to anything but empty or "0". */

@@ -395,6 +395,7 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
     set_last_error(cudaErrorInvalidConfiguration, b);
     return;
   }
+  if (!check_stream_device(stream, name)) return;
   for (int i = 0; i < nptrs; i++) {
     if (!ptrs[i]) continue;
     char what[64];

@@ -1,9 +1,21 @@
 /* The emulator's NCCL (tests only): the calls src/backend/cuda/cuda_coll.c
- * makes, over MPI, between processes that each emulate one GPU (mpirun -np
- * N, every rank a process of its own, as NCCL wants one GPU per rank).
+ * makes, between processes that each emulate one GPU (DDP: mpirun -np N,
+ * every rank a process of its own) or between the emulated devices of one
+ * process (DataParallel: a rank per device, each driven by a thread of
+ * its own).
  *
- * A communicator is an MPI communicator split from MPI_COMM_WORLD by the
- * unique id, ranks ordered as NCCL's. A collective first runs everything
+ * Between processes a communicator is an MPI communicator split from
+ * MPI_COMM_WORLD by the unique id, ranks ordered as NCCL's. In a process
+ * without MPI (or alone in its MPI world) the ranks holding one id form a
+ * clique in memory: each collective meets there, the last rank to arrive
+ * checks that all called the same collective on the same sizes, sums in
+ * rank order (or copies the root's bytes) into every rank's buffer and
+ * releases the others. A rank that does not arrive within
+ * CT_EMU_NCCL_TIMEOUT seconds (default 60) fails the collective for all
+ * (a real NCCL would spin until the communicator is aborted). Each
+ * communicator belongs to the device current when it was made, and its
+ * collectives must be called with that device current on buffers of it.
+ * A collective first runs everything
  * its stream has queued (with what that stream waits for through events),
  * then communicates at once, before returning. Running it at the call
  * rather than when the stream is next drained keeps every rank's MPI
@@ -22,24 +34,152 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
+#include <mutex>
+#include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "emu.h"
+
+namespace {
+
+/* The ranks of one id in this process. */
+struct Clique {
+  int n = 0, joined = 0, refs = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  /* The collective under way: who arrived, with what. */
+  int arrived = 0;
+  long gen = 0;
+  bool failed = false;
+  std::vector<void *> bufs;
+  std::vector<std::string> calls;
+};
+
+}  // namespace
 
 struct ncclComm {
   MPI_Comm mc;
   int rank, size;
+  int device;
+  Clique *clique; /* in-process ranks; NULL over MPI */
 };
 
 namespace {
+
+std::mutex g_cliques_mu;
+std::map<std::string, Clique *> g_cliques; /* ids whose ranks are still joining */
+
+std::chrono::steady_clock::time_point deadline() {
+  const char *e = getenv("CT_EMU_NCCL_TIMEOUT");
+  const int s = e && atoi(e) > 0 ? atoi(e) : 60;
+  return std::chrono::steady_clock::now() + std::chrono::seconds(s);
+}
+
+/* Whether this process's ranks communicate in memory: no MPI world to
+ * split, or one of a single process. */
+bool in_process() {
+  int init = 0, size = 1;
+  MPI_Initialized(&init);
+  if (init) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return !init || size == 1;
+}
+
+ncclResult_t join_clique(ncclComm_t *comm, int nranks, const ncclUniqueId &id, int rank) {
+  const std::string key(id.internal, sizeof id.internal);
+  Clique *q;
+  {
+    std::lock_guard<std::mutex> lk(g_cliques_mu);
+    auto it = g_cliques.find(key);
+    if (it == g_cliques.end()) {
+      q = new Clique();
+      q->n = nranks;
+      q->bufs.resize(nranks);
+      q->calls.resize(nranks);
+      g_cliques[key] = q;
+    } else {
+      q = it->second;
+    }
+  }
+  std::unique_lock<std::mutex> lk(q->mu);
+  if (q->n != nranks) {
+    fprintf(stderr, "ct_emu: ncclCommInitRank: rank %d of %d, but the id's first rank said %d ranks\n", rank, nranks,
+            q->n);
+    return ncclInvalidUsage;
+  }
+  q->joined++, q->refs++;
+  q->cv.notify_all();
+  if (!q->cv.wait_until(lk, deadline(), [q] { return q->joined == q->n; })) {
+    fprintf(stderr, "ct_emu: ncclCommInitRank: %d of %d ranks joined in time\n", q->joined, q->n);
+    q->joined--, q->refs--;
+    return ncclSystemError;
+  }
+  lk.unlock();
+  {
+    std::lock_guard<std::mutex> g(g_cliques_mu);
+    g_cliques.erase(key);
+  }
+  *comm = new ncclComm{MPI_COMM_NULL, rank, nranks, ct_emu::current_device(), q};
+  return ncclSuccess;
+}
+
+/* One in-process collective: call names it with its sizes (every rank
+ * must name the same), act runs once all arrived, on every rank's buffer. */
+template <class F>
+ncclResult_t meet(ncclComm_t comm, void *buf, const std::string &call, F act) {
+  Clique *q = comm->clique;
+  std::unique_lock<std::mutex> lk(q->mu);
+  if (q->failed) return ncclSystemError;
+  q->bufs[comm->rank] = buf;
+  q->calls[comm->rank] = call;
+  const long gen = q->gen;
+  if (++q->arrived == q->n) {
+    for (int r = 1; r < q->n; r++)
+      if (q->calls[r] != q->calls[0]) {
+        fprintf(stderr, "ct_emu: rank 0 called %s, rank %d %s\n", q->calls[0].c_str(), r, q->calls[r].c_str());
+        q->failed = true;
+      }
+    if (!q->failed) act(q->bufs);
+    q->arrived = 0, q->gen++;
+    q->cv.notify_all();
+  } else if (!q->cv.wait_until(lk, deadline(), [q, gen] { return q->gen != gen || q->failed; })) {
+    fprintf(stderr, "ct_emu: %s: rank %d waited for the others in vain\n", call.c_str(), comm->rank);
+    q->failed = true;
+    q->cv.notify_all();
+  }
+  return q->failed ? ncclSystemError : ncclSuccess;
+}
+
+void leave(ncclComm_t comm) {
+  Clique *q = comm->clique;
+  bool last;
+  {
+    std::lock_guard<std::mutex> lk(q->mu);
+    q->failed = q->failed || q->arrived > 0; /* a collective some rank waits in cannot complete now */
+    q->cv.notify_all();
+    last = --q->refs == 0;
+  }
+  if (last) delete q;
+  delete comm;
+}
 
 /* The collective as it would fail on NCCL: a host pointer, a captured
  * stream, a dtype or op the backend does not use. */
 ncclResult_t start(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t stream, const char *who) {
   if (!comm) return ncclInvalidArgument;
+  if (ct_emu::current_device() != comm->device) {
+    fprintf(stderr, "ct_emu: %s on the communicator of device %d with device %d current\n", who, comm->device,
+            ct_emu::current_device());
+    return ncclInvalidUsage;
+  }
   if (!ct_emu::check_device_range(buf, bytes, who, "buffer")) return ncclInvalidArgument;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
@@ -59,21 +199,23 @@ ncclResult_t mpi(int e) { return e == MPI_SUCCESS ? ncclSuccess : ncclSystemErro
 extern "C" {
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  static std::atomic<long> made{0};
   memset(id, 0, sizeof *id);
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
-  snprintf(id->internal, sizeof id->internal, "emu %d %ld %ld", (int)getpid(), (long)t.tv_sec, (long)t.tv_nsec);
+  snprintf(id->internal, sizeof id->internal, "emu %d %ld %ld %ld", (int)getpid(), (long)t.tv_sec, (long)t.tv_nsec,
+           made++);
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
-  int init = 0;
-  MPI_Initialized(&init);
-  if (!init || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  if (in_process()) return join_clique(comm, nranks, id, rank);
   /* Ranks holding the same id form one communicator. */
   unsigned h = 2166136261u;
   for (size_t i = 0; i < sizeof id.internal; i++) h = (h ^ (unsigned char)id.internal[i]) * 16777619u;
   ncclComm *c = new ncclComm();
+  c->device = ct_emu::current_device();
   if (MPI_Comm_split(MPI_COMM_WORLD, (int)(h & 0x7fffffff), rank, &c->mc) != MPI_SUCCESS) {
     delete c;
     return ncclSystemError;
@@ -96,6 +238,17 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
   if (datatype != ncclFloat32 || op != ncclSum || count > (size_t)INT32_MAX) return ncclInvalidArgument;
   ncclResult_t r = start(comm, recvbuff, count * sizeof(float), stream, "ncclAllReduce");
   if (r != ncclSuccess) return r;
+  if (comm->clique) {
+    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * sizeof(float));
+    return meet(comm, recvbuff, "ncclAllReduce of " + std::to_string(count) + " floats",
+                [count](std::vector<void *> &bufs) {
+                  for (size_t i = 0; i < count; i++) {
+                    float s = 0;
+                    for (void *b : bufs) s += ((const float *)b)[i];
+                    for (void *b : bufs) ((float *)b)[i] = s;
+                  }
+                });
+  }
   return mpi(MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count, MPI_FLOAT, MPI_SUM,
                            comm->mc));
 }
@@ -107,6 +260,12 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, n
   ncclResult_t r = start(comm, recvbuff, count, stream, "ncclBroadcast");
   if (r != ncclSuccess) return r;
   if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count);
+  if (comm->clique)
+    return meet(comm, recvbuff, "ncclBroadcast of " + std::to_string(count) + " bytes from " + std::to_string(root),
+                [count, root](std::vector<void *> &bufs) {
+                  for (size_t r = 0; r < bufs.size(); r++)
+                    if ((int)r != root) memcpy(bufs[r], bufs[root], count);
+                });
   return mpi(MPI_Bcast(recvbuff, (int)count, MPI_BYTE, root, comm->mc));
 }
 
@@ -117,12 +276,17 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
 
 /* Aborting leaves the MPI communicator alone: its peers may be gone. */
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  delete comm;
+  if (comm && comm->clique) leave(comm);
+  else delete comm;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclInvalidArgument;
+  if (comm->clique) {
+    leave(comm);
+    return ncclSuccess;
+  }
   MPI_Comm_free(&comm->mc);
   delete comm;
   return ncclSuccess;

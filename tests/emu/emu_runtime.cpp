@@ -56,6 +56,7 @@ struct EmuJob {
 };
 struct CUstream_st {
   int id = 0; /* 0: the legacy stream; others count up from 1 (the trace) */
+  int device = -1; /* the device current at its creation; -1: the legacy stream, every device's */
   bool capturing = false, invalid = false;
   std::thread::id owner;
   std::vector<std::function<void()>> nodes;
@@ -85,6 +86,7 @@ struct Alloc {
   Kind kind;
   uintptr_t base; /* the mapping: [base, base + span), its last page the guard */
   size_t span;
+  int device; /* DEVICE memory: the device current at cudaMalloc */
 };
 
 std::recursive_mutex g_mu;
@@ -96,7 +98,9 @@ CUstream_st g_default_stream;
 thread_local cudaError_t g_last = cudaSuccess;
 cudaError_t g_sticky = cudaSuccess;
 std::string g_sticky_msg;
-int g_device;
+/* The current device is per host thread, as in the runtime (0 until the
+ * thread sets another). */
+thread_local int g_device;
 
 size_t total_mem() {
   static size_t t = 0;
@@ -112,9 +116,12 @@ bool immediate() {
   return on;
 }
 
-/* One device, or CT_EMU_DEVICES: ordinals for processes that each use one
- * of them (DDP's ranks pick cuda:LOCAL_RANK); the emulated devices share
- * one memory, so a process using two at once is not emulated. */
+/* One device, or CT_EMU_DEVICES: DDP's ranks each pick one
+ * (cuda:LOCAL_RANK), DataParallel drives several from one process. The
+ * emulated devices share one memory pool, but each allocation and stream
+ * belongs to the device current when it was made, and kernels, library
+ * calls and collectives given another device's memory or stream fail, as
+ * they would without peer access. */
 int device_count() {
   const char *v = getenv("CUDA_VISIBLE_DEVICES");
   if (v && (!*v || v[0] == '-')) return 0;
@@ -267,7 +274,7 @@ void *guarded_alloc(size_t bytes, Kind kind, bool fill) {
   mprotect((void *)guard, kPage, PROT_NONE);
   void *p = (void *)(guard - rounded);
   if (fill) memset(p, 0xff, rounded);
-  g_allocs[(uintptr_t)p] = Alloc{bytes, kind, base, span};
+  g_allocs[(uintptr_t)p] = Alloc{bytes, kind, base, span, g_device};
   return p;
 }
 
@@ -373,12 +380,33 @@ void set_last_error(cudaError_t e, const std::string &message) {
 }
 
 bool check_device_range(const void *p, size_t bytes, const char *who, const char *what) {
-  if (is_device_range(p, bytes)) return true;
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
   char b[256];
-  snprintf(b, sizeof b, "%s: %s %p (%zu bytes) is not device memory", who, what, p, bytes);
+  const Alloc *a = p ? find(p, bytes, nullptr) : nullptr;
+  if (!p && bytes == 0) return true;
+  if (!a)
+    snprintf(b, sizeof b, "%s: %s %p (%zu bytes) is not device memory", who, what, p, bytes);
+  else if (a->kind == DEVICE && a->device != g_device)
+    snprintf(b, sizeof b, "%s: %s %p is memory of device %d, but device %d is current", who, what, p, a->device,
+             g_device);
+  else
+    return true;
   fail(cudaErrorIllegalAddress, b);
   return false;
 }
+
+bool check_stream_device(cudaStream_t s, const char *who) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  const CUstream_st *st = stream_of(s);
+  if (st->device < 0 || st->device == g_device) return true;
+  char b[160];
+  snprintf(b, sizeof b, "%s: stream %d belongs to device %d, but device %d is current", who, st->id, st->device,
+           g_device);
+  set_last_error(cudaErrorInvalidResourceHandle, b);
+  return false;
+}
+
+int current_device() { return g_device; }
 
 void reset_fault_for_test() {
   std::lock_guard<std::recursive_mutex> lk(g_mu);
@@ -605,7 +633,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
     return cudaSuccess;
   }
   a->type = al->kind == DEVICE ? cudaMemoryTypeDevice : cudaMemoryTypeHost;
-  a->device = 0;
+  a->device = al->kind == DEVICE ? al->device : 0;
   a->devicePointer = (void *)p;
   a->hostPointer = al->kind == PINNED ? (void *)p : nullptr;
   return cudaSuccess;
@@ -710,6 +738,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
   static int next_id = 1;
   *s = new CUstream_st;
   (*s)->id = next_id++;
+  (*s)->device = g_device;
   g_streams.push_back(*s);
   return cudaSuccess;
 }
