@@ -89,7 +89,8 @@ typedef struct ct_dist_config {
    * running statistics without communication. Host models. */
   int sync_bn;
   /* DataParallel inside this process (comm NULL): dp_count >= 2 devices,
-   * virtual host devices (cpu:N) for now. The model is prepared on
+   * all virtual host devices (cpu:N) or all distinct GPUs (cuda:N, their
+   * gradients summed by NCCL). The model is prepared on
    * dp_devices[0] for ceil(batch / dp_count) samples; ct_fit makes a
    * replica on each other device and splits every loader batch (the
    * global batch) across them. */

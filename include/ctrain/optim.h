@@ -81,7 +81,8 @@ const ct_optim_config *ct_optimizer_get_config(const ct_optimizer *o);
  * count, lr, momentum, SGD's buffer flag) copied, and count values of
  * each state buffer from src[src_off..] into dst[dst_off..]. For
  * replicas (offsets 0), a shard of a sharded optimizer state (ZeRO), and
- * gathering shards back. Host state only, the same configuration;
+ * gathering shards back. The same configuration; either state may live
+ * on a device (a GPU replica starts from the state of one), not both;
  * CT_ERR_INVALID_ARG for ranges beyond either optimizer. */
 ct_status ct_optimizer_copy_state(ct_optimizer *dst, size_t dst_off, const ct_optimizer *src, size_t src_off,
                                   size_t count);

@@ -1,5 +1,5 @@
 /* Device objects: spec parsing, memory accounting, and the worker thread
- * behind virtual CPU devices. */
+ * behind virtual CPU devices (and behind any device DataParallel drives). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,18 +84,26 @@ ct_status ct_device_open(const char *spec, ct_device **out) {
     return s;
   }
   pthread_mutex_init(&d->tmp_mu, NULL);
-  if (d->is_virtual) {
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv, NULL);
-    if (pthread_create(&d->worker, NULL, worker_main, d) != 0) {
-      if (d->backend->close) d->backend->close(d);
-      pthread_mutex_destroy(&d->tmp_mu);
-      free(d);
-      return ct_error(CT_ERR_INTERNAL, "device '%s': cannot start its worker thread", spec);
-    }
-    d->worker_running = 1;
+  if (d->is_virtual && (s = ct_device_start_worker(d)) != CT_OK) {
+    if (d->backend->close) d->backend->close(d);
+    pthread_mutex_destroy(&d->tmp_mu);
+    free(d);
+    return s;
   }
   *out = d;
+  return CT_OK;
+}
+
+ct_status ct_device_start_worker(ct_device *d) {
+  if (d->worker_running) return CT_OK;
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, NULL);
+  if (pthread_create(&d->worker, NULL, worker_main, d) != 0) {
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    return ct_error(CT_ERR_INTERNAL, "device '%s': cannot start its worker thread", d->name);
+  }
+  d->worker_running = 1;
   return CT_OK;
 }
 
@@ -192,12 +200,15 @@ ct_status ct_device_copy(ct_device *dst_dev, void *dst, ct_device *src_dev, cons
   return dev->backend->copy(dev, dst, dst_dev == dev, src, src_dev == dev, bytes);
 }
 
+void ct_device_wait_tasks(ct_device *d) {
+  if (!d->worker_running) return;
+  pthread_mutex_lock(&d->mu);
+  while (d->pending) pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+}
+
 ct_status ct_device_sync(ct_device *d) {
-  if (d->worker_running) {
-    pthread_mutex_lock(&d->mu);
-    while (d->pending) pthread_cond_wait(&d->cv, &d->mu);
-    pthread_mutex_unlock(&d->mu);
-  }
+  ct_device_wait_tasks(d);
   return d->backend->sync ? d->backend->sync(d) : CT_OK;
 }
 

@@ -24,7 +24,8 @@ struct ct_device {
   atomic_size_t peak;
   int threads;
   void *impl;
-  /* Virtual CPU devices run submitted work on their own thread. */
+  /* Virtual CPU devices run submitted work on their own thread, and so
+   * does a device given one by ct_device_start_worker. */
   pthread_t worker;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -45,6 +46,14 @@ const ct_backend *ct_ref_backend(void);
 const ct_backend *ct_cpu_backend(void);
 const ct_backend *ct_cuda_backend(void); /* NULL when built without CUDA */
 
+
+/* Gives d a thread of its own for ct_device_submit's work (virtual CPU
+ * devices have one from the start): DataParallel runs each replica's
+ * phases on its device's thread. ct_device_close stops it. */
+ct_status ct_device_start_worker(ct_device *d);
+/* Waits until the work submitted to d has run (not for the device's own
+ * queue: ct_device_sync waits for both). */
+void ct_device_wait_tasks(ct_device *d);
 
 /* Memory accounting hooks for backends that allocate themselves. */
 void ct_device_account(ct_device *d, long long delta);

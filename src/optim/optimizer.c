@@ -92,8 +92,9 @@ const ct_optim_config *ct_optimizer_get_config(const ct_optimizer *o) { return &
 
 ct_status ct_optimizer_copy_state(ct_optimizer *dst, size_t dst_off, const ct_optimizer *src, size_t src_off,
                                   size_t count) {
-  if (dst->dev || src->dev)
-    return ct_error(CT_ERR_INVALID_ARG, "optimizer: copying state that lives on a device is not supported");
+  if (dst->dev && src->dev)
+    return ct_error(CT_ERR_INVALID_ARG, "optimizer: copying state from one device to another (%s, %s) is not supported",
+                    ct_device_name(src->dev), ct_device_name(dst->dev));
   if (dst->cfg.kind != src->cfg.kind || dst_off + count > dst->n || src_off + count > src->n)
     return ct_error(CT_ERR_INVALID_ARG, "optimizer: copy of %zu values from [%zu] of %zu into [%zu] of %zu (kinds %d, %d)",
                     count, src_off, src->n, dst_off, dst->n, (int)src->cfg.kind, (int)dst->cfg.kind);
@@ -104,7 +105,7 @@ ct_status ct_optimizer_copy_state(ct_optimizer *dst, size_t dst_off, const ct_op
   const float *const s[4] = {src->momentum_buffer, src->exp_avg, src->exp_avg_sq, src->max_exp_avg_sq};
   for (int i = 0; i < 4; i++) {
     if (!d[i] != !s[i]) return ct_error(CT_ERR_INVALID_ARG, "optimizer: the two optimizers hold different state");
-    if (d[i]) memcpy(d[i] + dst_off, s[i] + src_off, count * sizeof(float));
+    if (d[i]) CT_TRY(ct_device_copy(dst->dev, d[i] + dst_off, src->dev, s[i] + src_off, count * sizeof(float)));
   }
   return CT_OK;
 }

@@ -1,5 +1,6 @@
-/* DataParallel: replicas on the virtual devices of one process, their
- * gradients summed in shared memory at the step's sync point. */
+/* DataParallel: replicas on the devices of one process, their gradients
+ * summed at the step's sync point: in shared memory on virtual host
+ * devices, by the devices' own collectives (NCCL) on GPUs. */
 #include "parallel/dp.h"
 
 #include <pthread.h>
@@ -7,7 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device_impl.h"
 #include "ctrain/device.h"
+
+/* How long a GPU replica's host waits for its collectives (PyTorch's
+ * default timeout, as --dist-timeout's), and for those of a step another
+ * replica failed in before it gives up on them. */
+#define DP_TIMEOUT_S 600.0
+#define DP_ABANDON_S 10.0
 
 /* The replicas' meeting point. A replica that failed breaks it, so the
  * others return from their wait instead of waiting for it for good. */
@@ -21,6 +29,9 @@ typedef struct dp_group {
   const double *norm[64]; /* ct_dp_norm_sum: each replica's values */
 } dp_group;
 
+/* What a replica's thread runs next. */
+typedef enum dp_phase { DP_TRAIN, DP_EVAL, DP_DRAIN, DP_JOIN } dp_phase;
+
 typedef struct dp_rep {
   struct ct_dp *dp;
   int r;
@@ -31,7 +42,8 @@ typedef struct dp_rep {
   /* This step's work, filled by the caller before the replica runs it. */
   ct_batch b;
   ct_step_pos pos;
-  int active, eval;
+  dp_phase phase;
+  int active;
   ct_loss_kind loss;
   float label_smoothing;
   double eval_sums[3];
@@ -45,7 +57,16 @@ struct ct_dp {
   dp_group g;
   dp_rep rep[64];
   int R;
+  /* The replicas' devices reduce among themselves (coll_*): GPUs. */
+  int device;
+  /* The global batches whose results are still to come, oldest first: a
+   * GPU replica's result arrives a step late (its lagged read-back). */
+  ct_batch *waiting[8];
+  int n_waiting;
+  char coll_id[CT_COLL_ID_BYTES];
 };
+
+static ct_status join(ct_dp *dp);
 
 int ct_dp_replicas(const ct_dp *dp) { return dp->R; }
 ct_model *ct_dp_model(ct_dp *dp, int r) { return dp->rep[r].m; }
@@ -76,10 +97,28 @@ static void break_group(dp_group *g) {
 /* Sums the gradients: replica r adds chunk r over all replicas, in replica
  * order, and writes it into every replica's buffer; then buffers follow
  * replica 0's. */
+/* On GPUs: the sum and rank 0's buffers are queued on the device's
+ * collective stream behind the backward, the update waits for them on the
+ * device, and the host checks the previous step's (as DDP does). */
+static ct_status sync_device(dp_rep *me, int64_t step) {
+  const ct_backend *be = me->dev->backend;
+  size_t n;
+  float *g = ct_model_grads(me->m, &n);
+  CT_TRY(be->coll_allreduce(me->dev, g, n));
+  for (int i = 0; i < ct_model_state_count(me->m); i++) {
+    const ct_state_entry *e = ct_model_state(me->m, i);
+    if (e->is_buffer) CT_TRY(be->coll_bcast(me->dev, e->value.data, ct_tensor_nbytes(&e->value), 0));
+  }
+  CT_TRY(be->coll_fence(me->dev));
+  char what[96];
+  snprintf(what, sizeof what, "the gradient all-reduce of step %lld", (long long)step - 1);
+  return be->coll_wait(me->dev, 1, DP_TIMEOUT_S, what);
+}
+
 static ct_status sync(void *ctx, ct_step *s) {
-  (void)s;
   dp_rep *me = ctx;
   ct_dp *dp = me->dp;
+  if (dp->device) return sync_device(me, ct_step_current(s)->step);
   CT_TRY(meet(&dp->g));
   size_t n;
   ct_model_grads(me->m, &n);
@@ -144,13 +183,28 @@ ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_
                        int R, int64_t max_batch, ct_dp **out) {
   *out = NULL;
   if (R < 2 || R > 64) return ct_error(CT_ERR_INVALID_ARG, "dp: %d devices; expected 2..64", R);
-  for (int r = 0; r < R; r++)
-    if (ct_device_get_type(devs[r]) == CT_DEVICE_CUDA || !strchr(ct_device_name(devs[r]), ':'))
-      return ct_error(CT_ERR_UNSUPPORTED, "dp: device '%s': DataParallel runs on virtual host devices (cpu:N, ref:N) "
-                      "for now", ct_device_name(devs[r]));
+  /* Host replicas sum in shared memory, so they must be virtual devices
+   * of one host; GPU replicas need their backend's collectives. */
+  int device = devs[0]->backend->coll_allreduce != NULL;
+  for (int r = 0; r < R; r++) {
+    const char *name = ct_device_name(devs[r]);
+    if ((devs[r]->backend->coll_allreduce != NULL) != device)
+      return ct_error(CT_ERR_UNSUPPORTED, "dp: devices %s and %s: DataParallel's devices are all host devices or all "
+                      "GPUs", ct_device_name(devs[0]), name);
+    if (!device && !devs[r]->is_virtual)
+      return ct_error(CT_ERR_UNSUPPORTED, "dp: device '%s': DataParallel on the host runs on virtual host devices "
+                      "(cpu:N, ref:N)", name);
+    for (int k = 0; k < r; k++)
+      if (device && ct_device_index(devs[k]) == ct_device_index(devs[r]))
+        return ct_error(CT_ERR_INVALID_ARG, "dp: %s and %s are the same GPU", ct_device_name(devs[k]), name);
+  }
+  ct_model *m = ct_step_model(step0);
+  if (device && (!ct_model_state_count(m) || ct_model_state(m, 0)->value.device != devs[0]))
+    return ct_error(CT_ERR_INVALID_ARG, "dp: model '%s' is not resident on %s", ct_model_name(m),
+                    ct_device_name(devs[0]));
   ct_dp *dp = calloc(1, sizeof *dp);
   if (!dp) return ct_error(CT_ERR_OUT_OF_MEMORY, "dp: out of host memory");
-  dp->R = dp->g.R = R;
+  dp->R = dp->g.R = R, dp->device = device;
   pthread_mutex_init(&dp->g.mu, NULL);
   pthread_cond_init(&dp->g.cv, NULL);
   ct_model *m0 = ct_step_model(step0);
@@ -176,7 +230,9 @@ ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_
       ct_step_hooks h = {.ctx = p, .sync = sync, .reduce = reduce};
       ct_step_set_hooks(p->step, &h);
     }
+    if (s == CT_OK) s = ct_device_start_worker(devs[r]);
   }
+  if (s == CT_OK && device) s = join(dp);
   if (s != CT_OK) {
     ct_dp_destroy(dp);
     return ct_error_wrap(s, "dp");
@@ -187,6 +243,8 @@ ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_
 
 void ct_dp_destroy(ct_dp *dp) {
   if (!dp) return;
+  for (int r = 0; r < dp->R && dp->device; r++)
+    if (dp->rep[r].dev) dp->rep[r].dev->backend->coll_close(dp->rep[r].dev);
   for (int r = 1; r < dp->R; r++) {
     ct_step_destroy(dp->rep[r].step);
     ct_optimizer_destroy(dp->rep[r].opt);
@@ -216,7 +274,16 @@ static void slice(dp_rep *p, const ct_batch *b, int R) {
 static void run_replica(void *arg) {
   dp_rep *p = arg;
   p->have = 0;
-  if (p->eval) {
+  if (p->phase == DP_JOIN) {
+    /* Every replica joins at once, each on its own thread: NCCL's
+     * communicator forms when all have called in. */
+    const ct_backend *be = p->dev->backend;
+    p->status = be->coll_open(p->dev, p->dp->coll_id, p->r, p->dp->R);
+  } else if (p->phase == DP_DRAIN) {
+    /* The lagged read-backs sum their metrics across replicas: all
+     * drain together. */
+    p->status = ct_step_drain(p->step, &p->res, &p->have);
+  } else if (p->phase == DP_EVAL) {
     int64_t t1 = 0, t5 = 0;
     double ls = 0;
     p->status = ct_step_eval_batch(p->m, p->dev, &p->b, p->loss, p->label_smoothing, &ls, &t1, &t5, NULL);
@@ -230,24 +297,58 @@ static void run_replica(void *arg) {
   }
 }
 
-/* Runs every replica's work at once and waits; the first failure (not
+/* A failed step's collectives may wait for a replica that never queued
+ * its part: each device waits a little, then aborts its communicator so
+ * its streams drain. */
+static void abandon(ct_dp *dp) {
+  for (int r = 0; r < dp->R && dp->device; r++)
+    (void)dp->rep[r].dev->backend->coll_wait(dp->rep[r].dev, 0, DP_ABANDON_S, "a failed step's collectives");
+}
+
+/* Runs every replica's work at once and waits (for the host's part: GPU
+ * replicas leave their queued kernels running); the first failure (not
  * the others' "another replica failed") is the error. */
 static ct_status run_all(ct_dp *dp) {
   dp->g.broken = 0;
   ct_status s = CT_OK;
   for (int r = 0; r < dp->R && s == CT_OK; r++) s = ct_device_submit(dp->rep[r].dev, run_replica, &dp->rep[r]);
-  for (int r = 0; r < dp->R; r++) {
-    ct_status w = ct_device_sync(dp->rep[r].dev);
-    if (s == CT_OK) s = w;
-  }
+  for (int r = 0; r < dp->R; r++) ct_device_wait_tasks(dp->rep[r].dev);
   if (s != CT_OK) return s;
   for (int pass = 0; pass < 2; pass++)
     for (int r = 0; r < dp->R; r++) {
       dp_rep *p = &dp->rep[r];
       if (p->status == CT_OK || (pass == 0 && p->status == CT_ERR_INTERNAL && strstr(p->error, "another replica")))
         continue;
+      abandon(dp);
       return ct_error(p->status, "dp: replica %d on %s: %s", r, ct_device_name(p->dev), p->error);
     }
+  return CT_OK;
+}
+
+/* Rank 0's device makes the communicator's id; every replica joins. */
+static ct_status join(ct_dp *dp) {
+  ct_device *d0 = dp->rep[0].dev;
+  CT_TRY(d0->backend->coll_new_id(d0, dp->coll_id));
+  for (int r = 0; r < dp->R; r++) dp->rep[r].phase = DP_JOIN;
+  return run_all(dp);
+}
+
+ct_status ct_dp_finish(ct_dp *dp) {
+  for (int r = 0; r < dp->R && dp->device; r++) {
+    ct_device *d = dp->rep[r].dev;
+    CT_TRY(d->backend->coll_wait(d, 0, DP_TIMEOUT_S, "the last step's gradient all-reduce"));
+  }
+  return CT_OK;
+}
+
+/* Replica 0's result, for the oldest global batch waiting for one. */
+static ct_status result(ct_dp *dp, ct_step_result *done, int *have) {
+  *have = dp->rep[0].have;
+  if (!*have) return CT_OK;
+  if (!dp->n_waiting) return ct_error(CT_ERR_INTERNAL, "dp: a result without a batch");
+  *done = dp->rep[0].res;
+  done->batch = dp->waiting[0];
+  memmove(dp->waiting, dp->waiting + 1, (size_t)--dp->n_waiting * sizeof dp->waiting[0]);
   return CT_OK;
 }
 
@@ -257,7 +358,7 @@ ct_status ct_dp_train(ct_dp *dp, ct_batch *b, const ct_step_pos *pos, ct_step_re
   for (int r = 0; r < dp->R; r++) {
     dp_rep *p = &dp->rep[r];
     slice(p, b, dp->R);
-    p->eval = 0;
+    p->phase = DP_TRAIN;
     p->pos = *pos;
     int64_t lo = b->n * r / dp->R;
     p->pos.factor = p->active ? (float)((double)pos->factor * (double)p->b.n / (double)b->n) : 0.0f;
@@ -269,22 +370,28 @@ ct_status ct_dp_train(ct_dp *dp, ct_batch *b, const ct_step_pos *pos, ct_step_re
       CT_TRY(ct_optimizer_set_momentum(p->opt, ct_optimizer_get_momentum(o0)));
     }
   }
+  if (dp->n_waiting == (int)(sizeof dp->waiting / sizeof dp->waiting[0]))
+    return ct_error(CT_ERR_INTERNAL, "dp: %d batches without a result", dp->n_waiting);
+  dp->waiting[dp->n_waiting++] = b;
   CT_TRY(run_all(dp));
-  *done = dp->rep[0].res;
-  done->batch = b;
-  *have = dp->rep[0].have;
-  return CT_OK;
+  return result(dp, done, have);
 }
 
 ct_status ct_dp_eval(ct_dp *dp, const ct_batch *b, ct_loss_kind loss, float label_smoothing, double sums[3]) {
   for (int r = 0; r < dp->R; r++) {
     dp_rep *p = &dp->rep[r];
     slice(p, b, dp->R);
-    p->eval = 1, p->loss = loss, p->label_smoothing = label_smoothing;
+    p->phase = DP_EVAL, p->loss = loss, p->label_smoothing = label_smoothing;
   }
   CT_TRY(run_all(dp));
   for (int r = 0; r < dp->R; r++)
     if (dp->rep[r].active)
       for (int j = 0; j < 3; j++) sums[j] += dp->rep[r].eval_sums[j];
   return CT_OK;
+}
+
+ct_status ct_dp_drain(ct_dp *dp, ct_step_result *done, int *have) {
+  for (int r = 0; r < dp->R; r++) dp->rep[r].phase = DP_DRAIN;
+  CT_TRY(run_all(dp));
+  return result(dp, done, have);
 }

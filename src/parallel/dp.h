@@ -14,8 +14,16 @@
  * same bits) and copies replica 0's buffers (running statistics) to the
  * others; the reduce hook sums the metrics. A slice can be empty only in
  * a last batch smaller than R: that replica then runs the batch's first
- * sample with a loss share of 0 and its metrics left out. Host devices
- * (cpu:N, ref:N) only: the gradient sum reads every replica's memory.
+ * sample with a loss share of 0 and its metrics left out.
+ *
+ * The devices are all virtual host devices (cpu:N, ref:N), whose sum reads
+ * every replica's memory, or all GPUs (cuda:N, distinct), whose replicas
+ * join one communicator of the backend's collectives (NCCL's, a rank per
+ * device in this process) and whose sync hook queues the all-reduce of the
+ * whole gradient and rank 0's buffers on each device's collective stream:
+ * the update waits on the device, and the host checks the previous step's
+ * within DP_TIMEOUT_S. Each device gets a thread of its own
+ * (ct_device_start_worker) to drive its replica.
  */
 #ifndef CTRAIN_PARALLEL_DP_H
 #define CTRAIN_PARALLEL_DP_H
@@ -35,9 +43,16 @@ void ct_dp_destroy(ct_dp *dp);
 /* One global batch through every replica (ct_step_train's contract);
  * the result is replica 0's with the metrics summed, batch = b. */
 ct_status ct_dp_train(ct_dp *dp, ct_batch *b, const ct_step_pos *pos, ct_step_result *done, int *have);
+/* ct_step_drain on every replica at once (their lagged read-backs sum
+ * metrics across replicas); the result is replica 0's. */
+ct_status ct_dp_drain(ct_dp *dp, ct_step_result *done, int *have);
 /* An eval-mode forward of b split over the replicas: the sums of loss x
  * n, top-1 and top-5 hits added to sums[0..2]. */
 ct_status ct_dp_eval(ct_dp *dp, const ct_batch *b, ct_loss_kind loss, float label_smoothing, double sums[3]);
+/* Waits (within the timeout) for the GPU replicas' last collectives: at
+ * the end of an epoch, before anything reads the weights. CT_OK at once
+ * on host devices. */
+ct_status ct_dp_finish(ct_dp *dp);
 int ct_dp_replicas(const ct_dp *dp);
 /* Replica r's model, and the handle ct_dp_norm_sum takes for it. */
 ct_model *ct_dp_model(ct_dp *dp, int r);

@@ -506,9 +506,10 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
     }
   }
   if (s == CT_OK && f->ddp) s = ct_ddp_finish(f->ddp);
+  if (s == CT_OK && f->dp) s = ct_dp_finish(f->dp);
   for (int have = 1; s == CT_OK && have;) {
     ct_step_result r;
-    s = ct_step_drain(f->step, &r, &have);
+    s = f->dp ? ct_dp_drain(f->dp, &r, &have) : ct_step_drain(f->step, &r, &have);
     if (s == CT_OK && have) s = on_result(f, &r, pg, t0, images);
   }
   return s;

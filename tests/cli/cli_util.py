@@ -253,3 +253,82 @@ def write_bn_model(d):
         f.write(BN_MODEL)
     return path
 
+
+
+# What a data-parallel strategy must match on the same global batch of 32
+# samples. `parallel(args, what)` trains args (everything but the batch
+# size) that way, over two devices or ranks (DP: --batch-size 32 split;
+# DDP: 2 ranks of --batch-size 16).
+
+def need_gpus(n):
+    """Exits 77 unless `ctrain devices` lists n CUDA devices."""
+    r = run(["devices"], timeout=120)
+    gpus = [ln for ln in r.stdout.splitlines() if ln.startswith("cuda:")]
+    if len(gpus) < n:
+        print("skip: needs %d CUDA devices; `ctrain devices` lists %d" % (n, len(gpus)))
+        sys.exit(77)
+
+
+def fp16_scaler_agrees(d, data, steps, parallel, timeout=180):
+    """fp16 with the loss scaler started at 2^40, one process against the
+    strategy: the first steps overflow and are skipped. An overflow on any
+    device is one in the summed gradients every device holds, so all skip
+    together, as one process does, and end at the same scale."""
+    args = ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002", "--seed", "1", "--precision", "fp16",
+            "--loss-scale-init", "1099511627776"] + data + ["--epochs", "1", "--max-steps", str(steps)] + FAST
+    m1, m2 = os.path.join(d, "fp16_1.json"), os.path.join(d, "fp16_2.json")
+    run_ok(["train"] + args + ["--batch-size", "32", "--metrics-json", m1], "fp16 one process", timeout=timeout)
+    parallel(args + ["--metrics-json", m2], "fp16 in parallel")
+    if os.path.exists(m1) and os.path.exists(m2):
+        a, b = read_json(m1), read_json(m2)
+        print("fp16 scaler: one process skipped %s, scale %s; in parallel skipped %s, scale %s" % (
+            a["skipped_steps"], a["loss_scale"], b["skipped_steps"], b["loss_scale"]))
+        check(a["skipped_steps"] > 0 and a["skipped_steps"] == b["skipped_steps"] and
+              a["loss_scale"] == b["loss_scale"], "fp16 loss scaling: in parallel %s steps skipped (scale %s), one "
+              "process %s (scale %s)" % (b["skipped_steps"], b["loss_scale"], a["skipped_steps"], a["loss_scale"]))
+
+
+def bf16_within_split(d, data, parallel, timeout=600):
+    """Under bf16 autocast the GPU's weight gradients come out of cuBLASLt
+    and cuDNN in bf16, rounded per micro-batch (as PyTorch's autocast rounds
+    them), so any split of the global batch moves the result by that
+    rounding: the strategy must stay within 3x of what one GPU moves when it
+    accumulates the same 32 samples in two halves of 16."""
+    common = ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--precision", "bf16"] + \
+        data + ["--epochs", "1", "--max-steps", "5"] + FAST
+    one, acc, two = (os.path.join(d, "bf16_%s.safetensors" % k) for k in ("one", "acc", "parallel"))
+    run_ok(["train"] + common + ["--batch-size", "32", "--save", one], "bf16 one GPU", timeout=timeout)
+    run_ok(["train"] + common + ["--batch-size", "16", "--accumulate", "2", "--save", acc], "bf16 accumulate",
+           timeout=timeout)
+    parallel(common + ["--save", two], "bf16 in parallel")
+    if not all(os.path.exists(p) for p in (one, acc, two)):
+        return
+    w = weights(one)
+    e_acc, e_par = normwise(w, weights(acc)), normwise(w, weights(two))
+    print("bf16 after 5 steps: one GPU vs its accumulation of two halves %.3g, vs in parallel %.3g" % (e_acc, e_par))
+    check(e_par <= 3 * e_acc and e_par < 1e-3, "bf16: in parallel the weights differ from one GPU's by %.3g, one "
+          "GPU's own split into two halves by %.3g" % (e_par, e_acc))
+
+
+# What DDP and DP over GPUs match one GPU on: with dropout (masks keyed by
+# the sample's number in the global batch), clipping and accumulation.
+GPU_PARALLEL_CASES = [
+    ("mlp", ["--model", "mlp", "--optimizer", "adam", "--lr", "0.001"]),
+    ("cnn", ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"]),
+    ("cnn_clip_acc", ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+                      "--clip-grad-norm", "0.5", "--accumulate", "2"]),
+]
+
+
+def equals_one_device(d, name, args, parallel, timeout=600):
+    """args (everything but the batch size) for 20 steps on one device with
+    batch 32 and by the strategy: the weights within 1e-5 (normwise)."""
+    common = args + ["--epochs", "3", "--max-steps", "20"] + FAST
+    one, two = os.path.join(d, name + "_1.safetensors"), os.path.join(d, name + "_2.safetensors")
+    run_ok(["train"] + common + ["--batch-size", "32", "--save", one], name + " one device", timeout=timeout)
+    parallel(common + ["--save", two], name + " in parallel")
+    if not (os.path.exists(one) and os.path.exists(two)):
+        return
+    err = normwise(weights(one), weights(two))
+    print("%s: one device vs in parallel after 20 steps: normwise %.3g" % (name, err))
+    check(err < 1e-5, "%s: in parallel the weights differ from one device's by %.3g (> 1e-5)" % (name, err))

@@ -29,19 +29,11 @@ import mpi_util as mu  # noqa: E402
 from mpi_util import u  # noqa: E402
 
 
-def need_two_gpus():
-    r = u.run(["devices"], timeout=120)
-    gpus = [ln for ln in r.stdout.splitlines() if ln.startswith("cuda:")]
-    if len(gpus) < 2:
-        print("skip: DDP over GPUs needs two CUDA devices, one per rank; `ctrain devices` lists %d" % len(gpus))
-        sys.exit(77)
-
-
 def main():
     u.need_binary()
     u.need_module("st_util")
     mu.need_mpi_build()
-    need_two_gpus()
+    u.need_gpus(2)
     import numpy as np
     d = u.tmpdir("ddp_cuda")
     try:
@@ -55,47 +47,15 @@ def main():
     u.finish()
 
 
+def two_ranks(args, what):
+    mu.ddp_ok(2, args + ["--batch-size", "16"], what, timeout=600)
+
+
 def equivalence(d, data):
-    cases = [
-        ("mlp", ["--model", "mlp", "--optimizer", "adam", "--lr", "0.001"]),
-        ("cnn", ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"]),
-        ("cnn_clip_acc", ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
-                          "--clip-grad-norm", "0.5", "--accumulate", "2"]),
-    ]
-    for name, args in cases:
-        common = args + data + ["--epochs", "3", "--max-steps", "20"] + u.FAST
-        one, two = os.path.join(d, name + "_1.safetensors"), os.path.join(d, name + "_2.safetensors")
-        u.run_ok(["train"] + common + ["--batch-size", "32", "--save", one], name + " one GPU", timeout=600)
-        mu.ddp_ok(2, common + ["--batch-size", "16", "--save", two], name + " ddp", timeout=600)
-        if not (os.path.exists(one) and os.path.exists(two)):
-            continue
-        err = u.normwise(u.weights(one), u.weights(two))
-        print("%s: one GPU vs 2-rank ddp after 20 steps: normwise %.3g" % (name, err))
-        u.check(err < 1e-5, "%s: DDP over 2 GPUs differs from one GPU by %.3g (> 1e-5)" % (name, err))
-    bf16(d, data)
-    mu.fp16_scaler_agrees(d, data, 8, timeout=600)
-
-
-def bf16(d, data):
-    """Under bf16 autocast the GPU's weight gradients come out of cuBLASLt
-    and cuDNN in bf16, rounded per micro-batch (as PyTorch's autocast rounds
-    them), so any split of the global batch moves the result by that
-    rounding: DDP must stay within 3x of what one GPU moves when it
-    accumulates the same 32 samples in two halves of 16."""
-    common = ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--precision", "bf16"] + \
-        data + ["--epochs", "1", "--max-steps", "5"] + u.FAST
-    one, acc, two = (os.path.join(d, "bf16_%s.safetensors" % k) for k in ("one", "acc", "ddp"))
-    u.run_ok(["train"] + common + ["--batch-size", "32", "--save", one], "bf16 one GPU", timeout=600)
-    u.run_ok(["train"] + common + ["--batch-size", "16", "--accumulate", "2", "--save", acc], "bf16 accumulate",
-             timeout=600)
-    mu.ddp_ok(2, common + ["--batch-size", "16", "--save", two], "bf16 ddp", timeout=600)
-    if not all(os.path.exists(p) for p in (one, acc, two)):
-        return
-    w = u.weights(one)
-    e_acc, e_ddp = u.normwise(w, u.weights(acc)), u.normwise(w, u.weights(two))
-    print("bf16 after 5 steps: one GPU vs its accumulation of two halves %.3g, vs 2-rank ddp %.3g" % (e_acc, e_ddp))
-    u.check(e_ddp <= 3 * e_acc and e_ddp < 1e-3, "bf16: DDP over 2 GPUs differs from one GPU by %.3g, one GPU's own "
-            "split into two halves by %.3g" % (e_ddp, e_acc))
+    for name, args in u.GPU_PARALLEL_CASES:
+        u.equals_one_device(d, name, args + data, two_ranks)
+    u.bf16_within_split(d, data, two_ranks)
+    u.fp16_scaler_agrees(d, data, 8, two_ranks, timeout=600)
 
 
 def repeat_and_check(d, data):

@@ -1,0 +1,90 @@
+"""DataParallel over GPUs in one process (`ctrain train --strategy dp
+--devices cuda:0,cuda:1`): a replica per GPU, each driven by a thread of
+its own, their gradients summed by NCCL's collectives on each device's
+collective stream, against single-GPU training on the same global batch.
+
+Needs two CUDA devices (skipped otherwise). In `make test` it runs on the
+CUDA emulator (tests/emu: CT_EMU_DEVICES=2 emulates two GPUs in the one
+process, its NCCL ranks meeting in memory), which also fails any kernel,
+library call or collective handed another device's memory or stream; on a
+machine with two GPUs the plain build runs it on the hardware.
+
+- Equal to one device: DP with batch 32 over 2 GPUs gives the weights one
+  GPU gives after 20 steps, within 1e-5: the mlp, the cnn with its
+  dropout, with clipping and accumulation (cli_util.GPU_PARALLEL_CASES,
+  DDP's cases too); a last batch of one sample (257 samples) as well.
+  Under bf16 autocast DP is held to what one GPU moves when it
+  accumulates the batch in two halves; under fp16 the loss scaler skips
+  the same steps and ends at the same scale.
+- A run repeats bit for bit, and its evaluation's accuracy is one GPU's.
+- What is not built for GPUs is refused at start, naming it: --sync-bn;
+  and so are a host device beside a GPU and one GPU listed twice.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as u  # noqa: E402
+
+DP = ["--strategy", "dp", "--devices", "cuda:0,cuda:1"]
+
+
+def main():
+    u.need_binary()
+    u.need_module("st_util")
+    u.need_gpus(2)
+    import numpy as np
+    d = u.tmpdir("dp_cuda")
+    try:
+        u.write_idx_dataset(os.path.join(d, "data"), np.random.default_rng(0), n_train=128, n_test=33, h=28, w=28)
+        data = ["--data", "mnist:" + os.path.join(d, "data"), "--device", "cuda", "--deterministic"]
+        for name, args in u.GPU_PARALLEL_CASES:
+            u.equals_one_device(d, name, args + data, two_gpus)
+        tail = ["--data", "synthetic:257", "--input", "1x28x28", "--classes", "10", "--device", "cuda",
+                "--deterministic"]
+        u.equals_one_device(d, "cnn_tail", ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002"] + tail, two_gpus)
+        u.bf16_within_split(d, data, two_gpus)
+        u.fp16_scaler_agrees(d, data, 8, two_gpus, timeout=600)
+        repeat_and_eval(d, data)
+        refused(data)
+    finally:
+        u.cleanup(d)
+    u.finish()
+
+
+def two_gpus(args, what):
+    return u.run_ok(["train"] + args + ["--batch-size", "32"] + DP, what, timeout=600)
+
+
+def repeat_and_eval(d, data):
+    """Two DP runs agree bit for bit; with lr 0 (the same weights) the
+    evaluation split over the GPUs counts one GPU's hits exactly (33 test
+    samples: uneven slices)."""
+    args = ["--model", "mlp", "--epochs", "2"] + data + u.FAST
+    a, b = os.path.join(d, "rep_a.safetensors"), os.path.join(d, "rep_b.safetensors")
+    r = two_gpus(args + ["--save", a], "dp run a")
+    two_gpus(args + ["--save", b], "dp run b")
+    u.check(u.same_bits(u.weights(a), u.weights(b)), "DP over GPUs does not repeat bit for bit")
+    u.check("DataParallel over cuda:0,cuda:1" in r.stdout, "no DataParallel banner: %s" % r.stdout[-500:])
+    frozen = ["--model", "mlp", "--epochs", "1", "--max-steps", "2", "--lr", "0"] + data + u.FAST
+    m1, m2 = os.path.join(d, "eval_1.json"), os.path.join(d, "eval_2.json")
+    u.run_ok(["train"] + frozen + ["--batch-size", "32", "--metrics-json", m1], "eval one GPU", timeout=600)
+    two_gpus(frozen + ["--metrics-json", m2], "eval dp")
+    if os.path.exists(m1) and os.path.exists(m2):
+        x, y = u.read_json(m1), u.read_json(m2)
+        u.check(x["test_accuracy"] == y["test_accuracy"], "DP evaluation's accuracy %r != one GPU's %r"
+                % (y["test_accuracy"], x["test_accuracy"]))
+
+
+def refused(data):
+    base = ["train", "--model", "mlp", "--batch-size", "32", "--epochs", "1", "--max-steps", "2"] + data + u.FAST
+    for extra, text in ((DP + ["--sync-bn"], "SyncBatchNorm"),
+                        (["--strategy", "dp", "--devices", "cuda:0,cpu:1"], "all host devices or all GPUs"),
+                        (["--strategy", "dp", "--devices", "cuda,cuda:0"], "the same GPU")):
+        r = u.run(base + extra, timeout=600)
+        u.check(r.returncode != 0 and text in r.stderr, "%s: exit %d, expected a refusal naming %r: %s"
+                % (" ".join(extra), r.returncode, text, r.stderr[-800:]))
+
+
+if __name__ == "__main__":
+    main()
