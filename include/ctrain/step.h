@@ -71,7 +71,7 @@ typedef struct ct_step_config {
    * skips); on a host model that is one more pass over the gradients.
    * 1: applied anyway (the weights then hold NaN). */
   int apply_nonfinite;
-  /* A sharded optimizer state (ZeRO-1; host models): the optimizer was
+  /* A sharded optimizer state (ZeRO-1): the optimizer was
    * created for the shard_hi - shard_lo parameters [shard_lo, shard_hi)
    * of the flat buffer and updates only those; the gradient check, norm
    * and clipping run on that range (the reduce hook sums them over the

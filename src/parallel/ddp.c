@@ -100,9 +100,10 @@ static ct_status open_device(ct_ddp *d, const ct_dist_config *cfg) {
   if (!dev->backend->coll_allreduce)
     return ct_error(CT_ERR_UNSUPPORTED, "ddp: %s has no collectives in this build (NCCL's header was not found)",
                     dev->name);
-  if (cfg->zero)
-    return ct_error(CT_ERR_UNSUPPORTED, "ddp: ZeRO (--zero) shards host models only for now; %s holds the model",
-                    dev->name);
+  /* ZeRO-2 returns host pages; a device's gradients are one allocation. */
+  if (cfg->zero >= 2)
+    return ct_error(CT_ERR_UNSUPPORTED, "ddp: ZeRO-2 (--zero 2) releases host memory; on %s use --zero 1, which shards "
+                    "the optimizer state", dev->name);
   unsigned char id[CT_COLL_ID_BYTES];
   if (ct_comm_rank(d->c) == 0) CT_TRY(dev->backend->coll_new_id(dev, id));
   CT_TRY(ct_comm_bcast(d->c, id, sizeof id, 0, "the broadcast of the NCCL communicator's id"));
@@ -193,8 +194,11 @@ static ct_status start_ready(ct_ddp *d, int64_t step) {
     char what[128];
     snprintf(what, sizeof what, "the %s of gradient bucket %d of %d (step %lld)",
              d->zero ? "reduce-scatter" : "all-reduce", d->next_start + 1, d->nb, (long long)step);
-    if (d->dev) {
-      CT_TRY(d->dev->backend->coll_allreduce(d->dev, g + b->lo, b->hi - b->lo));
+    if (d->dev && d->zero) {
+      parts(d, b->lo, b->hi);
+      CT_TRY(d->dev->backend->coll_reduce_scatter(d->dev, g + b->lo, d->counts));
+    } else if (d->dev) {
+      CT_TRY(d->dev->backend->coll_allreduce(d->dev, g + b->lo, b->hi - b->lo, CT_F32));
     } else if (d->zero) {
       parts(d, b->lo, b->hi);
       CT_TRY(ct_comm_reduce_scatter_start(d->c, g + b->lo, d->counts, CT_F32, what, &b->req));
@@ -292,6 +296,13 @@ static ct_status reduce(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *v
    * ZeRO each rank measured its own shard. */
   if (what != CT_STEP_REDUCE_METRICS && !d->zero) return CT_OK;
   static const char *const names[] = {"the non-finite flags", "the squared gradient norms", "the metrics"};
+  /* A device's statistics stay there: summed on the collective stream,
+   * the update fenced behind them. */
+  if (vals->device) {
+    const ct_backend *be = d->dev->backend;
+    CT_TRY(be->coll_allreduce(d->dev, vals->data, (size_t)ct_tensor_numel(vals), vals->dtype));
+    return be->coll_fence(d->dev);
+  }
   char w[96];
   snprintf(w, sizeof w, "the all-reduce of %s (step %lld)", names[what], (long long)ct_step_current(s)->step);
   return ct_comm_allreduce(d->c, vals->data, (size_t)ct_tensor_numel(vals), vals->dtype, w);
@@ -303,7 +314,13 @@ static ct_status updated(void *ctx, ct_step *s) {
   char w[96];
   snprintf(w, sizeof w, "the all-gather of the updated parameters (step %lld)", (long long)ct_step_current(s)->step);
   parts(d, 0, d->nflat);
-  return ct_comm_allgatherv(d->c, ct_model_params(d->m, NULL), d->counts, CT_F32, w);
+  float *p = ct_model_params(d->m, NULL);
+  if (d->dev) {
+    /* The next forward waits for the gathered weights on the device. */
+    CT_TRY(d->dev->backend->coll_allgather(d->dev, p, d->counts));
+    return d->dev->backend->coll_fence(d->dev);
+  }
+  return ct_comm_allgatherv(d->c, p, d->counts, CT_F32, w);
 }
 
 void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h) {

@@ -104,7 +104,7 @@ static ct_status sync_device(dp_rep *me, int64_t step) {
   const ct_backend *be = me->dev->backend;
   size_t n;
   float *g = ct_model_grads(me->m, &n);
-  CT_TRY(be->coll_allreduce(me->dev, g, n));
+  CT_TRY(be->coll_allreduce(me->dev, g, n, CT_F32));
   for (int i = 0; i < ct_model_state_count(me->m); i++) {
     const ct_state_entry *e = ct_model_state(me->m, i);
     if (e->is_buffer) CT_TRY(be->coll_bcast(me->dev, e->value.data, ct_tensor_nbytes(&e->value), 0));

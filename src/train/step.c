@@ -149,11 +149,10 @@ static ct_status step_new(ct_model *m, ct_device *dev, ct_optimizer *opt, const 
                     ct_device_name(dev));
   size_t np;
   ct_model_params(m, &np);
-  if (c->shard_hi && (on_device || c->shard_lo >= c->shard_hi || c->shard_hi > np ||
+  if (c->shard_hi && (c->shard_lo >= c->shard_hi || c->shard_hi > np ||
                       (opt && ct_optimizer_size(opt) != c->shard_hi - c->shard_lo)))
-    return ct_error(CT_ERR_INVALID_ARG, "step: shard [%zu, %zu) of %zu parameters for an optimizer of %zu on %s%s",
-                    c->shard_lo, c->shard_hi, np, opt ? ct_optimizer_size(opt) : 0, ct_device_name(dev),
-                    on_device ? " (sharded state is for host models)" : "");
+    return ct_error(CT_ERR_INVALID_ARG, "step: shard [%zu, %zu) of %zu parameters for an optimizer of %zu on %s",
+                    c->shard_lo, c->shard_hi, np, opt ? ct_optimizer_size(opt) : 0, ct_device_name(dev));
   ct_step *s = calloc(1, sizeof *s);
   if (!s) return ct_error(CT_ERR_OUT_OF_MEMORY, "step: out of host memory");
   s->m = m, s->dev = dev, s->be = be, s->opt = opt, s->cfg = *c, s->on_device = on_device;
@@ -387,6 +386,8 @@ ct_status ct_step_unscale_check_clip(ct_step *s) {
   if (!s->pos.last) return CT_OK;
   size_t np;
   float *grads = ct_model_grads(s->m, &np);
+  /* A sharded step checks, measures and clips its shard alone. */
+  if (s->cfg.shard_hi) grads += s->cfg.shard_lo, np = s->cfg.shard_hi - s->cfg.shard_lo;
   if (s->on_device) {
     /* The statistics pass; unscaling and clipping happen inside the fused
      * update, which reads the (reduced) statistics. */
@@ -395,8 +396,6 @@ ct_status ct_step_unscale_check_clip(ct_step *s) {
     CT_TRY(reduce(s, CT_STEP_REDUCE_NONFINITE, &s->st->nonfinite, CT_I32, s->dev));
     return reduce(s, CT_STEP_REDUCE_SUMSQ, &s->st->sumsq, CT_F64, s->dev);
   }
-  /* A sharded step checks, measures and clips its shard alone. */
-  if (s->cfg.shard_hi) grads += s->cfg.shard_lo, np = s->cfg.shard_hi - s->cfg.shard_lo;
   /* GradScaler's order: unscale (and check) before clipping. Without a
    * scaler the guard checks alone (apply_nonfinite 0). */
   CT_TRY(ct_grad_scaler_unscale(s->gs, s->dev, grads, np, &s->found_inf));
@@ -429,8 +428,10 @@ ct_status ct_step_update(ct_step *s) {
   ct_model *m = s->m;
   size_t np;
   float *params = ct_model_params(m, &np), *grads = ct_model_grads(m, NULL);
+  size_t lo = s->cfg.shard_hi ? s->cfg.shard_lo : 0;
   if (s->on_device) {
-    CT_TRY(ct_optimizer_update_device(s->opt, s->dev, params, grads, s->st, s->host_args, s->cfg.clip_grad_norm));
+    CT_TRY(ct_optimizer_update_device(s->opt, s->dev, params + lo, grads + lo, s->st, s->host_args,
+                                      s->cfg.clip_grad_norm));
     if (s->hooks.updated) CT_TRY(s->hooks.updated(s->hooks.ctx, s));
     /* O3 rounds the master weights through the low precision after every
      * update; rounding is idempotent, so it also runs after a skipped step
@@ -438,7 +439,6 @@ ct_status ct_step_update(ct_step *s) {
     return ct_model_round_params(m);
   }
   /* A step with inf/NaN gradients moves neither the weights nor the schedule. */
-  size_t lo = s->cfg.shard_hi ? s->cfg.shard_lo : 0;
   if (!s->found_inf) {
     CT_TRY(ct_optimizer_step(s->opt, params + lo, grads + lo));
     if (s->cfg.step_sched) CT_TRY(ct_scheduler_step(s->cfg.step_sched, s->opt));

@@ -194,6 +194,38 @@ ncclResult_t start(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t 
 
 ncclResult_t mpi(int e) { return e == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
 
+/* The sum of every rank's count values into dst (may be one of them),
+ * in rank order. */
+template <class T>
+void sum_into(void *dst, const std::vector<void *> &bufs, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    T s = 0;
+    for (void *b : bufs) s += ((const T *)b)[i];
+    ((T *)dst)[i] = s;
+  }
+}
+
+/* The dtypes the backend sums: f32 gradients, f64 norms, i32 flags. */
+bool sum_type(ncclDataType_t t, size_t *size, MPI_Datatype *mt) {
+  switch (t) {
+    case ncclFloat32: *size = 4, *mt = MPI_FLOAT; return true;
+    case ncclFloat64: *size = 8, *mt = MPI_DOUBLE; return true;
+    case ncclInt32: *size = 4, *mt = MPI_INT; return true;
+    default: return false;
+  }
+}
+
+void sum_as(ncclDataType_t t, void *dst, const std::vector<void *> &bufs, size_t count) {
+  if (t == ncclFloat32) sum_into<float>(dst, bufs, count);
+  else if (t == ncclFloat64) sum_into<double>(dst, bufs, count);
+  else sum_into<int32_t>(dst, bufs, count);
+}
+
+std::string call_name(const char *what, size_t count, ncclDataType_t t, int root) {
+  return std::string(what) + " of " + std::to_string(count) + " values of type " + std::to_string((int)t) +
+         (root >= 0 ? " to/from rank " + std::to_string(root) : "");
+}
+
 }  // namespace
 
 extern "C" {
@@ -235,39 +267,65 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  if (datatype != ncclFloat32 || op != ncclSum || count > (size_t)INT32_MAX) return ncclInvalidArgument;
-  ncclResult_t r = start(comm, recvbuff, count * sizeof(float), stream, "ncclAllReduce");
+  size_t size;
+  MPI_Datatype mt;
+  if (!sum_type(datatype, &size, &mt) || op != ncclSum || count > (size_t)INT32_MAX) return ncclInvalidArgument;
+  ncclResult_t r = start(comm, recvbuff, count * size, stream, "ncclAllReduce");
   if (r != ncclSuccess) return r;
   if (comm->clique) {
-    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * sizeof(float));
-    return meet(comm, recvbuff, "ncclAllReduce of " + std::to_string(count) + " floats",
-                [count](std::vector<void *> &bufs) {
-                  for (size_t i = 0; i < count; i++) {
-                    float s = 0;
-                    for (void *b : bufs) s += ((const float *)b)[i];
-                    for (void *b : bufs) ((float *)b)[i] = s;
-                  }
+    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * size);
+    return meet(comm, recvbuff, call_name("ncclAllReduce", count, datatype, -1),
+                [datatype, count](std::vector<void *> &bufs) {
+                  std::vector<char> sum(count * (datatype == ncclFloat64 ? 8 : 4));
+                  sum_as(datatype, sum.data(), bufs, count);
+                  for (void *b : bufs) memcpy(b, sum.data(), sum.size());
                 });
   }
-  return mpi(MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count, MPI_FLOAT, MPI_SUM,
+  return mpi(MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count, mt, MPI_SUM,
                            comm->mc));
+}
+
+ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t stream) {
+  size_t size;
+  MPI_Datatype mt;
+  if (!sum_type(datatype, &size, &mt) || op != ncclSum || count > (size_t)INT32_MAX || !comm || root < 0 ||
+      root >= comm->size)
+    return ncclInvalidArgument;
+  ncclResult_t r = start(comm, recvbuff, count * size, stream, "ncclReduce");
+  if (r != ncclSuccess) return r;
+  if (comm->clique) {
+    /* Only the root's buffer is defined afterwards; the sends stay as
+     * they were. */
+    if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * size);
+    return meet(comm, comm->rank == root ? recvbuff : (void *)sendbuff, call_name("ncclReduce", count, datatype, root),
+                [datatype, count, root](std::vector<void *> &bufs) { sum_as(datatype, bufs[root], bufs, count); });
+  }
+  const bool in_place = comm->rank == root && sendbuff == recvbuff;
+  return mpi(MPI_Reduce(in_place ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count, mt, MPI_SUM, root, comm->mc));
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream) {
-  if (datatype != ncclUint8 || count > (size_t)INT32_MAX || !comm || root < 0 || root >= comm->size)
-    return ncclInvalidArgument;
-  ncclResult_t r = start(comm, recvbuff, count, stream, "ncclBroadcast");
+  size_t size = datatype == ncclUint8 ? 1 : datatype == ncclFloat32 ? 4 : 0;
+  if (!size || count > (size_t)INT32_MAX / size || !comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
+  const size_t bytes = count * size;
+  ncclResult_t r = start(comm, recvbuff, bytes, stream, "ncclBroadcast");
   if (r != ncclSuccess) return r;
-  if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count);
+  if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
   if (comm->clique)
-    return meet(comm, recvbuff, "ncclBroadcast of " + std::to_string(count) + " bytes from " + std::to_string(root),
-                [count, root](std::vector<void *> &bufs) {
-                  for (size_t r = 0; r < bufs.size(); r++)
-                    if ((int)r != root) memcpy(bufs[r], bufs[root], count);
+    return meet(comm, recvbuff, call_name("ncclBroadcast", count, datatype, root),
+                [bytes, root](std::vector<void *> &bufs) {
+                  for (size_t k = 0; k < bufs.size(); k++)
+                    if ((int)k != root) memcpy(bufs[k], bufs[root], bytes);
                 });
-  return mpi(MPI_Bcast(recvbuff, (int)count, MPI_BYTE, root, comm->mc));
+  return mpi(MPI_Bcast(recvbuff, (int)bytes, MPI_BYTE, root, comm->mc));
 }
+
+/* Grouping changes nothing here: every collective runs at its call, and
+ * every rank calls them in the same order. */
+ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   *asyncError = ncclSuccess;

@@ -16,12 +16,23 @@ runs it on the hardware.
   to what one GPU moves when it accumulates the batch in two halves.
   Under fp16 the loss scaler skips the same steps and ends at the same
   scale.
+- ZeRO-1 (--zero 1: each bucket reduced to the ranks owning its parts,
+  each rank's shard of the optimizer state on its GPU updating its
+  shard, the weights gathered back, the shards' gradient statistics
+  summed on the devices): the same bits as plain DDP for the mlp on 2
+  ranks; with clipping (the norm summed over the shards) within 1e-6 of
+  plain DDP, and with uneven shards over 4 ranks (4 GPUs, or emulated;
+  NCCL's reduce and all-reduce may sum in other orders) within 1e-6 too;
+  under fp16 the scaler's skips agree; the banner shows each rank's
+  share of the state; and a ZeRO checkpoint (the whole state, gathered
+  from the GPUs) resumes without --zero to the uninterrupted run's bits.
 - A run repeats bit for bit; --check-sync compares the weights on the
   ranks every few steps (copied back from the devices).
-- What is not built for GPUs is refused at start, naming it: --zero 1
+- What is not built for GPUs is refused at start, naming it: --zero 2
   and --sync-bn on cuda.
 """
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +51,7 @@ def main():
         u.write_idx_dataset(os.path.join(d, "data"), np.random.default_rng(0), n_train=128, n_test=32, h=28, w=28)
         data = ["--data", "mnist:" + os.path.join(d, "data"), "--device", "cuda", "--deterministic"]
         equivalence(d, data)
+        zero(d, data)
         repeat_and_check(d, data)
         refused(d, data)
     finally:
@@ -58,6 +70,56 @@ def equivalence(d, data):
     u.fp16_scaler_agrees(d, data, 8, two_ranks, timeout=600)
 
 
+def zero(d, data):
+    mlp = ["--model", "mlp", "--optimizer", "adam", "--lr", "0.001", "--batch-size", "16", "--epochs", "3",
+           "--max-steps", "20"] + data + u.FAST
+    clip = ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--clip-grad-norm", "0.5",
+            "--batch-size", "16", "--epochs", "3", "--max-steps", "20"] + data + u.FAST
+    w = {}
+    for tag, args, extra in (("mlp", mlp, []), ("mlp_zero", mlp, ["--zero", "1"]), ("clip", clip, []),
+                             ("clip_zero", clip, ["--zero", "1"])):
+        p = os.path.join(d, "z_%s.safetensors" % tag)
+        r = mu.ddp_ok(2, args + extra + ["--save", p], "ddp " + tag, timeout=600)
+        w[tag] = u.weights(p) if os.path.exists(p) else None
+        if extra:
+            u.check("ZeRO-1: optimizer state" in r.stdout and "per rank" in r.stdout,
+                    "--zero 1 on cuda: the banner does not show the per-rank state: %s" % r.stdout[:400])
+    if all(w.values()):
+        u.check(u.same_bits(w["mlp"], w["mlp_zero"]), "--zero 1 on GPUs changes the mlp's weights")
+        err = u.normwise(w["clip"], w["clip_zero"])
+        print("--zero 1 with clipping on GPUs: %.3g from plain DDP" % err)
+        u.check(err < 1e-6, "--zero 1 with clipping on GPUs differs from plain DDP by %.3g" % err)
+    # Uneven shards: 535818 parameters over 4 ranks (4 GPUs, or emulated).
+    env4 = dict(u.ENV, CT_EMU_DEVICES="4")
+    r = subprocess.run([u.CTRAIN, "devices"], capture_output=True, text=True, timeout=120, env=env4)
+    if len([ln for ln in r.stdout.splitlines() if ln.startswith("cuda:")]) >= 4:
+        four = {}
+        for tag, extra in (("plain", []), ("zero", ["--zero", "1"])):
+            p = os.path.join(d, "z4_%s.safetensors" % tag)
+            args = [a if a != "16" else "8" for a in mlp]
+            mu.ddp_ok(4, args + extra + ["--save", p], "4 ranks " + tag, timeout=600, env=env4)
+            four[tag] = u.weights(p) if os.path.exists(p) else None
+        if all(four.values()):
+            # Four ranks' sums take NCCL's order, which its reduce and its
+            # all-reduce need not share: within rounding, not bit for bit.
+            err = u.normwise(four["plain"], four["zero"])
+            print("--zero 1 over 4 GPUs (uneven shards): %.3g from plain DDP" % err)
+            u.check(err < 1e-6, "--zero 1 over 4 GPUs (uneven shards) differs from plain DDP by %.3g" % err)
+    else:
+        print("4 ranks with uneven shards: skipped (fewer than 4 GPUs)")
+
+    def two_ranks_zero(args, what):
+        mu.ddp_ok(2, args + ["--batch-size", "16", "--zero", "1"], what, timeout=600)
+    u.fp16_scaler_agrees(d, data, 8, two_ranks_zero, timeout=600)
+    # A ZeRO checkpoint gathered from the GPUs resumes without --zero.
+    ck, out = os.path.join(d, "z_ck"), os.path.join(d, "z_resumed.safetensors")
+    mu.ddp_ok(2, mlp + ["--checkpoint-dir", ck, "--max-steps", "12", "--zero", "1"], "zero, first part", timeout=600)
+    mu.ddp_ok(2, [a for a in mlp] + ["--checkpoint-dir", ck, "--resume", "--save", out], "zero checkpoint resumed",
+              timeout=600)
+    if w["mlp"] and os.path.exists(out):
+        u.check(u.same_bits(w["mlp"], u.weights(out)), "a --zero 1 checkpoint from GPUs resumed without it differs")
+
+
 def repeat_and_check(d, data):
     args = ["--model", "mlp", "--batch-size", "16", "--epochs", "2", "--check-sync", "3"] + data + u.FAST
     a, b = os.path.join(d, "rep_a.safetensors"), os.path.join(d, "rep_b.safetensors")
@@ -69,7 +131,7 @@ def repeat_and_check(d, data):
 
 def refused(d, data):
     base = ["--model", "mlp", "--batch-size", "16", "--epochs", "1", "--max-steps", "2"] + data + u.FAST
-    for extra, text in ((["--zero", "1"], "ZeRO"), (["--sync-bn"], "SyncBatchNorm")):
+    for extra, text in ((["--zero", "2"], "ZeRO-2"), (["--sync-bn"], "SyncBatchNorm")):
         r = mu.ddp(2, base + extra, timeout=600)
         u.check(r.returncode != 0 and text in r.stderr,
                 "%s on cuda: exit %d, expected a refusal naming %s: %s" % (" ".join(extra), r.returncode, text,

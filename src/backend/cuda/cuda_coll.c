@@ -1,4 +1,7 @@
-/* Collectives between processes over NCCL (backend.h's coll_* entries).
+/* Collectives between devices over NCCL (backend_ops.def's coll_*
+ * entries): a rank per device, in processes of their own (DDP) or as
+ * threads of one process (DataParallel: each thread joins with its
+ * device's rank, as NCCL allows).
  *
  * NCCL is loaded when a device first joins a communicator, as cuBLASLt is
  * (cuda_dl.h): only processes that train over several GPUs pay for it.
@@ -32,9 +35,9 @@ void cuda_coll_close(ct_device *d) { (void)d; }
 
 _Static_assert(sizeof(ncclUniqueId) == CT_COLL_ID_BYTES, "CT_COLL_ID_BYTES is NCCL's unique id size");
 
-#define NCCL_FUNCS(X) \
-  X(GetUniqueId) X(CommInitRank) X(AllReduce) X(Broadcast) X(CommAbort) X(CommDestroy) X(CommGetAsyncError) \
-  X(GetErrorString)
+#define NCCL_FUNCS(X)                                                                                      \
+  X(GetUniqueId) X(CommInitRank) X(AllReduce) X(Broadcast) X(Reduce) X(GroupStart) X(GroupEnd) X(CommAbort) \
+  X(CommDestroy) X(CommGetAsyncError) X(GetErrorString)
 
 static struct {
 #define NCCL_FIELD(name) __typeof__(&nccl##name) name;
@@ -78,6 +81,7 @@ static ct_status nccl_load(void) {
 
 typedef struct cuda_coll {
   ncclComm_t comm;
+  int size; /* ranks */
   cudaStream_t stream;
   cudaEvent_t ready;    /* the compute stream's point a collective waits for */
   cudaEvent_t fence[2]; /* the last two fences, alternating */
@@ -105,6 +109,7 @@ ct_status cuda_coll_open(ct_device *d, const void *id, int rank, int size) {
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
   NCCL_TRY(nccl.CommInitRank(&c->comm, size, u, rank));
+  c->size = size;
   return CT_OK;
 }
 
@@ -120,12 +125,38 @@ static ct_status after_compute(ct_device *d, cuda_coll **out) {
   return CT_OK;
 }
 
-ct_status cuda_coll_allreduce(ct_device *d, float *buf, size_t count) {
+ct_status cuda_coll_allreduce(ct_device *d, void *buf, size_t count, ct_dtype dt) {
+  ncclDataType_t t = dt == CT_F32 ? ncclFloat32 : dt == CT_F64 ? ncclFloat64 : dt == CT_I32 ? ncclInt32 : ncclNumTypes;
+  if (t == ncclNumTypes)
+    return ct_error(CT_ERR_UNSUPPORTED, "%s: all-reduce of %s values (f32, f64 or i32)", d->name, ct_dtype_name(dt));
   cuda_coll *c = NULL;
   CT_TRY(after_compute(d, &c));
-  NCCL_TRY(nccl.AllReduce(buf, buf, count, ncclFloat32, ncclSum, c->comm, c->stream));
+  NCCL_TRY(nccl.AllReduce(buf, buf, count, t, ncclSum, c->comm, c->stream));
   return CT_OK;
 }
+
+/* One call per rank's part, grouped so NCCL runs them as one operation:
+ * reduce (scatter) part r to rank r, or broadcast (gather) it from there.
+ * NCCL's own reduce-scatter and all-gather take equal parts only. */
+static ct_status parts(ct_device *d, float *buf, const size_t *counts, int gather) {
+  cuda_coll *c = NULL;
+  CT_TRY(after_compute(d, &c));
+  NCCL_TRY(nccl.GroupStart());
+  ncclResult_t e = ncclSuccess;
+  int nranks = c->size;
+  for (int r = 0; r < nranks && e == ncclSuccess; buf += counts[r], r++) {
+    if (!counts[r]) continue;
+    e = gather ? nccl.Broadcast(buf, buf, counts[r], ncclFloat32, r, c->comm, c->stream)
+               : nccl.Reduce(buf, buf, counts[r], ncclFloat32, ncclSum, r, c->comm, c->stream);
+  }
+  ncclResult_t g = nccl.GroupEnd();
+  NCCL_TRY(e != ncclSuccess ? e : g);
+  return CT_OK;
+}
+
+ct_status cuda_coll_reduce_scatter(ct_device *d, float *buf, const size_t *counts) { return parts(d, buf, counts, 0); }
+
+ct_status cuda_coll_allgather(ct_device *d, float *buf, const size_t *counts) { return parts(d, buf, counts, 1); }
 
 ct_status cuda_coll_bcast(ct_device *d, void *buf, size_t bytes, int root) {
   cuda_coll *c = NULL;
