@@ -86,7 +86,8 @@ typedef struct ct_dist_config {
    * replicas' counts, sums and squared deviations all-reduced; counts may
    * differ), its running statistics follow the global ones, and its
    * backward all-reduces the two gradient sums. Evaluation uses the
-   * running statistics without communication. Host models. */
+   * running statistics without communication. On GPUs the per-channel
+   * sums go through the host. */
   int sync_bn;
   /* DataParallel inside this process (comm NULL): dp_count >= 2 devices,
    * all virtual host devices (cpu:N) or all distinct GPUs (cuda:N, their

@@ -105,9 +105,12 @@ static ct_status sync_device(dp_rep *me, int64_t step) {
   size_t n;
   float *g = ct_model_grads(me->m, &n);
   CT_TRY(be->coll_allreduce(me->dev, g, n, CT_F32));
+  /* Buffers in host memory (batch norm's counters) count the same steps
+   * on every replica already. */
   for (int i = 0; i < ct_model_state_count(me->m); i++) {
     const ct_state_entry *e = ct_model_state(me->m, i);
-    if (e->is_buffer) CT_TRY(be->coll_bcast(me->dev, e->value.data, ct_tensor_nbytes(&e->value), 0));
+    if (e->is_buffer && e->value.device == me->dev)
+      CT_TRY(be->coll_bcast(me->dev, e->value.data, ct_tensor_nbytes(&e->value), 0));
   }
   CT_TRY(be->coll_fence(me->dev));
   char what[96];

@@ -5,7 +5,6 @@
 
 #include <string.h>
 
-#include "exec/device_state.h"
 #include "exec/exec_impl.h"
 
 /* The settings every rank must share, compared at the start: a rank
@@ -96,9 +95,6 @@ static ct_status ddp_norm_sum(void *ddp, double *vals, int n) {
 ct_status fit_sync_bn_open(fit_run *f) {
   if (!f->ddp && !f->dp)
     return ct_error(CT_ERR_INVALID_ARG, "fit: SyncBatchNorm needs data parallel (dist.comm or dist.dp_count >= 2)");
-  if (ct_model_step_stats(f->m))
-    return ct_error(CT_ERR_UNSUPPORTED, "fit: SyncBatchNorm (--sync-bn) synchronises host models (cpu) only for now; "
-                    "model '%s' is resident on %s", ct_model_name(f->m), ct_device_name(f->dev));
   if (f->ddp) {
     f->norm_sync[0] = (ct_norm_sync){ddp_norm_sum, NULL, f->ddp};
     ct_model_set_norm_sync(f->m, &f->norm_sync[0]);

@@ -28,8 +28,9 @@ runs it on the hardware.
   from the GPUs) resumes without --zero to the uninterrupted run's bits.
 - A run repeats bit for bit; --check-sync compares the weights on the
   ranks every few steps (copied back from the devices).
-- What is not built for GPUs is refused at start, naming it: --zero 2
-  and --sync-bn on cuda.
+- SyncBatchNorm (--sync-bn) on a batch-norm model trains as one GPU does
+  (within 1e-4; without it the weights drift further).
+- What is not built for GPUs is refused at start, naming it: --zero 2.
 """
 import os
 import subprocess
@@ -66,6 +67,7 @@ def two_ranks(args, what):
 def equivalence(d, data):
     for name, args in u.GPU_PARALLEL_CASES:
         u.equals_one_device(d, name, args + data, two_ranks)
+    u.sync_bn_equals_one_device(d, data, two_ranks)
     u.bf16_within_split(d, data, two_ranks)
     u.fp16_scaler_agrees(d, data, 8, two_ranks, timeout=600)
 
@@ -131,11 +133,9 @@ def repeat_and_check(d, data):
 
 def refused(d, data):
     base = ["--model", "mlp", "--batch-size", "16", "--epochs", "1", "--max-steps", "2"] + data + u.FAST
-    for extra, text in ((["--zero", "2"], "ZeRO-2"), (["--sync-bn"], "SyncBatchNorm")):
-        r = mu.ddp(2, base + extra, timeout=600)
-        u.check(r.returncode != 0 and text in r.stderr,
-                "%s on cuda: exit %d, expected a refusal naming %s: %s" % (" ".join(extra), r.returncode, text,
-                                                                           r.stderr[-800:]))
+    r = mu.ddp(2, base + ["--zero", "2"], timeout=600)
+    u.check(r.returncode != 0 and "ZeRO-2" in r.stderr,
+            "--zero 2 on cuda: exit %d, expected a refusal naming ZeRO-2: %s" % (r.returncode, r.stderr[-800:]))
 
 
 if __name__ == "__main__":

@@ -110,24 +110,42 @@ static void stats(ct_layer *l, ct_tensor *mean, ct_tensor *invstd) {
   mean->device = invstd->device = l->y.device;
 }
 
+/* SyncBatchNorm's per-channel vectors (f32, C values) go through host
+ * copies: the combining arithmetic and the replicas' sums (ct_norm_sync)
+ * are host code, and on a GPU each copy waits for the device. */
+static ct_status chan_get(const ct_tensor *t, float *host, int64_t C) {
+  return ct_device_copy(NULL, host, t->device, t->data, (size_t)C * sizeof *host);
+}
+static ct_status chan_put(ct_tensor *t, const float *host, int64_t C) {
+  return ct_device_copy(t->device, t->data, NULL, host, (size_t)C * sizeof *host);
+}
+
 /* SyncBatchNorm's forward: the local batch's mean and variance (the
  * backend's own pass), combined over the replicas as Chan's parallel
  * variance does (the means first, then each replica's squared deviations
  * around the global mean: no cancellation when the mean is large), the
  * running statistics updated with the global ones (unbiased variance over
  * all samples), and x normalised with them. Counts may differ between
- * replicas. Host memory for the statistics (cpu, ref). */
+ * replicas. */
 static ct_status sync_forward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, const ct_tensor *beta,
                               ct_tensor *mean, ct_tensor *invstd, ct_tensor *rm, ct_tensor *rv) {
   const int64_t C = l->ip[0];
   const double eps = l->fp[0], mom = l->fp[1], n = (double)(ct_tensor_numel(&l->x[0]) / C);
   CT_TRY(e->be->batchnorm_fwd(e->dev, 1, &l->x[0], NULL, NULL, NULL, NULL, 0.0f, l->fp[0], &l->y, mean, invstd));
   double *v = malloc((size_t)(2 * C + 1) * sizeof *v);
-  if (!v) return ct_error(CT_ERR_OUT_OF_MEMORY, "SyncBatchNorm: out of host memory");
-  float *m = mean->data, *is = invstd->data, *rmean = rm->data, *rvar = rv->data;
+  float *h = malloc((size_t)(4 * C) * sizeof *h);
+  if (!v || !h) {
+    free(v), free(h);
+    return ct_error(CT_ERR_OUT_OF_MEMORY, "SyncBatchNorm: out of host memory");
+  }
+  float *m = h, *is = h + C, *rmean = h + 2 * C, *rvar = h + 3 * C;
+  ct_status s = chan_get(mean, m, C);
+  if (s == CT_OK) s = chan_get(invstd, is, C);
+  if (s == CT_OK) s = chan_get(rm, rmean, C);
+  if (s == CT_OK) s = chan_get(rv, rvar, C);
   for (int64_t c = 0; c < C; c++) v[c] = n * m[c];
   v[C] = n;
-  ct_status s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)C + 1);
+  if (s == CT_OK) s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)C + 1);
   const double N = v[C];
   for (int64_t c = 0; s == CT_OK && c < C; c++) {
     double var = 1.0 / ((double)is[c] * is[c]) - eps, d = m[c] - v[c] / N;
@@ -142,9 +160,23 @@ static ct_status sync_forward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, c
     rmean[c] = (float)((1 - mom) * rmean[c] + mom * M);
     rvar[c] = (float)((1 - mom) * rvar[c] + mom * V * (N > 1 ? N / (N - 1) : 1));
   }
-  free(v);
+  if (s == CT_OK) s = chan_put(mean, m, C);
+  if (s == CT_OK) s = chan_put(invstd, is, C);
+  if (s == CT_OK) s = chan_put(rm, rmean, C);
+  if (s == CT_OK) s = chan_put(rv, rvar, C);
+  free(v), free(h);
   if (s != CT_OK) return s;
   return e->be->batchnorm_apply(e->dev, &l->x[0], gamma, beta, mean, invstd, l->act, 0.0f, &l->y);
+}
+
+/* Scratch in the device's memory for one backward: a host temporary on
+ * host devices, an allocation of its own on a GPU. */
+static void *scratch_get(ct_device *d, size_t bytes) {
+  return ct_device_backend(d)->alloc ? ct_device_alloc(d, bytes) : ct_device_tmp_get(d, bytes);
+}
+static void scratch_put(ct_device *d, void *p) {
+  if (ct_device_backend(d)->alloc) ct_device_free(d, p);
+  else ct_device_tmp_put(d, p);
 }
 
 /* SyncBatchNorm's backward: the backend's backward with the global
@@ -157,12 +189,13 @@ static ct_status sync_backward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, 
                                ct_tensor *dgamma, ct_tensor *dbeta) {
   const int64_t C = l->ip[0];
   const double n = (double)(ct_tensor_numel(&l->x[0]) / C);
-  size_t xb = ct_tensor_nbytes(&l->dx[0]), head = ((size_t)(4 * C) * sizeof(float) + 63) / 64 * 64;
-  float *tmp = ct_device_tmp_get(e->dev, head + xb);
+  size_t xb = ct_tensor_nbytes(&l->dx[0]), head = ((size_t)(4 * C) * sizeof(float) + 255) / 256 * 256;
+  float *tmp = scratch_get(e->dev, head + xb);
   double *v = malloc((size_t)(2 * C + 1) * sizeof *v);
-  if (!tmp || !v) {
-    free(v);
-    if (tmp) ct_device_tmp_put(e->dev, tmp);
+  float *h = malloc((size_t)(5 * C) * sizeof *h);
+  if (!tmp || !v || !h) {
+    free(v), free(h);
+    if (tmp) scratch_put(e->dev, tmp);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "SyncBatchNorm: out of memory for the backward's %zu bytes", head + xb);
   }
   ct_tensor dg = ct_tensor_1d(tmp, CT_F32, C), db = ct_tensor_1d(tmp + C, CT_F32, C);
@@ -170,9 +203,13 @@ static ct_status sync_backward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, 
   ct_tensor corr = l->dx[0];
   corr.data = (char *)tmp + head;
   dg.device = db.device = a.device = b.device = corr.device = l->dx[0].device;
+  float *fdg = h, *fdb = h + C, *fa = h + 2 * C, *fb = h + 3 * C, *is = h + 4 * C;
   ct_status s = e->be->batchnorm_bwd(e->dev, &l->x[0], &l->dy, gamma, mean, invstd, &l->dx[0], &dg, &db, 0.0f);
-  const float *g = gamma ? gamma->data : NULL, *is = invstd->data;
-  float *fdg = dg.data, *fdb = db.data, *fa = a.data, *fb = b.data;
+  if (s == CT_OK) s = chan_get(&dg, fdg, C);
+  if (s == CT_OK) s = chan_get(&db, fdb, C);
+  if (s == CT_OK) s = chan_get(invstd, is, C);
+  /* gamma through fa: its values are read before fa is written. */
+  if (s == CT_OK && gamma) s = chan_get(gamma, fa, C);
   for (int64_t c = 0; c < C; c++) v[c] = fdb[c], v[C + c] = fdg[c];
   v[2 * C] = n;
   if (s == CT_OK) s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)(2 * C + 1));
@@ -180,19 +217,18 @@ static ct_status sync_backward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, 
   int out = e->norm_sync->excluded && e->norm_sync->excluded(e->norm_sync->ctx);
   const double N = v[2 * C];
   for (int64_t c = 0; s == CT_OK && c < C; c++) {
-    double k = (g ? g[c] : 1.0) * is[c];
+    double k = (gamma ? fa[c] : 1.0) * is[c];
     fa[c] = (float)(k * (fdb[c] / n - v[c] / N));
     fb[c] = (float)(k * (fdg[c] / n - v[C + c] / N));
   }
+  if (s == CT_OK && !out) s = chan_put(&a, fa, C);
+  if (s == CT_OK && !out) s = chan_put(&b, fb, C);
   if (s == CT_OK && !out) s = e->be->batchnorm_apply(e->dev, &l->x[0], &b, &a, mean, invstd, CT_ACT_NONE, 0.0f, &corr);
   if (s == CT_OK && !out) s = e->be->add(e->dev, &l->dx[0], &corr, CT_ACT_NONE, &l->dx[0]);
-  for (int64_t c = 0; s == CT_OK && dgamma && c < C; c++) {
-    float *pg = dgamma->data, *pb = dbeta->data;
-    pg[c] = l->grad_beta * pg[c] + fdg[c];
-    pb[c] = l->grad_beta * pb[c] + fdb[c];
-  }
-  free(v);
-  ct_device_tmp_put(e->dev, tmp);
+  if (s == CT_OK && dgamma) s = e->be->axpby(e->dev, 1.0f, &dg, l->grad_beta, dgamma);
+  if (s == CT_OK && dbeta) s = e->be->axpby(e->dev, 1.0f, &db, l->grad_beta, dbeta);
+  free(v), free(h);
+  scratch_put(e->dev, tmp);
   return s;
 }
 
