@@ -54,8 +54,8 @@ if [[ ${QUICK:-0} == 1 ]]; then STEPS=5 COMPILE=0; fi
 # resnet9, GPU_TESTS=0 leaves out ctest -L gpu. Later calls can then do
 # ROWS=train COMPILE=only MODELS=alexnet GPU_TESTS=0.
 ROWS=${ROWS:-train s2d profile recompute maxbatch tta cpugpu determinism}
-# (kernels, the Nsight Compute tables, and convapi, the cuDNN API A/B, run
-# only when named in ROWS.)
+# (kernels, the Nsight Compute tables, convapi, the cuDNN API A/B, and
+# nine, the 9-run table, run only when named in ROWS.)
 # BUDGET_S: seconds the whole script may take (a device session has 15
 # minutes in all, start-up included): a row that would start past it, by
 # its rough estimate, is skipped with a "skipped: out of time" line in
@@ -644,12 +644,20 @@ group_determinism() {
   bench_determinism resnet50 $W_RESNET50 bf16 amp_bf16
 }
 
+# The seed's 9-run table on this machine's GPUs (bench/nine_runs.sh,
+# DEVICE=cuda: its own file in RESDIR); only when ROWS names "nine".
+group_nine() {
+  budget_ok "nine-run table" 300 || return 0
+  DEVICE=cuda DATA="fashion-mnist:$FMNIST" OUT_DIR="$RESDIR" timeout "$(left_s)" sh "$ROOT/bench/nine_runs.sh" "$BUILD" \
+    "${NINE_EPOCHS:-3}" || log "nine-run table: failed"
+}
+
 # The groups in the order ROWS names them, so that under BUDGET_S the
 # first named are the ones sure to run.
 for g in $ROWS; do
   [[ $g == none ]] && continue
   if declare -F "group_$g" >/dev/null; then "group_$g"
-  else log "ROWS: no group '$g' (known: train s2d profile kernels convapi recompute maxbatch tta cpugpu determinism)"; fi
+  else log "ROWS: no group '$g' (known: train s2d profile kernels convapi recompute maxbatch tta cpugpu determinism nine)"; fi
 done
 
 {
