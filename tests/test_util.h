@@ -11,7 +11,14 @@
 
 #include "ctrain/ctrain.h"
 
+/* The counters every CHECK updates. A test built from several files
+ * (tests/ops) compiles each with TEST_SHARED_COUNTERS and defines the
+ * counters once, in the file with main(). */
+#ifdef TEST_SHARED_COUNTERS
+extern int test_failures_, test_checks_;
+#else
 static int test_failures_ = 0, test_checks_ = 0;
+#endif
 
 #define CHECK(cond)                                                         \
   do {                                                                      \

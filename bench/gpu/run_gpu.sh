@@ -134,9 +134,10 @@ budget_ok() {
 }
 
 # ---- build (timed: the clean build time with CUDA is one of the numbers) ----
-# Everything: ctest -L gpu below runs every test_gpu_* (a test whose
-# executable was not built is reported as failed, not skipped), and the
-# benchmark programs come from the same build.
+# Everything: ctest -L gpu below runs every test_gpu_* and
+# test_ops_vs_ref_cuda* (a test whose executable was not built is reported
+# as failed, not skipped), and the benchmark programs come from the same
+# build.
 build() {
   t0=$(date +%s)
   # CTRAIN_PYTHON: the parity tests in ctest -L gpu need this PyTorch.
@@ -168,7 +169,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee 
 # The GPU unit tests first: their failures explain any failing row below.
 if [[ ${GPU_TESTS:-1} != 0 ]]; then
   # Into the raw log as it runs, so a call cut off at its limit still
-  # brings back what the tests said. CTEST_ARGS: e.g. "-j4" or "-R test_gpu_ops".
+  # brings back what the tests said. CTEST_ARGS: e.g. "-j4" or "-R test_ops_vs_ref".
   # shellcheck disable=SC2086
   (cd "$BUILD" && timeout "$(tmo)" ctest -L gpu --output-on-failure ${CTEST_ARGS:-}) 2>&1 | tee "$TMP/ctest.log" >>"$RAW" ||
     log "GPU unit tests: FAILURES (see $RAW)"

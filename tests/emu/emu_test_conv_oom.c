@@ -10,6 +10,7 @@
  * reliably (cuDNN and lazy kernel loading allocate too), and which
  * algorithms need a workspace is cuDNN's choice. The other fallback, an
  * algorithm cuDNN refuses to run, is emu_test_gpu_layout_first_fails. */
+#include "ops/op_buf.h"
 #include "unit/test_gpu_common.h"
 
 /* Takes all of the device's free memory; returns the filler. */
@@ -27,11 +28,11 @@ static void *fill_memory(void) {
 
 static void passes(const char *when) {
   const ct_conv2d_params p = {1, 1, 1, 1, 1, 1, 1};
-  gb x = GB(2, 8, 10, 10), w = GB(16, 8, 3, 3), y = GB(2, 16, 10, 10), dy = GB(2, 16, 10, 10);
-  gb dx = GB(2, 8, 10, 10), dw = GB(16, 8, 3, 3);
-  gb_rand(&x, 1.0, CT_F32), gb_rand(&w, 1.0, CT_F32), gb_rand(&dy, 1.0, CT_F32);
-  ct_tensor xg = gb_gpu(&x), wg = gb_gpu(&w), yg = gb_gpu(&y), dyg = gb_gpu(&dy), dxg = gb_gpu(&dx), dwg = gb_gpu(&dw);
-  ct_tensor xr = gb_ref(&x), wr = gb_ref(&w), yr = gb_ref(&y), dyr = gb_ref(&dy), dxr = gb_ref(&dx), dwr = gb_ref(&dw);
+  obuf x = OB(g_gpu, 2, 8, 10, 10), w = OB(g_gpu, 16, 8, 3, 3), y = OB(g_gpu, 2, 16, 10, 10);
+  obuf dy = OB(g_gpu, 2, 16, 10, 10), dx = OB(g_gpu, 2, 8, 10, 10), dw = OB(g_gpu, 16, 8, 3, 3);
+  ob_rand(&x, &g_rng, 1.0, CT_F32), ob_rand(&w, &g_rng, 1.0, CT_F32), ob_rand(&dy, &g_rng, 1.0, CT_F32);
+  ct_tensor xg = ob_dev(&x), wg = ob_dev(&w), yg = ob_dev(&y), dyg = ob_dev(&dy), dxg = ob_dev(&dx), dwg = ob_dev(&dw);
+  ct_tensor xr = ob_ref(&x), wr = ob_ref(&w), yr = ob_ref(&y), dyr = ob_ref(&dy), dxr = ob_ref(&dx), dwr = ob_ref(&dw);
   CHECK_OK(R_->conv2d_fwd(g_ref, &p, &xr, &wr, NULL, CT_ACT_NONE, &yr));
   CHECK_OK(R_->conv2d_bwd_data(g_ref, &p, &dyr, &wr, &dxr));
   CHECK_OK(R_->conv2d_bwd_weights(g_ref, &p, &xr, &dyr, &dwr, NULL, 0.f));
@@ -39,11 +40,11 @@ static void passes(const char *when) {
   CHECK_OK(G_->conv2d_fwd(g_gpu, &p, &xg, &wg, NULL, CT_ACT_NONE, &yg));
   CHECK_OK(G_->conv2d_bwd_data(g_gpu, &p, &dyg, &wg, &dxg));
   CHECK_OK(G_->conv2d_bwd_weights(g_gpu, &p, &xg, &dyg, &dwg, NULL, 0.f));
-  CHECK_MSG(gb_err(&y) <= 1e-5, "%s: forward err %g", when, gb_err(&y));
-  CHECK_MSG(gb_err(&dx) <= 1e-5, "%s: backward data err %g", when, gb_err(&dx));
-  CHECK_MSG(gb_err(&dw) <= 1e-5, "%s: backward weights err %g", when, gb_err(&dw));
+  CHECK_MSG(ob_err(&y, NULL) <= 1e-5, "%s: forward err %g", when, ob_err(&y, NULL));
+  CHECK_MSG(ob_err(&dx, NULL) <= 1e-5, "%s: backward data err %g", when, ob_err(&dx, NULL));
+  CHECK_MSG(ob_err(&dw, NULL) <= 1e-5, "%s: backward weights err %g", when, ob_err(&dw, NULL));
   ct_device_free(g_gpu, filler);
-  gb_free(&x), gb_free(&w), gb_free(&y), gb_free(&dy), gb_free(&dx), gb_free(&dw);
+  ob_free(&x), ob_free(&w), ob_free(&y), ob_free(&dy), ob_free(&dx), ob_free(&dw);
 }
 
 int main(void) {

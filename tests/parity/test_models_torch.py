@@ -39,7 +39,7 @@ against PyTorch on the GPU (TF32 off, as ctrain's default cuda device) or,
 without one, on the CPU. Skipped (77) when ctrain sees no cuda device.
 The bound is CUDA_TOL: cuDNN may pick Winograd or FFT algorithms for f32
 convolutions, which round 10-100x worse than a direct sum (see
-tests/unit/test_gpu_vs_ref.c), and so may PyTorch's cuDNN; a wrong
+tests/ops/test_ops_vs_ref.c), and so may PyTorch's cuDNN; a wrong
 operation is off by O(1).
 
 Dropout: ctrain's masks come from its counter-based RNG, not PyTorch's

@@ -1,5 +1,5 @@
 /* Helpers for the CPU-backend tests: each test buffer holds the same
- * random values three ways (f32 for the cpu device, f64 and f32 for the
+ * random values three ways (f32 and bf16 for the cpu device, f64 for the
  * reference device), so every op runs on identical inputs on both devices.
  *
  * Metric: err = max_i |cpu_i - ref_i| / max_i |ref_i| over one tensor
@@ -9,7 +9,6 @@
 #ifndef CTRAIN_TEST_CPU_COMMON_H
 #define CTRAIN_TEST_CPU_COMMON_H
 
-#include <stdarg.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -26,7 +25,6 @@ typedef struct tb {
   float *f;     /* cpu, f32 */
   uint16_t *h;  /* cpu, bf16 copy of f */
   double *d;    /* ref, f64 */
-  float *rf;    /* ref, f32 */
 } tb;
 
 static inline void cpu_test_setup(uint64_t seed) {
@@ -54,7 +52,6 @@ static inline tb tb_make(int ndim, const int64_t *shape) {
   t.f = calloc(n, 4);
   t.h = calloc(n, 2);
   t.d = calloc(n, 8);
-  t.rf = calloc(n, 4);
   return t;
 }
 #define TB(...) tb_make((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
@@ -63,15 +60,13 @@ static inline void tb_free(tb *t) {
   free(t->f);
   free(t->h);
   free(t->d);
-  free(t->rf);
 }
 
-/* Copies f into the other three views. */
+/* Copies f into the other two views. */
 static inline void tb_sync(tb *t) {
   for (int64_t i = 0; i < t->n; i++) {
     t->h[i] = ct_f32_to_bf16(t->f[i]);
     t->d[i] = t->f[i];
-    t->rf[i] = t->f[i];
   }
 }
 
@@ -92,7 +87,6 @@ static inline void tb_round_bf16(tb *t) {
 static inline ct_tensor tb_cpu(tb *t) { return ct_tensor_view(t->f, CT_F32, t->ndim, t->shape); }
 static inline ct_tensor tb_cpu16(tb *t) { return ct_tensor_view(t->h, CT_BF16, t->ndim, t->shape); }
 static inline ct_tensor tb_ref(tb *t) { return ct_tensor_view(t->d, CT_F64, t->ndim, t->shape); }
-static inline ct_tensor tb_ref32(tb *t) { return ct_tensor_view(t->rf, CT_F32, t->ndim, t->shape); }
 
 /* max|a-r| / max|r| between the cpu f32 view and the ref f64 view. */
 static inline double tb_err(const tb *t) {
@@ -114,30 +108,6 @@ static inline double tb_err16(const tb *t) {
     if (fabs(t->d[i]) > den) den = fabs(t->d[i]);
   }
   return num / (den > 0 ? den : 1e-30);
-}
-
-/* Number of elements where the cpu f32 view and the ref f32 view differ
- * bitwise (for ops that must agree exactly). */
-static inline int64_t tb_diff_exact(const tb *t) {
-  int64_t bad = 0;
-  for (int64_t i = 0; i < t->n; i++) bad += memcmp(&t->f[i], &t->rf[i], 4) != 0;
-  return bad;
-}
-
-#define CHECK_ERR(t, tol, ...)                                                                  \
-  do {                                                                                          \
-    double e_ = tb_err(t);                                                                      \
-    CHECK_MSG(e_ <= (tol), "%s: err %.3g > %.1g", cpu_case_name(__VA_ARGS__), e_, (double)(tol)); \
-  } while (0)
-
-static char g_case[256];
-static inline const char *cpu_case_name(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static inline const char *cpu_case_name(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_case, sizeof g_case, fmt, ap);
-  va_end(ap);
-  return g_case;
 }
 
 #endif

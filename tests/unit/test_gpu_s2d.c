@@ -25,7 +25,7 @@
  *   CT_EMU_DNN_THIN_C_SLOW makes thin NHWC passes 10x slower, as an H100
  *   ran AlexNet's stem;
  * - CTRAIN_CUDA_S2D=2 is refused when the device opens.
- * Tolerances (normwise, against f64): f32 1e-4 (test_gpu_vs_ref's
+ * Tolerances (normwise, against f64): f32 1e-4 (the op test's cuda
  * convolution tolerance), bf16 1e-2, f16 2e-3. Labelled gpu; exits 77
  * without a CUDA device. */
 #include "test_gpu_common.h"

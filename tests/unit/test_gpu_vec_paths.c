@@ -12,9 +12,9 @@
  * AdamW with amsgrad: parameters and every state buffer bitwise) and the
  * gradient statistics (the same flag, the same sum of squares to 1e-12,
  * an inf found in the 8-wide part and in the tail). Whether
- * the values are right is test_gpu_ops_vs_ref's and test_gpu_ops2's
- * business; this test pins the wide path to the scalar one, in every
- * dtype, which those sample. Labelled gpu; exits 77 without a CUDA
+ * the values are right is the op test's business (tests/ops, its cuda
+ * row); this test pins the wide path to the scalar one, in every
+ * dtype, which it samples. Labelled gpu; exits 77 without a CUDA
  * device. */
 #include "optim/optimizer_device.h"
 #include "test_gpu_common.h"
