@@ -64,13 +64,20 @@ static int64_t count_inexact(const obuf *t) {
 
 static const char *layout_name(ct_layout lay) { return lay == CT_LAYOUT_NHWC ? "NHWC" : "NCHW"; }
 
+/* x and dx [N, C, H, W], y and dy at the case's output size. */
+static void pool_bufs(op_env *e, const pool_case *c, obuf *x, obuf *y, obuf *dy, obuf *dx) {
+  const ct_pool2d_params *p = &c->p;
+  int64_t OH = pool_out(c->H, p->kernel_h, p->stride_h, p->pad_h, p->ceil_mode);
+  int64_t OW = pool_out(c->W, p->kernel_w, p->stride_w, p->pad_w, p->ceil_mode);
+  *x = OB(e->dev, c->N, c->C, c->H, c->W), *dx = OB(e->dev, c->N, c->C, c->H, c->W);
+  *y = OB(e->dev, c->N, c->C, OH, OW), *dy = OB(e->dev, c->N, c->C, OH, OW);
+}
+
 static void pool_pass(op_env *e, const pool_case *c, ct_dtype dt, ct_layout lay, double tol) {
   const ct_backend *B = e->be, *R = e->rb;
   ct_pool2d_params p = c->p;
-  int64_t OH = pool_out(c->H, p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode);
-  int64_t OW = pool_out(c->W, p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode);
-  obuf x = OB(e->dev, c->N, c->C, c->H, c->W), y = OB(e->dev, c->N, c->C, OH, OW), dy = OB(e->dev, c->N, c->C, OH, OW);
-  obuf dx = OB(e->dev, c->N, c->C, c->H, c->W);
+  obuf x, y, dy, dx;
+  pool_bufs(e, c, &x, &y, &dy, &dx);
   x.lay = y.lay = dy.lay = dx.lay = lay;
   ob_rand(&x, &e->rng, 1.0, dt), ob_rand(&dy, &e->rng, 1.0, dt);
   char base[160];
@@ -170,10 +177,8 @@ static float *ref16_widened(const void *h, ct_dtype dt, int64_t n) {
 static void pool_widened(op_env *e, const pool_case *c, ct_dtype dt, double tol) {
   const ct_backend *B = e->be, *R = e->rb;
   ct_pool2d_params p = c->p;
-  int64_t OH = pool_out(c->H, p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode);
-  int64_t OW = pool_out(c->W, p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode);
-  obuf x = OB(e->dev, c->N, c->C, c->H, c->W), y = OB(e->dev, c->N, c->C, OH, OW), dy = OB(e->dev, c->N, c->C, OH, OW);
-  obuf dx = OB(e->dev, c->N, c->C, c->H, c->W);
+  obuf x, y, dy, dx;
+  pool_bufs(e, c, &x, &y, &dy, &dx);
   ob_rand(&x, &e->rng, 1.0, dt), ob_rand(&dy, &e->rng, 1.0, dt);
   /* the reference's own 16-bit buffers, holding the same values */
   uint16_t *xh = malloc((size_t)x.n * 2), *dyh = malloc((size_t)y.n * 2), *yh = malloc((size_t)y.n * 2);
@@ -181,6 +186,7 @@ static void pool_widened(op_env *e, const pool_case *c, ct_dtype dt, double tol)
   if (!xh || !dyh || !yh || !dxh) ob_die("pool_widened");
   ct_convert(x.f, CT_F32, xh, dt, (size_t)x.n);
   ct_convert(dy.f, CT_F32, dyh, dt, (size_t)dy.n);
+  const int64_t OH = y.shape[2], OW = y.shape[3];
   ct_tensor xr = ct_tensor_4d(xh, dt, c->N, c->C, c->H, c->W), dyr = ct_tensor_4d(dyh, dt, c->N, c->C, OH, OW);
   ct_tensor yr = ct_tensor_4d(yh, dt, c->N, c->C, OH, OW), dxr = ct_tensor_4d(dxh, dt, c->N, c->C, c->H, c->W);
   ct_tensor xg = ob_dev(&x), dyg = ob_dev(&dy), yg = ob_out(&y, dt), dxg = ob_out(&dx, dt);
