@@ -16,7 +16,9 @@ machine with two GPUs the plain build runs it on the hardware.
   Under bf16 autocast DP is held to what one GPU moves when it
   accumulates the batch in two halves; under fp16 the loss scaler skips
   the same steps and ends at the same scale.
-- A run repeats bit for bit, and its evaluation's accuracy is one GPU's.
+- A run repeats bit for bit, a run stopped mid-epoch (--max-steps 6)
+  resumes to the uninterrupted run's bits (the optimizer's state read
+  back from the first GPU), and the evaluation's accuracy is one GPU's.
 - SyncBatchNorm (--sync-bn) on a batch-norm model trains as one GPU does
   (within 1e-4; without it the weights drift further): the statistics
   and the gradient sums cross the replicas through host copies.
@@ -69,6 +71,11 @@ def repeat_and_eval(d, data):
     two_gpus(args + ["--save", b], "dp run b")
     u.check(u.same_bits(u.weights(a), u.weights(b)), "DP over GPUs does not repeat bit for bit")
     u.check("DataParallel over cuda:0,cuda:1" in r.stdout, "no DataParallel banner: %s" % r.stdout[-500:])
+    ck, res = os.path.join(d, "rep_ck"), os.path.join(d, "rep_resumed.safetensors")
+    two_gpus(args + ["--checkpoint-dir", ck, "--max-steps", "6"], "dp run stopped")
+    two_gpus(args + ["--checkpoint-dir", ck, "--resume", "--save", res], "dp run resumed")
+    if os.path.exists(res):
+        u.check(u.same_bits(u.weights(a), u.weights(res)), "DP over GPUs: a resumed run differs from the uninterrupted")
     frozen = ["--model", "mlp", "--epochs", "1", "--max-steps", "2", "--lr", "0"] + data + u.FAST
     m1, m2 = os.path.join(d, "eval_1.json"), os.path.join(d, "eval_2.json")
     u.run_ok(["train"] + frozen + ["--batch-size", "32", "--metrics-json", m1], "eval one GPU", timeout=600)
