@@ -94,9 +94,6 @@ static void break_group(dp_group *g) {
   pthread_mutex_unlock(&g->mu);
 }
 
-/* Sums the gradients: replica r adds chunk r over all replicas, in replica
- * order, and writes it into every replica's buffer; then buffers follow
- * replica 0's. */
 /* On GPUs: the sum and rank 0's buffers are queued on the device's
  * collective stream behind the backward, the update waits for them on the
  * device, and the host checks the previous step's (as DDP does). */
@@ -118,6 +115,9 @@ static ct_status sync_device(dp_rep *me, int64_t step) {
   return be->coll_wait(me->dev, 1, DP_TIMEOUT_S, what);
 }
 
+/* Host devices: replica r adds chunk r of the gradients over all
+ * replicas, in replica order, and writes it into every replica's buffer;
+ * then buffers follow replica 0's. GPUs: sync_device. */
 static ct_status sync(void *ctx, ct_step *s) {
   dp_rep *me = ctx;
   ct_dp *dp = me->dp;
@@ -201,16 +201,15 @@ ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_
       if (device && ct_device_index(devs[k]) == ct_device_index(devs[r]))
         return ct_error(CT_ERR_INVALID_ARG, "dp: %s and %s are the same GPU", ct_device_name(devs[k]), name);
   }
-  ct_model *m = ct_step_model(step0);
-  if (device && (!ct_model_state_count(m) || ct_model_state(m, 0)->value.device != devs[0]))
-    return ct_error(CT_ERR_INVALID_ARG, "dp: model '%s' is not resident on %s", ct_model_name(m),
+  ct_model *m0 = ct_step_model(step0);
+  if (device && (!ct_model_state_count(m0) || ct_model_state(m0, 0)->value.device != devs[0]))
+    return ct_error(CT_ERR_INVALID_ARG, "dp: model '%s' is not resident on %s", ct_model_name(m0),
                     ct_device_name(devs[0]));
   ct_dp *dp = calloc(1, sizeof *dp);
   if (!dp) return ct_error(CT_ERR_OUT_OF_MEMORY, "dp: out of host memory");
   dp->R = dp->g.R = R, dp->device = device;
   pthread_mutex_init(&dp->g.mu, NULL);
   pthread_cond_init(&dp->g.cv, NULL);
-  ct_model *m0 = ct_step_model(step0);
   ct_optimizer *o0 = ct_step_optimizer(step0);
   size_t np;
   ct_model_params(m0, &np);
