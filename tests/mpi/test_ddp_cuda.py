@@ -26,6 +26,7 @@ runs it on the hardware.
   under fp16 the scaler's skips agree; the banner shows each rank's
   share of the state; and a ZeRO checkpoint (the whole state, gathered
   from the GPUs) resumes without --zero to the uninterrupted run's bits.
+  Rank 0's device peak falls by half of Adam's state (--metrics-json).
 - A run repeats bit for bit; --check-sync compares the weights on the
   ranks every few steps (copied back from the devices).
 - SyncBatchNorm (--sync-bn) on a batch-norm model trains as one GPU does
@@ -81,13 +82,23 @@ def zero(d, data):
     for tag, args, extra in (("mlp", mlp, []), ("mlp_zero", mlp, ["--zero", "1"]), ("clip", clip, []),
                              ("clip_zero", clip, ["--zero", "1"])):
         p = os.path.join(d, "z_%s.safetensors" % tag)
-        r = mu.ddp_ok(2, args + extra + ["--save", p], "ddp " + tag, timeout=600)
+        m = ["--metrics-json", os.path.join(d, "z_%s.json" % tag)]
+        r = mu.ddp_ok(2, args + extra + m + ["--save", p], "ddp " + tag, timeout=600)
         w[tag] = u.weights(p) if os.path.exists(p) else None
         if extra:
             u.check("ZeRO-1: optimizer state" in r.stdout and "per rank" in r.stdout,
                     "--zero 1 on cuda: the banner does not show the per-rank state: %s" % r.stdout[:400])
     if all(w.values()):
         u.check(u.same_bits(w["mlp"], w["mlp_zero"]), "--zero 1 on GPUs changes the mlp's weights")
+        # Rank 0's GPU holds half of Adam's two state buffers: its device
+        # peak falls by that much.
+        n = sum(int(t.numel()) for t in w["mlp"].values())
+        peak = [u.read_json(os.path.join(d, "z_%s.json" % t))["device_peak_bytes"] for t in ("mlp", "mlp_zero")]
+        want = 2 * 4 * (n - n // 2)
+        print("--zero 1 on GPUs: device peak %d -> %d bytes, %d saved, half of Adam's state %d" % (
+            peak[0], peak[1], peak[0] - peak[1], want))
+        u.check(abs(peak[0] - peak[1] - want) <= 0.01 * want, "--zero 1 on GPUs saves %d bytes of device memory, "
+                "not half of Adam's state (%d)" % (peak[0] - peak[1], want))
         err = u.normwise(w["clip"], w["clip_zero"])
         print("--zero 1 with clipping on GPUs: %.3g from plain DDP" % err)
         u.check(err < 1e-6, "--zero 1 with clipping on GPUs differs from plain DDP by %.3g" % err)
