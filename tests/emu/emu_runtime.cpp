@@ -169,6 +169,16 @@ cudaError_t capture_violation(const char *call) {
   return g_last = cudaErrorStreamCaptureUnsupported;
 }
 
+/* Runs job fn as work of stream st: on st's device, whichever host thread
+ * drains the stream (a synchronisation runs every stream's work), so the
+ * checks made at execution compare against the right device. */
+void run_on(const CUstream_st *st, const std::function<void()> &fn) {
+  const int saved = g_device;
+  if (st->device >= 0) g_device = st->device;
+  fn();
+  g_device = saved;
+}
+
 /* Runs stream st's jobs until it has run `seq` of them; a wait first runs
  * the stream waited for as far as its event. Waits only point back in
  * time, so this ends. */
@@ -179,7 +189,7 @@ void run_until(CUstream_st *st, uint64_t seq) {
     if (j.wait)
       run_until(j.wait, j.seq);
     else if (j.fn)
-      j.fn();
+      run_on(st, j.fn);
     st->done++;
   }
 }
@@ -350,7 +360,7 @@ void enqueue(cudaStream_t s, std::function<void()> fn) {
   if (st->capturing) {
     st->nodes.push_back(std::move(fn));
   } else if (immediate()) {
-    fn();
+    run_on(st, fn);
     st->queued++, st->done++;
   } else {
     st->q.push_back(EmuJob{std::move(fn), nullptr, 0});
