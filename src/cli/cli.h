@@ -174,12 +174,12 @@ typedef struct cli_dist {
   "  --strategy single|dp|ddp (single)  ddp: data parallel over MPI ranks (mpirun -np N ctrain train ...,\n" \
   "                          srun, or --nproc N); --batch-size is per rank; only rank 0 writes files.\n"   \
   "                          dp: one process, a replica per device of --devices; --batch-size is global\n" \
-  "  --devices LIST          dp's devices, e.g. cpu:0,cpu:1 (virtual CPU devices)\n"                         \
+  "  --devices LIST          dp's devices: virtual CPU devices (cpu:0,cpu:1) or GPUs (cuda:0,cuda:1)\n"      \
   "  --nproc N               start N ranks on this machine through mpirun\n"                              \
   "  --bucket-mb F (25)      gradient bucket size (the first bucket is 1 MB)\n"                            \
   "  --dist-timeout S (600)  longest wait in a collective before every rank exits naming it\n"            \
   "  --check-sync N (0)      every N steps compare a checksum of the weights across ranks\n"                   \
-  "  --zero 0|1|2 (0)        1: shard the optimizer state over the ranks (ZeRO-1); 2: the gradients too\n"     \
+  "  --zero 0|1|2 (0)        1: shard the optimizer state over the ranks (ZeRO-1); 2: the gradients too (CPU)\n" \
   "  --sync-bn               (dp, ddp) batch norm with the global batch's statistics (SyncBatchNorm)\n"
 /* Removes the flags from argv in place (order of the rest kept) and
  * returns the new argc, or -1 after a usage error on stderr naming cmd. */
