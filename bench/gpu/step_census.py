@@ -60,6 +60,8 @@ def key_of(line):
     if what.startswith(("cudnn ", "cublasLt ")):
         kind, name, rest = (what.split(" ", 2) + [""])[:3]
         return (kind, name, re.sub(r" flops [0-9]+$", "", rest))
+    if parts[0] == "sync" and what.startswith("emulator:"):
+        return ("emulated NCCL drain", what, "")  # real NCCL orders this on the device
     if parts[0] == "sync":
         return ("host wait", what, "")
     return (what.split()[0], re.sub(r"[0-9]+ bytes", "N bytes", what), "")

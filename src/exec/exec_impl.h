@@ -23,6 +23,6 @@ void ct_model_set_sample_span(ct_model *m, int64_t offset, int64_t stride);
 /* SyncBatchNorm: with sync set (it must outlive the model's training), the
  * training passes' batch norms take the statistics of the global batch,
  * summed through it; NULL: each replica its own batch's. */
-void ct_model_set_norm_sync(ct_model *m, const ct_norm_sync *sync);
+void ct_model_set_norm_sync(ct_model *m, ct_norm_sync *sync);
 
 #endif

@@ -159,7 +159,7 @@ void ct_model_set_sample_span(ct_model *m, int64_t offset, int64_t stride) {
   m->sample_stride = stride;
 }
 
-void ct_model_set_norm_sync(ct_model *m, const ct_norm_sync *sync) { m->norm_sync = sync; }
+void ct_model_set_norm_sync(ct_model *m, ct_norm_sync *sync) { m->norm_sync = sync; }
 
 void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx) {
   m->grad_hook = fn;

@@ -62,7 +62,9 @@ typedef struct ct_layer ct_layer;
 
 /* Runtime context of one forward/backward pass. */
 /* SyncBatchNorm's collective, a strategy's: sums n doubles over every
- * replica of the step, in place. */
+ * replica of the step, in place. vals is in the memory of the replica's
+ * device: on a GPU the sum is queued behind the work queued so far and
+ * the work queued after it waits for it, without the host waiting. */
 typedef struct ct_norm_sync {
   ct_status (*sum)(void *ctx, double *vals, int n);
   /* Non-zero while this replica's batch is no part of the step (a
@@ -70,7 +72,18 @@ typedef struct ct_norm_sync {
    * it adds nothing and passes no gradient down. NULL: never. */
   int (*excluded)(void *ctx);
   void *ctx;
+  /* The layers' scratch for the sums (ct_norm_sync_scratch), on one
+   * device; the strategy releases it (ct_norm_sync_release). */
+  ct_device *dev;
+  void *scratch;
+  size_t scratch_bytes;
 } ct_norm_sync;
+
+/* At least bytes of scratch in dev's memory, grown (and so synchronised,
+ * on a GPU) only when a layer asks for more than any before. The
+ * contents do not survive a growth. */
+ct_status ct_norm_sync_scratch(ct_norm_sync *s, ct_device *dev, size_t bytes, void **out);
+void ct_norm_sync_release(ct_norm_sync *s);
 
 typedef struct ct_exec {
   ct_device *dev;
@@ -90,7 +103,7 @@ typedef struct ct_exec {
   int64_t sample_offset, sample_stride;
   /* Set: batch norm normalises a training batch with the statistics of
    * the step's global batch (SyncBatchNorm), summed through it. */
-  const ct_norm_sync *norm_sync;
+  ct_norm_sync *norm_sync;
 } ct_exec;
 
 typedef struct ct_state_decl {

@@ -61,7 +61,7 @@ struct ct_model {
   int has_forward;         /* a training forward is pending backward */
   uint32_t last_step;      /* dropout key of the last forward */
   int64_t sample_offset, sample_stride; /* ct_model_set_sample_span */
-  const struct ct_norm_sync *norm_sync; /* ct_model_set_norm_sync */
+  struct ct_norm_sync *norm_sync; /* ct_model_set_norm_sync */
   uint64_t seed;           /* dropout seed (ct_model_set_seed) */
   int grads_clean;         /* backward overwrites the gradients (beta 0):
                               they are zero, or stale and about to be

@@ -383,3 +383,10 @@ ct_status ct_ddp_check_sync(ct_ddp *d, int64_t step) {
 ct_status ct_ddp_sum(ct_ddp *d, double *vals, int n, const char *what) {
   return ct_comm_allreduce(d->c, vals, (size_t)n, CT_F64, what);
 }
+
+ct_status ct_ddp_norm_sum(void *ddp, double *vals, int n) {
+  ct_ddp *d = ddp;
+  if (!d->dev) return ct_ddp_sum(d, vals, n, "the all-reduce of SyncBatchNorm's sums");
+  CT_TRY(d->dev->backend->coll_allreduce(d->dev, vals, (size_t)n, CT_F64));
+  return d->dev->backend->coll_fence(d->dev);
+}

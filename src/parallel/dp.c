@@ -162,7 +162,11 @@ int ct_dp_norm_excluded(void *replica) { return !((dp_rep *)replica)->active; }
 ct_status ct_dp_norm_sum(void *replica, double *vals, int n) {
   dp_rep *me = replica;
   ct_dp *dp = me->dp;
-  if (!me->active) memset(vals, 0, (size_t)n * sizeof *vals);
+  if (dp->device) {
+    /* On the collective stream; the layer's next kernels wait for it. */
+    CT_TRY(me->dev->backend->coll_allreduce(me->dev, vals, (size_t)n, CT_F64));
+    return me->dev->backend->coll_fence(me->dev);
+  }
   double *sum = malloc((size_t)n * sizeof *sum + 8);
   if (!sum) {
     break_group(&dp->g);

@@ -59,7 +59,8 @@ ct_model *ct_dp_model(ct_dp *dp, int r);
 void *ct_dp_replica(ct_dp *dp, int r);
 /* SyncBatchNorm's sum over the replicas (called by each replica's batch
  * norms during its passes, replica the handle above): vals[0..n) summed
- * in replica order, in place; a replica without samples adds nothing. */
+ * in replica order, in place (ct_norm_sync.sum; on GPUs by their
+ * collectives). */
 ct_status ct_dp_norm_sum(void *replica, double *vals, int n);
 /* Whether the replica holds no samples of this step (ct_norm_sync.excluded). */
 int ct_dp_norm_excluded(void *replica);

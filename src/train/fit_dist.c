@@ -88,20 +88,16 @@ ct_status fit_dist_open(fit_run *f) {
   return CT_OK;
 }
 
-static ct_status ddp_norm_sum(void *ddp, double *vals, int n) {
-  return ct_ddp_sum(ddp, vals, n, "the all-reduce of SyncBatchNorm's sums");
-}
-
 ct_status fit_sync_bn_open(fit_run *f) {
   if (!f->ddp && !f->dp)
     return ct_error(CT_ERR_INVALID_ARG, "fit: SyncBatchNorm needs data parallel (dist.comm or dist.dp_count >= 2)");
   if (f->ddp) {
-    f->norm_sync[0] = (ct_norm_sync){ddp_norm_sum, NULL, f->ddp};
+    f->norm_sync[0] = (ct_norm_sync){.sum = ct_ddp_norm_sum, .ctx = f->ddp};
     ct_model_set_norm_sync(f->m, &f->norm_sync[0]);
     return CT_OK;
   }
   for (int r = 0; r < ct_dp_replicas(f->dp); r++) {
-    f->norm_sync[r] = (ct_norm_sync){ct_dp_norm_sum, ct_dp_norm_excluded, ct_dp_replica(f->dp, r)};
+    f->norm_sync[r] = (ct_norm_sync){.sum = ct_dp_norm_sum, .excluded = ct_dp_norm_excluded, .ctx = ct_dp_replica(f->dp, r)};
     ct_model_set_norm_sync(ct_dp_model(f->dp, r), &f->norm_sync[r]);
   }
   return CT_OK;
@@ -119,6 +115,7 @@ ct_status fit_ckpt_optimizer(fit_run *f, ct_optimizer **o, ct_optimizer **tmp) {
 
 void fit_dist_close(fit_run *f) {
   if (f->cfg->dist.sync_bn) ct_model_set_norm_sync(f->m, NULL); /* f->norm_sync dies with fit */
+  for (int r = 0; r < (int)(sizeof f->norm_sync / sizeof f->norm_sync[0]); r++) ct_norm_sync_release(&f->norm_sync[r]);
   ct_dp_destroy(f->dp);
   ct_ddp_destroy(f->ddp);
   f->dp = NULL, f->ddp = NULL;

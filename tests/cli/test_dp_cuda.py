@@ -20,10 +20,13 @@ machine with two GPUs the plain build runs it on the hardware.
   resumes to the uninterrupted run's bits (the optimizer's state read
   back from the first GPU), and the evaluation's accuracy is one GPU's.
 - SyncBatchNorm (--sync-bn) on a batch-norm model trains as one GPU does
-  (within 1e-4; without it the weights drift further): the statistics
-  and the gradient sums cross the replicas through host copies.
+  (within 1e-4; without it the weights drift further). Its sums stay on
+  the GPUs: on the emulator (its CT_EMU_TRACE) a step with --sync-bn
+  waits on the host exactly as often as one without, after a first step
+  that sizes the layers' scratch.
 - A host device beside a GPU and one GPU listed twice are refused.
 """
+import collections
 import os
 import sys
 
@@ -48,6 +51,7 @@ def main():
                 "--deterministic"]
         u.equals_one_device(d, "cnn_tail", ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002"] + tail, two_gpus)
         u.sync_bn_equals_one_device(d, data, two_gpus)
+        sync_bn_host_waits(d, data)
         u.bf16_within_split(d, data, two_gpus)
         u.fp16_scaler_agrees(d, data, 8, two_gpus, timeout=600)
         repeat_and_eval(d, data)
@@ -84,6 +88,35 @@ def repeat_and_eval(d, data):
         x, y = u.read_json(m1), u.read_json(m2)
         u.check(x["test_accuracy"] == y["test_accuracy"], "DP evaluation's accuracy %r != one GPU's %r"
                 % (y["test_accuracy"], x["test_accuracy"]))
+
+
+def sync_bn_host_waits(d, data):
+    """The host's waits (copies to the host, stream and event
+    synchronisations; not the emulated NCCL's own) of 6 DP steps of the
+    batch-norm model, with and without --sync-bn, from the emulator's
+    trace; skipped where nothing writes one (real GPUs). Only the first
+    step's scratch (a cudaFree per growth) may differ."""
+    args = ["--model", u.write_bn_model(d), "--optimizer", "sgd", "--lr", "0.05", "--epochs", "1", "--max-steps",
+            "6"] + data + u.FAST
+    waits = []
+    for extra in ([], ["--sync-bn"]):
+        trace = os.path.join(d, "trace_%d.txt" % len(waits))
+        env = u.ENV
+        u.ENV = dict(env, CT_EMU_TRACE=trace)
+        try:
+            two_gpus(args + extra, "dp host waits" + (" --sync-bn" if extra else ""))
+        finally:
+            u.ENV = env
+        if not os.path.exists(trace):
+            print("host waits: no emulator trace (real GPUs); not counted")
+            return
+        with open(trace) as f:
+            waits.append(collections.Counter(ln.strip() for ln in f
+                                             if ln.startswith("sync - ") and "emulator:" not in ln
+                                             and "cudaFree" not in ln and "cudaEventQuery" not in ln))
+    print("host waits of 6 DP steps without / with --sync-bn: %d / %d" % (sum(waits[0].values()),
+                                                                       sum(waits[1].values())))
+    u.check(waits[0] == waits[1], "--sync-bn adds host waits: %s against %s" % (dict(waits[1]), dict(waits[0])))
 
 
 def refused(data):

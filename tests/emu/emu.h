@@ -54,6 +54,11 @@ void enqueue(cudaStream_t s, std::function<void()> fn);
  * variable. */
 void trace(cudaStream_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void trace_sync(const char *call);
+/* Runs stream s's queued work now, as a host wait would, traced as
+ * "sync - emulator: <who>": the emulated NCCL's rendezvous needs each
+ * buffer's writers done, which real NCCL orders on the device. A trace
+ * reader counting the host's waits leaves these lines out. */
+cudaError_t drain_stream(cudaStream_t s, const char *who);
 
 /* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation (or the
  * device side of a mapped host allocation). NULL with bytes 0 passes. */

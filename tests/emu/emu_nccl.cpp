@@ -187,7 +187,7 @@ ncclResult_t start(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t 
     return ncclInvalidUsage;
   }
   /* The buffer's writers: whatever the stream was told to wait for. */
-  if (cudaStreamSynchronize(stream) != cudaSuccess) return ncclUnhandledCudaError;
+  if (ct_emu::drain_stream(stream, who) != cudaSuccess) return ncclUnhandledCudaError;
   ct_emu::trace(stream, "%s %zu bytes", who, bytes);
   return ncclSuccess;
 }

@@ -468,6 +468,12 @@ float round_tf32(float x) {
   return x;
 }
 
+cudaError_t drain_stream(cudaStream_t s, const char *who) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  std::string call = std::string("emulator: ") + who;
+  return sync_point(call.c_str(), stream_of(s));
+}
+
 }  // namespace ct_emu
 
 using namespace ct_emu;

@@ -9,7 +9,7 @@
  * act_fwd on it in place) to the bit, plain and in each of the row's
  * layouts, f32 and 16-bit (laid out only in the row's layout_dtypes): what
  * lets a recompute rebuild a dropped batch-norm output without changing
- * the step (test_recompute). */
+ * the step (test_recompute). Then SyncBatchNorm's per-channel stages. */
 #include "op_target.h"
 
 static void bn_one(op_env *e, int ndim, const int64_t *shape, int affine) {
@@ -112,6 +112,98 @@ static void bn_apply_bits(op_env *e) {
   ob_free(&rv);
 }
 
+/* SyncBatchNorm's per-channel arithmetic (batchnorm_sync_stats, _grads)
+ * stage by stage, on the same inputs on both sides: between stages both
+ * vals get the same "sums over the replicas" (this replica's values plus
+ * another replica's, made up here), as the strategies' sums would give.
+ * n = 0 (a replica without samples) must add nothing. */
+static void vals_put(op_env *e, double *dv, const double *host, size_t n) {
+  if (ct_device_copy(e->dev, dv, NULL, host, n * 8) != CT_OK || ct_device_sync(e->dev) != CT_OK) ob_die("vals_put");
+}
+
+static void vals_check(op_env *e, const double *dv, const double *ref, size_t n, const char *nm, const char *what) {
+  double *got = malloc(n * 8);
+  if (!got || ct_device_sync(e->dev) != CT_OK || ct_device_copy(NULL, got, e->dev, dv, n * 8) != CT_OK)
+    ob_die("vals_check");
+  double num = 0, mx = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs(got[i] - ref[i]);
+    if (!(d <= num)) num = isnan(d) ? INFINITY : d;
+    if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+  }
+  double err = num / (mx > 0 ? mx : 1e-30);
+  CHECK_MSG(err <= e->t->tol, "%s: err %.3g (tolerance %.3g)", op_case(e, "%s %s", nm, what), err, e->t->tol);
+  free(got);
+}
+
+/* The target's f32 result against the reference's, which wrote rf. */
+static void vec_check(op_env *e, obuf *t, const char *nm, const char *what) {
+  for (int64_t i = 0; i < t->n; i++) t->d[i] = t->rf[i];
+  CHECK_ERR(e, t, e->t->tol, "%s %s", nm, what);
+}
+
+/* vals[i] += another replica's value: positive where a count or a
+ * squared deviation is summed. */
+static void add_replica(ct_rng *rng, double *v, size_t n, size_t count_at, size_t positive_to) {
+  for (size_t i = 0; i < n; i++)
+    v[i] += i == count_at ? 7.0 : i < positive_to ? 7.0 * (1.0 + ct_rng_uniform(rng)) : 7.0 * ct_rng_normal(rng);
+}
+
+static void bn_sync(op_env *e, int64_t C, int affine, double n) {
+  const ct_backend *B = e->be, *R = e->rb;
+  obuf m = OB(e->dev, C), is = OB(e->dev, C), rm = OB(e->dev, C), rv = OB(e->dev, C), g = OB(e->dev, C);
+  obuf dg = OB(e->dev, C), db = OB(e->dev, C), a = OB(e->dev, C), b = OB(e->dev, C);
+  ob_rand(&m, &e->rng, 2.0, CT_F32), ob_rand(&rm, &e->rng, 1.0, CT_F32), ob_rand(&g, &e->rng, 1.0, CT_F32);
+  ob_rand(&dg, &e->rng, 3.0, CT_F32), ob_rand(&db, &e->rng, 3.0, CT_F32);
+  for (int64_t c = 0; c < C; c++) is.f[c] = 0.5f + 0.1f * (float)c, rv.f[c] = 1.0f + 0.25f * (float)c;
+  ob_put(&is, CT_F32), ob_put(&rv, CT_F32);
+  size_t nv = (size_t)(3 * C + 1);
+  double *dv = ct_device_alloc(e->dev, nv * 8), *hv = calloc(nv, 8);
+  if (!dv || !hv) ob_die("bn_sync");
+  char nm[64];
+  snprintf(nm, sizeof nm, "batchnorm_sync C %lld n %g affine%d", (long long)C, n, affine);
+  ct_tensor mt = ob_dev(&m), ist = ob_dev(&is), rmt = ob_dev(&rm), rvt = ob_dev(&rv);
+  ct_tensor mr = ob_ref32(&m), isr = ob_ref32(&is), rmr = ob_ref32(&rm), rvr = ob_ref32(&rv);
+  const float mom = 0.1f, eps = 1e-5f;
+  for (int stage = 0; stage < 3; stage++) {
+    CHECK_OK(B->batchnorm_sync_stats(e->dev, stage, n, mom, eps, &mt, &ist, &rmt, &rvt, dv));
+    CHECK_OK(R->batchnorm_sync_stats(e->ref, stage, n, mom, eps, &mr, &isr, &rmr, &rvr, hv));
+    vals_check(e, dv, hv, stage == 0 ? (size_t)C + 1 : nv, nm, stage == 0 ? "stats 0" : stage == 1 ? "stats 1" : "stats 2");
+    if (stage == 0 && n == 0)
+      for (size_t i = 0; i <= (size_t)C; i++) CHECK_MSG(hv[i] == 0, "%s: n = 0 adds to the sums", nm);
+    if (stage < 2) {
+      add_replica(&e->rng, hv, stage == 0 ? (size_t)C + 1 : (size_t)C, stage == 0 ? (size_t)C : nv,
+                  stage == 0 ? 0 : (size_t)C);
+      vals_put(e, dv, hv, nv);
+    }
+  }
+  vec_check(e, &m, nm, "mean");
+  vec_check(e, &is, nm, "invstd");
+  vec_check(e, &rm, nm, "running_mean");
+  vec_check(e, &rv, nm, "running_var");
+
+  ct_tensor gt = ob_dev(&g), dgt = ob_dev(&dg), dbt = ob_dev(&db), at = ob_out(&a, CT_F32), bt = ob_out(&b, CT_F32);
+  ct_tensor gr = ob_ref32(&g), dgr = ob_ref32(&dg), dbr = ob_ref32(&db), ar = ob_ref32(&a), br = ob_ref32(&b);
+  ist = ob_dev(&is), isr = ob_ref32(&is);
+  for (int stage = 0; stage < 2 && (stage == 0 || n > 0); stage++) {
+    CHECK_OK(B->batchnorm_sync_grads(e->dev, stage, n, affine ? &gt : NULL, &ist, &dgt, &dbt, &at, &bt, dv));
+    CHECK_OK(R->batchnorm_sync_grads(e->ref, stage, n, affine ? &gr : NULL, &isr, &dgr, &dbr, &ar, &br, hv));
+    if (stage == 0) {
+      vals_check(e, dv, hv, (size_t)(2 * C + 1), nm, "grads 0");
+      add_replica(&e->rng, hv, (size_t)(2 * C + 1), (size_t)(2 * C), 0);
+      vals_put(e, dv, hv, nv);
+    }
+  }
+  if (n > 0) {
+    vec_check(e, &a, nm, "a");
+    vec_check(e, &b, nm, "b");
+  }
+  ct_device_free(e->dev, dv);
+  free(hv);
+  ob_free(&m), ob_free(&is), ob_free(&rm), ob_free(&rv), ob_free(&g), ob_free(&dg), ob_free(&db), ob_free(&a);
+  ob_free(&b);
+}
+
 void op_batchnorm(op_env *e) {
   const int64_t s2[] = {8, 5}, s3[] = {4, 3, 7}, s4[] = {3, 4, 5, 6}, s4b[] = {1, 2, 3, 3}, s4c[] = {16, 32, 13, 13};
   for (int affine = 0; affine <= 1; affine++) {
@@ -122,4 +214,9 @@ void op_batchnorm(op_env *e) {
     bn_one(e, 4, s4c, affine);
   }
   if (e->t->caps & OP_CAP_BN_APPLY_BITS) bn_apply_bits(e);
+  for (int affine = 0; affine <= 1; affine++) {
+    bn_sync(e, 5, affine, 12.0);
+    bn_sync(e, 300, affine, 1.0);
+  }
+  bn_sync(e, 7, 1, 0.0);
 }

@@ -58,3 +58,70 @@ ct_status ct_ref_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tens
   CT_TRY(ref_apply(x, gamma, beta, save_mean, save_invstd, y));
   return act == CT_ACT_NONE ? CT_OK : ct_ref_act_fwd(d, act, alpha, y, y);
 }
+
+/* SyncBatchNorm's per-channel vectors: f32 [C], or absent where allowed. */
+static ct_status sync_vec(const char *op, const char *name, const ct_tensor *t, int64_t C, int may_be_null) {
+  if (!t && may_be_null) return CT_OK;
+  if (!t || t->dtype != CT_F32 || ct_tensor_numel(t) != C)
+    return ct_error(CT_ERR_INVALID_ARG, "ref %s: %s must be f32 with %lld values", op, name, (long long)C);
+  return CT_OK;
+}
+
+ct_status ct_ref_batchnorm_sync_stats(ct_device *d, int stage, double n, float momentum, float eps, ct_tensor *mean,
+                                      ct_tensor *invstd, ct_tensor *running_mean, ct_tensor *running_var,
+                                      double *v) {
+  (void)d;
+  const char *op = "batchnorm_sync_stats";
+  const int64_t C = mean ? ct_tensor_numel(mean) : 0;
+  CT_TRY(sync_vec(op, "mean", mean, C, 0));
+  CT_TRY(sync_vec(op, "invstd", invstd, C, 0));
+  CT_TRY(sync_vec(op, "running_mean", running_mean, C, 1));
+  CT_TRY(sync_vec(op, "running_var", running_var, C, 1));
+  float *m = mean->data, *is = invstd->data;
+  float *rm = running_mean ? running_mean->data : NULL, *rv = running_var ? running_var->data : NULL;
+  const double N = stage ? v[C] : 0;
+  for (int64_t c = 0; c < C; c++) {
+    if (stage == 0) {
+      v[c] = n * m[c];
+    } else if (stage == 1) {
+      double var = 1.0 / ((double)is[c] * is[c]) - eps, dev = m[c] - v[c] / N;
+      v[C + 1 + c] = v[c] / N;
+      v[c] = n * ((var > 0 ? var : 0) + dev * dev);
+    } else {
+      double M = v[C + 1 + c], V = v[c] / N;
+      m[c] = (float)M;
+      is[c] = (float)(1.0 / sqrt(V + eps));
+      if (rm) rm[c] = (float)((1 - (double)momentum) * rm[c] + momentum * M);
+      if (rv) rv[c] = (float)((1 - (double)momentum) * rv[c] + momentum * V * (N > 1 ? N / (N - 1) : 1));
+    }
+  }
+  if (stage == 0) v[C] = n;
+  return CT_OK;
+}
+
+ct_status ct_ref_batchnorm_sync_grads(ct_device *d, int stage, double n, const ct_tensor *gamma,
+                                      const ct_tensor *invstd, const ct_tensor *dgamma, const ct_tensor *dbeta,
+                                      ct_tensor *a, ct_tensor *b, double *v) {
+  (void)d;
+  const char *op = "batchnorm_sync_grads";
+  const int64_t C = invstd ? ct_tensor_numel(invstd) : 0;
+  CT_TRY(sync_vec(op, "invstd", invstd, C, 0));
+  CT_TRY(sync_vec(op, "gamma", gamma, C, 1));
+  CT_TRY(sync_vec(op, "dgamma", dgamma, C, 0));
+  CT_TRY(sync_vec(op, "dbeta", dbeta, C, 0));
+  CT_TRY(sync_vec(op, "a", a, C, stage == 0));
+  CT_TRY(sync_vec(op, "b", b, C, stage == 0));
+  const float *g = gamma ? gamma->data : NULL, *is = invstd->data, *dg = dgamma->data, *db = dbeta->data;
+  const double w = n > 0 ? 1.0 : 0.0, N = stage ? v[2 * C] : 0;
+  for (int64_t c = 0; c < C; c++) {
+    if (stage == 0) {
+      v[c] = w * db[c], v[C + c] = w * dg[c];
+    } else {
+      double k = (g ? g[c] : 1.0) * is[c];
+      ((float *)a->data)[c] = (float)(k * (db[c] / n - v[c] / N));
+      ((float *)b->data)[c] = (float)(k * (dg[c] / n - v[C + c] / N));
+    }
+  }
+  if (stage == 0) v[2 * C] = n;
+  return CT_OK;
+}

@@ -225,6 +225,90 @@ extern "C" ct_status cuda_bn_bwd_kernels(ct_device *d, int nhwc, int64_t N, int6
 }
 #undef TT
 
+/* ---- SyncBatchNorm's per-channel arithmetic (the contract in
+ * backend_ops.def; the reference's arithmetic, one thread a channel) ---- */
+
+__global__ void k_bn_sync_stats(int stage, double n, double momentum, double eps, int64_t C, float *m, float *is,
+                                float *rm, float *rv, double *v) {
+  int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c == 0 && stage == 0) v[C] = n;
+  if (c >= C) return;
+  if (stage == 0) {
+    v[c] = n * m[c];
+  } else if (stage == 1) {
+    double N = v[C], var = 1.0 / ((double)is[c] * is[c]) - eps, dev = m[c] - v[c] / N;
+    v[C + 1 + c] = v[c] / N;
+    v[c] = n * ((var > 0 ? var : 0) + dev * dev);
+  } else {
+    double N = v[C], M = v[C + 1 + c], V = v[c] / N;
+    m[c] = (float)M;
+    is[c] = (float)(1.0 / sqrt(V + eps));
+    if (rm) rm[c] = (float)((1 - momentum) * rm[c] + momentum * M);
+    if (rv) rv[c] = (float)((1 - momentum) * rv[c] + momentum * V * (N > 1 ? N / (N - 1) : 1));
+  }
+}
+
+__global__ void k_bn_sync_grads(int stage, double n, int64_t C, const float *g, const float *is, const float *dg,
+                                const float *db, float *a, float *b, double *v) {
+  int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c == 0 && stage == 0) v[2 * C] = n;
+  if (c >= C) return;
+  if (stage == 0) {
+    double w = n > 0 ? 1.0 : 0.0;
+    v[c] = w * db[c], v[C + c] = w * dg[c];
+  } else {
+    double N = v[2 * C], k = (g ? g[c] : 1.0) * is[c];
+    a[c] = (float)(k * (db[c] / n - v[c] / N));
+    b[c] = (float)(k * (dg[c] / n - v[C + c] / N));
+  }
+}
+
+/* f32 [C] per-channel vectors, or absent where allowed. */
+static ct_status sync_vec(const char *op, const char *name, const ct_tensor *t, int64_t C, int may_be_null) {
+  if (!t && may_be_null) return CT_OK;
+  if (!t || t->dtype != CT_F32 || ct_tensor_numel(t) != C)
+    return ct_error(CT_ERR_INVALID_ARG, "cuda %s: %s must be f32 with %lld values", op, name, (long long)C);
+  return CT_OK;
+}
+
+#define F32P(t) ((t) ? (float *)(t)->data : NULL)
+
+extern "C" ct_status cuda_batchnorm_sync_stats(ct_device *d, int stage, double n, float momentum, float eps,
+                                               ct_tensor *mean, ct_tensor *invstd, ct_tensor *running_mean,
+                                               ct_tensor *running_var, double *vals) {
+  const char *op = "batchnorm_sync_stats";
+  const int64_t C = mean ? ct_tensor_numel(mean) : 0;
+  CT_TRY(sync_vec(op, "mean", mean, C, 0));
+  CT_TRY(sync_vec(op, "invstd", invstd, C, 0));
+  CT_TRY(sync_vec(op, "running_mean", running_mean, C, 1));
+  CT_TRY(sync_vec(op, "running_var", running_var, C, 1));
+  CT_TRY(cuda_enter(d));
+  k_bn_sync_stats<<<ct_blocks(C + 1), CT_THREADS, 0, STREAM(d)>>>(stage, n, (double)momentum, (double)eps, C,
+                                                                   F32P(mean), F32P(invstd), F32P(running_mean),
+                                                                   F32P(running_var), vals);
+  CUDA_LAUNCHED(op);
+  return CT_OK;
+}
+
+extern "C" ct_status cuda_batchnorm_sync_grads(ct_device *d, int stage, double n, const ct_tensor *gamma,
+                                               const ct_tensor *invstd, const ct_tensor *dgamma,
+                                               const ct_tensor *dbeta, ct_tensor *a, ct_tensor *b, double *vals) {
+  const char *op = "batchnorm_sync_grads";
+  const int64_t C = invstd ? ct_tensor_numel(invstd) : 0;
+  CT_TRY(sync_vec(op, "invstd", invstd, C, 0));
+  CT_TRY(sync_vec(op, "gamma", gamma, C, 1));
+  CT_TRY(sync_vec(op, "dgamma", dgamma, C, 0));
+  CT_TRY(sync_vec(op, "dbeta", dbeta, C, 0));
+  CT_TRY(sync_vec(op, "a", a, C, stage == 0));
+  CT_TRY(sync_vec(op, "b", b, C, stage == 0));
+  CT_TRY(cuda_enter(d));
+  k_bn_sync_grads<<<ct_blocks(C + 1), CT_THREADS, 0, STREAM(d)>>>(stage, n, C, F32P(gamma), F32P(invstd),
+                                                                   F32P(dgamma), F32P(dbeta), F32P(a), F32P(b), vals);
+  CUDA_LAUNCHED(op);
+  return CT_OK;
+}
+#undef F32P
+
 /* ---- softmax over the last dim (one block per row) ---- */
 
 /* Row max (float, NaN wins) and log of sum exp(x - max) (double sum). */

@@ -110,14 +110,16 @@ static void stats(ct_layer *l, ct_tensor *mean, ct_tensor *invstd) {
   mean->device = invstd->device = l->y.device;
 }
 
-/* SyncBatchNorm's per-channel vectors (f32, C values) go through host
- * copies: the combining arithmetic and the replicas' sums (ct_norm_sync)
- * are host code, and on a GPU each copy waits for the device. */
-static ct_status chan_get(const ct_tensor *t, float *host, int64_t C) {
-  return ct_device_copy(NULL, host, t->device, t->data, (size_t)C * sizeof *host);
-}
-static ct_status chan_put(ct_tensor *t, const float *host, int64_t C) {
-  return ct_device_copy(t->device, t->data, NULL, host, (size_t)C * sizeof *host);
+/* SyncBatchNorm's per-channel arithmetic runs where the model lives
+ * (batchnorm_sync_stats / _grads), its f64 sums in the strategy's
+ * scratch (ct_norm_sync_scratch) summed over the replicas by the
+ * strategy: on a GPU queued on its collectives, so the host never waits.
+ * A replica without samples this step (ct_norm_sync.excluded) adds
+ * nothing (n = 0) but still takes part in every sum. */
+static double sync_count(const ct_layer *l, const ct_exec *e) {
+  const ct_norm_sync *ns = e->norm_sync;
+  if (ns->excluded && ns->excluded(ns->ctx)) return 0.0;
+  return (double)(ct_tensor_numel(&l->x[0]) / l->ip[0]);
 }
 
 /* SyncBatchNorm's forward: the local batch's mean and variance (the
@@ -129,107 +131,49 @@ static ct_status chan_put(ct_tensor *t, const float *host, int64_t C) {
  * replicas. */
 static ct_status sync_forward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, const ct_tensor *beta,
                               ct_tensor *mean, ct_tensor *invstd, ct_tensor *rm, ct_tensor *rv) {
-  const int64_t C = l->ip[0];
-  const double eps = l->fp[0], mom = l->fp[1], n = (double)(ct_tensor_numel(&l->x[0]) / C);
+  const int C = (int)l->ip[0];
+  const double n = sync_count(l, e);
+  ct_norm_sync *ns = e->norm_sync;
+  double *v;
+  CT_TRY(ct_norm_sync_scratch(ns, e->dev, (size_t)(3 * C + 1) * sizeof *v, (void **)&v));
   CT_TRY(e->be->batchnorm_fwd(e->dev, 1, &l->x[0], NULL, NULL, NULL, NULL, 0.0f, l->fp[0], &l->y, mean, invstd));
-  double *v = malloc((size_t)(2 * C + 1) * sizeof *v);
-  float *h = malloc((size_t)(4 * C) * sizeof *h);
-  if (!v || !h) {
-    free(v), free(h);
-    return ct_error(CT_ERR_OUT_OF_MEMORY, "SyncBatchNorm: out of host memory");
+  for (int stage = 0; stage < 3; stage++) {
+    CT_TRY(e->be->batchnorm_sync_stats(e->dev, stage, n, l->fp[1], l->fp[0], mean, invstd, rm, rv, v));
+    if (stage < 2) CT_TRY(ns->sum(ns->ctx, v, stage == 0 ? C + 1 : C));
   }
-  float *m = h, *is = h + C, *rmean = h + 2 * C, *rvar = h + 3 * C;
-  ct_status s = chan_get(mean, m, C);
-  if (s == CT_OK) s = chan_get(invstd, is, C);
-  if (s == CT_OK) s = chan_get(rm, rmean, C);
-  if (s == CT_OK) s = chan_get(rv, rvar, C);
-  for (int64_t c = 0; c < C; c++) v[c] = n * m[c];
-  v[C] = n;
-  if (s == CT_OK) s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)C + 1);
-  const double N = v[C];
-  for (int64_t c = 0; s == CT_OK && c < C; c++) {
-    double var = 1.0 / ((double)is[c] * is[c]) - eps, d = m[c] - v[c] / N;
-    v[C + 1 + c] = v[c] / N; /* the global mean, kept */
-    v[c] = n * ((var > 0 ? var : 0) + d * d);
-  }
-  if (s == CT_OK) s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)C);
-  for (int64_t c = 0; s == CT_OK && c < C; c++) {
-    double M = v[C + 1 + c], V = v[c] / N;
-    m[c] = (float)M;
-    is[c] = (float)(1.0 / sqrt(V + eps));
-    rmean[c] = (float)((1 - mom) * rmean[c] + mom * M);
-    rvar[c] = (float)((1 - mom) * rvar[c] + mom * V * (N > 1 ? N / (N - 1) : 1));
-  }
-  if (s == CT_OK) s = chan_put(mean, m, C);
-  if (s == CT_OK) s = chan_put(invstd, is, C);
-  if (s == CT_OK) s = chan_put(rm, rmean, C);
-  if (s == CT_OK) s = chan_put(rv, rvar, C);
-  free(v), free(h);
-  if (s != CT_OK) return s;
   return e->be->batchnorm_apply(e->dev, &l->x[0], gamma, beta, mean, invstd, l->act, 0.0f, &l->y);
-}
-
-/* Scratch in the device's memory for one backward: a host temporary on
- * host devices, an allocation of its own on a GPU. */
-static void *scratch_get(ct_device *d, size_t bytes) {
-  return ct_device_backend(d)->alloc ? ct_device_alloc(d, bytes) : ct_device_tmp_get(d, bytes);
-}
-static void scratch_put(ct_device *d, void *p) {
-  if (ct_device_backend(d)->alloc) ct_device_free(d, p);
-  else ct_device_tmp_put(d, p);
 }
 
 /* SyncBatchNorm's backward: the backend's backward with the global
  * statistics gives dx from this replica's sums of dy and dy x xhat; with
  * the global sums, dx differs from it by a_c + b_c xhat per channel
- * (added through batchnorm_apply, which computes xhat b + a), and the
- * parameter gradients stay this replica's (the data-parallel reduction
- * sums them). */
+ * (computed into dy, which nothing reads after this backward, through
+ * batchnorm_apply, which computes xhat b + a), and the parameter
+ * gradients stay this replica's (the data-parallel reduction sums them). */
 static ct_status sync_backward(ct_layer *l, ct_exec *e, const ct_tensor *gamma, ct_tensor *mean, ct_tensor *invstd,
                                ct_tensor *dgamma, ct_tensor *dbeta) {
   const int64_t C = l->ip[0];
-  const double n = (double)(ct_tensor_numel(&l->x[0]) / C);
-  size_t xb = ct_tensor_nbytes(&l->dx[0]), head = ((size_t)(4 * C) * sizeof(float) + 255) / 256 * 256;
-  float *tmp = scratch_get(e->dev, head + xb);
-  double *v = malloc((size_t)(2 * C + 1) * sizeof *v);
-  float *h = malloc((size_t)(5 * C) * sizeof *h);
-  if (!tmp || !v || !h) {
-    free(v), free(h);
-    if (tmp) scratch_put(e->dev, tmp);
-    return ct_error(CT_ERR_OUT_OF_MEMORY, "SyncBatchNorm: out of memory for the backward's %zu bytes", head + xb);
-  }
-  ct_tensor dg = ct_tensor_1d(tmp, CT_F32, C), db = ct_tensor_1d(tmp + C, CT_F32, C);
-  ct_tensor a = ct_tensor_1d(tmp + 2 * C, CT_F32, C), b = ct_tensor_1d(tmp + 3 * C, CT_F32, C);
-  ct_tensor corr = l->dx[0];
-  corr.data = (char *)tmp + head;
-  dg.device = db.device = a.device = b.device = corr.device = l->dx[0].device;
-  float *fdg = h, *fdb = h + C, *fa = h + 2 * C, *fb = h + 3 * C, *is = h + 4 * C;
-  ct_status s = e->be->batchnorm_bwd(e->dev, &l->x[0], &l->dy, gamma, mean, invstd, &l->dx[0], &dg, &db, 0.0f);
-  if (s == CT_OK) s = chan_get(&dg, fdg, C);
-  if (s == CT_OK) s = chan_get(&db, fdb, C);
-  if (s == CT_OK) s = chan_get(invstd, is, C);
-  /* gamma through fa: its values are read before fa is written. */
-  if (s == CT_OK && gamma) s = chan_get(gamma, fa, C);
-  for (int64_t c = 0; c < C; c++) v[c] = fdb[c], v[C + c] = fdg[c];
-  v[2 * C] = n;
-  if (s == CT_OK) s = e->norm_sync->sum(e->norm_sync->ctx, v, (int)(2 * C + 1));
+  const double n = sync_count(l, e);
+  ct_norm_sync *ns = e->norm_sync;
+  size_t head = (size_t)(2 * C + 1) * sizeof(double);
+  double *v;
+  CT_TRY(ct_norm_sync_scratch(ns, e->dev, head + (size_t)(4 * C) * sizeof(float), (void **)&v));
+  float *f = (float *)((char *)v + head);
+  ct_tensor dg = ct_tensor_1d(f, CT_F32, C), db = ct_tensor_1d(f + C, CT_F32, C);
+  ct_tensor a = ct_tensor_1d(f + 2 * C, CT_F32, C), b = ct_tensor_1d(f + 3 * C, CT_F32, C);
+  dg.device = db.device = a.device = b.device = l->dx[0].device;
+  CT_TRY(e->be->batchnorm_bwd(e->dev, &l->x[0], &l->dy, gamma, mean, invstd, &l->dx[0], &dg, &db, 0.0f));
+  CT_TRY(e->be->batchnorm_sync_grads(e->dev, 0, n, gamma, invstd, &dg, &db, NULL, NULL, v));
+  CT_TRY(ns->sum(ns->ctx, v, (int)(2 * C + 1)));
   /* Left out of the step: its dx stays the local one, zero (dy is). */
-  int out = e->norm_sync->excluded && e->norm_sync->excluded(e->norm_sync->ctx);
-  const double N = v[2 * C];
-  for (int64_t c = 0; s == CT_OK && c < C; c++) {
-    double k = (gamma ? fa[c] : 1.0) * is[c];
-    fa[c] = (float)(k * (fdb[c] / n - v[c] / N));
-    fb[c] = (float)(k * (fdg[c] / n - v[C + c] / N));
+  if (n > 0) {
+    CT_TRY(e->be->batchnorm_sync_grads(e->dev, 1, n, gamma, invstd, &dg, &db, &a, &b, v));
+    CT_TRY(e->be->batchnorm_apply(e->dev, &l->x[0], &b, &a, mean, invstd, CT_ACT_NONE, 0.0f, &l->dy));
+    CT_TRY(e->be->add(e->dev, &l->dx[0], &l->dy, CT_ACT_NONE, &l->dx[0]));
   }
-  if (s == CT_OK && !out) s = chan_put(&a, fa, C);
-  if (s == CT_OK && !out) s = chan_put(&b, fb, C);
-  if (s == CT_OK && !out) s = e->be->batchnorm_apply(e->dev, &l->x[0], &b, &a, mean, invstd, CT_ACT_NONE, 0.0f, &corr);
-  if (s == CT_OK && !out) s = e->be->add(e->dev, &l->dx[0], &corr, CT_ACT_NONE, &l->dx[0]);
-  if (s == CT_OK && dgamma) s = e->be->axpby(e->dev, 1.0f, &dg, l->grad_beta, dgamma);
-  if (s == CT_OK && dbeta) s = e->be->axpby(e->dev, 1.0f, &db, l->grad_beta, dbeta);
-  free(v), free(h);
-  scratch_put(e->dev, tmp);
-  return s;
+  if (dgamma) CT_TRY(e->be->axpby(e->dev, 1.0f, &dg, l->grad_beta, dgamma));
+  if (dbeta) CT_TRY(e->be->axpby(e->dev, 1.0f, &db, l->grad_beta, dbeta));
+  return CT_OK;
 }
 
 static ct_status forward(ct_layer *l, ct_exec *e) {
