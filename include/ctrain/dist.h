@@ -66,7 +66,8 @@ typedef struct ct_dist_config {
   ct_comm *comm;
   /* Gradient buckets (MB of f32 gradients): the first bucket (the last
    * layers, whose gradients are final first) first_bucket_mb, the others
-   * bucket_mb; 0 takes PyTorch's defaults, 1 and 25. */
+   * bucket_mb. 0 takes PyTorch's defaults: 25 for bucket_mb, 1 for
+   * first_bucket_mb, or bucket_mb where that is smaller. */
   double bucket_mb, first_bucket_mb;
   /* Every check_sync optimizer steps (0: never) a checksum of the
    * parameters is compared across ranks; a difference ends fit. */
@@ -86,8 +87,8 @@ typedef struct ct_dist_config {
    * replicas' counts, sums and squared deviations all-reduced; counts may
    * differ), its running statistics follow the global ones, and its
    * backward all-reduces the two gradient sums. Evaluation uses the
-   * running statistics without communication. On GPUs the per-channel
-   * sums go through the host. */
+   * running statistics without communication. On GPUs the sums stay on
+   * the device (NCCL). */
   int sync_bn;
   /* DataParallel inside this process (comm NULL): dp_count >= 2 devices,
    * all virtual host devices (cpu:N) or all distinct GPUs (cuda:N, their

@@ -12,28 +12,15 @@
 
 #include "backend/backend.h"
 #include "backend/device_impl.h"
+#include "parallel/buckets.h"
 #include "parallel/comm.h"
-
-/* One parameter's place in the flat gradient buffer. */
-typedef struct ddp_param {
-  size_t first, count;
-  int bucket;
-} ddp_param;
-
-typedef struct ddp_bucket {
-  size_t lo, hi;     /* the slice [lo, hi) of the gradient buffer, gaps included */
-  size_t pending;    /* gradient elements not final yet in this step */
-  int req;           /* the started all-reduce, or -1 */
-} ddp_bucket;
 
 struct ct_ddp {
   ct_comm *c;
   ct_model *m;
-  ddp_param *params;  /* [np] in reverse state order */
-  int np;
-  ddp_bucket *b;      /* [nb], b[0] the first to be final */
-  int nb, next_start; /* buckets start in index order on every rank */
-  size_t *total;      /* [nb] gradient elements of each bucket */
+  ct_buckets *b;
+  int nb;
+  int *req;           /* [nb] each bucket's started collective over MPI, or -1 */
   ct_ddp_stats stats;
   int zero;           /* 1: reduce-scatter, shard updates, all-gather; 2: also releases the other shards' gradients */
   size_t nflat;       /* the flat buffers' length */
@@ -81,9 +68,9 @@ static void release_bucket(ct_ddp *d, int k) {
   int r = ct_comm_rank(d->c);
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   float *g = ct_model_grads(d->m, NULL);
-  const ddp_bucket *b = &d->b[k];
-  size_t cut[2][2] = {{b->lo, b->hi < d->shard[r] ? b->hi : d->shard[r]},
-                      {b->lo > d->shard[r + 1] ? b->lo : d->shard[r + 1], b->hi}};
+  size_t lo, hi;
+  ct_buckets_range(d->b, k, &lo, &hi);
+  size_t cut[2][2] = {{lo, hi < d->shard[r] ? hi : d->shard[r]}, {lo > d->shard[r + 1] ? lo : d->shard[r + 1], hi}};
   for (int i = 0; i < 2; i++) {
     uintptr_t a = ((uintptr_t)(g + cut[i][0]) + page - 1) & ~(page - 1), e = (uintptr_t)(g + cut[i][1]) & ~(page - 1);
     if (cut[i][1] <= cut[i][0] || e <= a) continue;
@@ -115,59 +102,29 @@ static ct_status open_device(ct_ddp *d, const ct_dist_config *cfg) {
 ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_ddp **out) {
   *out = NULL;
   ct_ddp *d = calloc(1, sizeof *d);
-  int ns = ct_model_state_count(m);
-  if (d) d->params = calloc((size_t)ns + 1, sizeof *d->params);
-  if (d) d->b = calloc((size_t)ns + 1, sizeof *d->b);
-  if (d) d->total = calloc((size_t)ns + 1, sizeof *d->total);
-  if (!d || !d->params || !d->b || !d->total) {
-    ct_ddp_destroy(d);
-    return ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
-  }
+  if (!d) return ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
   d->c = c;
   d->m = m;
   d->zero = cfg->zero;
-  float *g = ct_model_grads(m, &d->nflat);
+  ct_model_grads(m, &d->nflat);
   int N = ct_comm_size(c);
   d->shard = calloc((size_t)N + 1, sizeof *d->shard);
   d->counts = calloc((size_t)N, sizeof *d->counts);
-  if (!d->shard || !d->counts) {
-    ct_ddp_destroy(d);
-    return ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
+  ct_status st = d->shard && d->counts ? CT_OK : ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
+  if (st == CT_OK) st = ct_buckets_create(m, cfg->first_bucket_mb, cfg->bucket_mb, &d->b);
+  if (st == CT_OK) {
+    d->nb = ct_buckets_count(d->b);
+    d->req = malloc(((size_t)d->nb + 1) * sizeof *d->req);
+    if (!d->req) st = ct_error(CT_ERR_OUT_OF_MEMORY, "ddp: out of host memory");
   }
-  for (int r = 0; r <= N; r++) d->shard[r] = d->nflat * (size_t)r / (size_t)N;
-  ct_status st = open_device(d, cfg);
+  for (int r = 0; st == CT_OK && r <= N; r++) d->shard[r] = d->nflat * (size_t)r / (size_t)N;
+  if (st == CT_OK) st = open_device(d, cfg);
   if (st != CT_OK) {
     ct_ddp_destroy(d);
     return st;
   }
-  for (int i = ns - 1; i >= 0; i--) {
-    const ct_state_entry *e = ct_model_state(m, i);
-    if (e->is_buffer || !e->grad.data) continue;
-    d->params[d->np].first = (size_t)((float *)e->grad.data - g);
-    d->params[d->np].count = (size_t)ct_tensor_numel(&e->grad);
-    d->np++;
-  }
-  double first_mb = cfg->first_bucket_mb > 0 ? cfg->first_bucket_mb : 1.0;
-  double mb = cfg->bucket_mb > 0 ? cfg->bucket_mb : 25.0;
-  /* Greedy in reverse order: a bucket closes once it holds its cap (a
-   * parameter larger than the cap is a bucket of its own). */
-  for (int i = 0; i < d->np; i++) {
-    ddp_param *p = &d->params[i];
-    double cap = (d->nb <= 1 ? first_mb : mb) * 1e6 / sizeof(float);
-    if (d->nb == 0 || (double)d->total[d->nb - 1] >= cap) {
-      d->b[d->nb].lo = p->first;
-      d->b[d->nb].hi = p->first + p->count;
-      d->nb++;
-    }
-    ddp_bucket *b = &d->b[d->nb - 1];
-    if (p->first < b->lo) b->lo = p->first;
-    if (p->first + p->count > b->hi) b->hi = p->first + p->count;
-    d->total[d->nb - 1] += p->count;
-    p->bucket = d->nb - 1;
-  }
   for (int k = 0; k < d->nb; k++) {
-    d->b[k].pending = d->total[k];
-    d->b[k].req = -1;
+    d->req[k] = -1;
     /* ZeRO-2: the other shards' gradients are never resident between
      * steps, from the start (the model zeroed them all when it was made). */
     release_bucket(d, k);
@@ -179,9 +136,8 @@ ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_d
 void ct_ddp_destroy(ct_ddp *d) {
   if (!d) return;
   if (d->dev) d->dev->backend->coll_close(d->dev);
-  free(d->params);
-  free(d->b);
-  free(d->total);
+  ct_buckets_destroy(d->b);
+  free(d->req);
   free(d->shard);
   free(d->counts);
   free(d);
@@ -189,32 +145,26 @@ void ct_ddp_destroy(ct_ddp *d) {
 
 static ct_status start_ready(ct_ddp *d, int64_t step) {
   float *g = ct_model_grads(d->m, NULL);
-  while (d->next_start < d->nb && d->b[d->next_start].pending == 0) {
-    ddp_bucket *b = &d->b[d->next_start];
+  for (int k; (k = ct_buckets_next(d->b)) >= 0;) {
+    size_t lo, hi;
+    ct_buckets_range(d->b, k, &lo, &hi);
     char what[128];
     snprintf(what, sizeof what, "the %s of gradient bucket %d of %d (step %lld)",
-             d->zero ? "reduce-scatter" : "all-reduce", d->next_start + 1, d->nb, (long long)step);
-    if (d->dev && d->zero) {
-      parts(d, b->lo, b->hi);
-      CT_TRY(d->dev->backend->coll_reduce_scatter(d->dev, g + b->lo, d->counts));
-    } else if (d->dev) {
-      CT_TRY(d->dev->backend->coll_allreduce(d->dev, g + b->lo, b->hi - b->lo, CT_F32));
-    } else if (d->zero) {
-      parts(d, b->lo, b->hi);
-      CT_TRY(ct_comm_reduce_scatter_start(d->c, g + b->lo, d->counts, CT_F32, what, &b->req));
-    } else {
-      CT_TRY(ct_comm_allreduce_start(d->c, g + b->lo, b->hi - b->lo, CT_F32, what, &b->req));
-    }
-    d->stats.bytes += (double)(b->hi - b->lo) * sizeof(float);
-    d->next_start++;
+             d->zero ? "reduce-scatter" : "all-reduce", k + 1, d->nb, (long long)step);
+    if (d->zero) parts(d, lo, hi);
+    if (d->dev && d->zero) CT_TRY(d->dev->backend->coll_reduce_scatter(d->dev, g + lo, d->counts));
+    else if (d->dev) CT_TRY(d->dev->backend->coll_allreduce(d->dev, g + lo, hi - lo, CT_F32));
+    else if (d->zero) CT_TRY(ct_comm_reduce_scatter_start(d->c, g + lo, d->counts, CT_F32, what, &d->req[k]));
+    else CT_TRY(ct_comm_allreduce_start(d->c, g + lo, hi - lo, CT_F32, what, &d->req[k]));
+    d->stats.bytes += (double)(hi - lo) * sizeof(float);
   }
   /* Drive what is in flight: MPI progresses a non-blocking collective
    * only inside MPI calls. */
-  for (int k = 0; k < d->next_start; k++) {
-    if (d->b[k].req < 0) continue;
+  for (int k = 0; k < d->nb; k++) {
+    if (d->req[k] < 0) continue;
     int done;
-    CT_TRY(ct_comm_test(d->c, d->b[k].req, &done));
-    if (done) d->b[k].req = -1, release_bucket(d, k);
+    CT_TRY(ct_comm_test(d->c, d->req[k], &done));
+    if (done) d->req[k] = -1, release_bucket(d, k);
   }
   return CT_OK;
 }
@@ -222,12 +172,7 @@ static ct_status start_ready(ct_ddp *d, int64_t step) {
 static ct_status grads_ready(void *ctx, ct_step *s, int layer, size_t first, size_t count) {
   (void)layer;
   ct_ddp *d = ctx;
-  size_t end = first + count;
-  for (int i = 0; i < d->np; i++) {
-    ddp_param *p = &d->params[i];
-    size_t lo = p->first > first ? p->first : first, hi = p->first + p->count < end ? p->first + p->count : end;
-    if (lo < hi) d->b[p->bucket].pending -= hi - lo;
-  }
+  ct_buckets_ready(d->b, first, count);
   return start_ready(d, ct_step_current(s)->step);
 }
 
@@ -262,7 +207,7 @@ static ct_status sync_hook(void *ctx, ct_step *s) {
   int64_t step = ct_step_current(s)->step;
   /* A bucket some hook never reported (a parameter without a gradient
    * this step) is reduced anyway: every rank starts every bucket. */
-  for (int k = 0; k < d->nb; k++) d->b[k].pending = 0;
+  ct_buckets_all_ready(d->b);
   double t0 = now_s();
   ct_status st = start_ready(d, step);
   if (d->dev && st == CT_OK) {
@@ -275,11 +220,10 @@ static ct_status sync_hook(void *ctx, ct_step *s) {
     if (st == CT_OK) st = device_fence(d, 1, what);
   }
   for (int k = 0; k < d->nb; k++) {
-    if (st == CT_OK && d->b[k].req >= 0 && (st = ct_comm_wait(d->c, d->b[k].req)) == CT_OK) release_bucket(d, k);
-    d->b[k].req = -1;
-    d->b[k].pending = d->total[k];
+    if (st == CT_OK && d->req[k] >= 0 && (st = ct_comm_wait(d->c, d->req[k])) == CT_OK) release_bucket(d, k);
+    d->req[k] = -1;
   }
-  d->next_start = 0;
+  ct_buckets_reset(d->b);
   d->stats.wait_seconds += now_s() - t0;
   d->stats.steps++;
   return st == CT_OK && !d->dev ? bcast_buffers(d, step) : st;
