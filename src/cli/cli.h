@@ -176,7 +176,7 @@ typedef struct cli_dist {
   "                          dp: one process, a replica per device of --devices; --batch-size is global\n" \
   "  --devices LIST          dp's devices: virtual CPU devices (cpu:0,cpu:1) or GPUs (cuda:0,cuda:1)\n"      \
   "  --nproc N               start N ranks on this machine through mpirun\n"                              \
-  "  --bucket-mb F (25)      gradient bucket size (the first bucket is 1 MB)\n"                            \
+  "  --bucket-mb F (25)      gradient bucket size (the first 1 MB, or F if smaller); ddp, dp on GPUs\n"     \
   "  --dist-timeout S (600)  longest wait in a collective before every rank exits naming it\n"            \
   "  --check-sync N (0)      every N steps compare a checksum of the weights across ranks\n"                   \
   "  --zero 0|1|2 (0)        1: shard the optimizer state over the ranks (ZeRO-1); 2: the gradients too (CPU)\n" \

@@ -69,12 +69,16 @@ int cli_take_dist_flags(const char *cmd, int argc, char **argv, cli_dist *d) {
       continue;
     }
     if (r) return -1;
-    if (strcmp(a, "--devices")) d->given = 1;
+    if (strcmp(a, "--devices") && strcmp(a, "--bucket-mb")) d->given = 1;
     i++;
   }
   if (n < argc) argv[n] = NULL;
   if (d->given && !d->ddp) {
-    fprintf(stderr, "ctrain %s: --nproc, --bucket-mb, --dist-timeout, --check-sync and --zero need --strategy ddp\n", cmd);
+    fprintf(stderr, "ctrain %s: --nproc, --dist-timeout, --check-sync and --zero need --strategy ddp\n", cmd);
+    return -1;
+  }
+  if (d->bucket_mb > 0 && !d->ddp && !d->dp) {
+    fprintf(stderr, "ctrain %s: --bucket-mb needs --strategy ddp, or dp over GPUs\n", cmd);
     return -1;
   }
   if (d->sync_bn && !d->ddp && !d->dp) {

@@ -10,6 +10,7 @@
 
 #include "backend/device_impl.h"
 #include "ctrain/device.h"
+#include "parallel/buckets.h"
 
 /* How long a GPU replica's host waits for its collectives (PyTorch's
  * default timeout, as --dist-timeout's), and for those of a step another
@@ -39,6 +40,7 @@ typedef struct dp_rep {
   ct_device *dev;
   ct_optimizer *opt;
   ct_step *step;
+  ct_buckets *buckets; /* GPUs: the gradient buckets, all-reduced as the backward finishes them */
   /* This step's work, filled by the caller before the replica runs it. */
   ct_batch b;
   ct_step_pos pos;
@@ -94,14 +96,35 @@ static void break_group(dp_group *g) {
   pthread_mutex_unlock(&g->mu);
 }
 
-/* On GPUs: the sum and rank 0's buffers are queued on the device's
- * collective stream behind the backward, the update waits for them on the
- * device, and the host checks the previous step's (as DDP does). */
+/* On GPUs: each bucket's all-reduce is queued on the device's collective
+ * stream as soon as the backward has queued its last gradient (DDP's
+ * buckets), so the sums run beside the rest of the backward. */
+static ct_status start_buckets(dp_rep *me) {
+  float *g = ct_model_grads(me->m, NULL);
+  for (int k; (k = ct_buckets_next(me->buckets)) >= 0;) {
+    size_t lo, hi;
+    ct_buckets_range(me->buckets, k, &lo, &hi);
+    CT_TRY(me->dev->backend->coll_allreduce(me->dev, g + lo, hi - lo, CT_F32));
+  }
+  return CT_OK;
+}
+
+static ct_status grads_ready(void *ctx, ct_step *s, int layer, size_t first, size_t count) {
+  (void)s, (void)layer;
+  dp_rep *me = ctx;
+  ct_buckets_ready(me->buckets, first, count);
+  return start_buckets(me);
+}
+
+/* The buckets not started yet and rank 0's buffers follow; the update
+ * waits for them on the device, and the host checks the previous step's
+ * (as DDP does). */
 static ct_status sync_device(dp_rep *me, int64_t step) {
   const ct_backend *be = me->dev->backend;
-  size_t n;
-  float *g = ct_model_grads(me->m, &n);
-  CT_TRY(be->coll_allreduce(me->dev, g, n, CT_F32));
+  ct_buckets_all_ready(me->buckets);
+  ct_status st = start_buckets(me);
+  ct_buckets_reset(me->buckets);
+  CT_TRY(st);
   /* Buffers in host memory (batch norm's counters) count the same steps
    * on every replica already. */
   for (int i = 0; i < ct_model_state_count(me->m); i++) {
@@ -186,9 +209,11 @@ ct_status ct_dp_norm_sum(void *replica, double *vals, int n) {
   return s;
 }
 
-ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_config *oc, ct_device *const *devs,
-                       int R, int64_t max_batch, ct_dp **out) {
+ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_config *oc, const ct_dist_config *dist,
+                       int64_t max_batch, ct_dp **out) {
   *out = NULL;
+  ct_device *const *devs = dist->dp_devices;
+  const int R = dist->dp_count;
   if (R < 2 || R > 64) return ct_error(CT_ERR_INVALID_ARG, "dp: %d devices; expected 2..64", R);
   /* Host replicas sum in shared memory, so they must be virtual devices
    * of one host; GPU replicas need their backend's collectives. */
@@ -205,6 +230,9 @@ ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_
       if (device && ct_device_index(devs[k]) == ct_device_index(devs[r]))
         return ct_error(CT_ERR_INVALID_ARG, "dp: %s and %s are the same GPU", ct_device_name(devs[k]), name);
   }
+  if (!device && (dist->bucket_mb > 0 || dist->first_bucket_mb > 0))
+    return ct_error(CT_ERR_UNSUPPORTED, "dp: gradient buckets (--bucket-mb) are DataParallel's over GPUs; on host "
+                    "devices the replicas sum whole gradients in shared memory");
   ct_model *m0 = ct_step_model(step0);
   if (device && (!ct_model_state_count(m0) || ct_model_state(m0, 0)->value.device != devs[0]))
     return ct_error(CT_ERR_INVALID_ARG, "dp: model '%s' is not resident on %s", ct_model_name(m0),
@@ -232,8 +260,9 @@ ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_
       if (s == CT_OK) s = ct_optimizer_copy_state(p->opt, 0, o0, 0, np);
       if (s == CT_OK) s = ct_step_create(p->m, devs[r], p->opt, &c, &p->step);
     }
+    if (s == CT_OK && device) s = ct_buckets_create(p->m, dist->first_bucket_mb, dist->bucket_mb, &p->buckets);
     if (s == CT_OK) {
-      ct_step_hooks h = {.ctx = p, .sync = sync, .reduce = reduce};
+      ct_step_hooks h = {.ctx = p, .grads_ready = device ? grads_ready : NULL, .sync = sync, .reduce = reduce};
       ct_step_set_hooks(p->step, &h);
     }
     if (s == CT_OK) s = ct_device_start_worker(devs[r]);
@@ -251,6 +280,7 @@ void ct_dp_destroy(ct_dp *dp) {
   if (!dp) return;
   for (int r = 0; r < dp->R && dp->device; r++)
     if (dp->rep[r].dev) dp->rep[r].dev->backend->coll_close(dp->rep[r].dev);
+  for (int r = 0; r < dp->R; r++) ct_buckets_destroy(dp->rep[r].buckets);
   for (int r = 1; r < dp->R; r++) {
     ct_step_destroy(dp->rep[r].step);
     ct_optimizer_destroy(dp->rep[r].opt);

@@ -19,26 +19,28 @@
  * The devices are all virtual host devices (cpu:N, ref:N), whose sum reads
  * every replica's memory, or all GPUs (cuda:N, distinct), whose replicas
  * join one communicator of the backend's collectives (NCCL's, a rank per
- * device in this process) and whose sync hook queues the all-reduce of the
- * whole gradient and rank 0's buffers on each device's collective stream:
- * the update waits on the device, and the host checks the previous step's
- * within DP_TIMEOUT_S. Each device gets a thread of its own
+ * device in this process). There each bucket of gradients (DDP's,
+ * parallel/buckets.h) is all-reduced on the device's collective stream as
+ * soon as the backward has queued its last gradient, and the sync hook
+ * queues the rest and rank 0's buffers: the update waits on the device,
+ * and the host checks the previous step's within DP_TIMEOUT_S. Each device gets a thread of its own
  * (ct_device_start_worker) to drive its replica.
  */
 #ifndef CTRAIN_PARALLEL_DP_H
 #define CTRAIN_PARALLEL_DP_H
 
 #include "ctrain/data.h"
+#include "ctrain/dist.h"
 #include "ctrain/step.h"
 
 typedef struct ct_dp ct_dp;
 
-/* R replicas: step0's model, optimizer and configuration on devs[0], and
- * new replicas on devs[1..R) prepared for max_batch (ceil(global batch /
- * R)), their optimizers (of configuration oc, step0's) copied from
- * step0's. */
-ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_config *oc, ct_device *const *devs,
-                       int R, int64_t max_batch, ct_dp **out);
+/* R = dist->dp_count replicas: step0's model, optimizer and configuration
+ * on dist->dp_devices[0], and new replicas on the others prepared for
+ * max_batch (ceil(global batch / R)), their optimizers (of configuration
+ * oc, step0's) copied from step0's. GPUs take dist's bucket sizes. */
+ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_config *oc, const ct_dist_config *dist,
+                       int64_t max_batch, ct_dp **out);
 void ct_dp_destroy(ct_dp *dp);
 /* One global batch through every replica (ct_step_train's contract);
  * the result is replica 0's with the metrics summed, batch = b. */

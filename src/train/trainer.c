@@ -419,7 +419,7 @@ static ct_status fit_open(fit_run *f) {
     if (s != CT_OK) s = ct_error_wrap(s, "fit");
     int R = cfg->dist.dp_count;
     if (s == CT_OK && R >= 2)
-      s = ct_dp_create(f->step, &sc, &cfg->optim, cfg->dist.dp_devices, R, (f->batch_size + R - 1) / R, &f->dp);
+      s = ct_dp_create(f->step, &sc, &cfg->optim, &cfg->dist, (f->batch_size + R - 1) / R, &f->dp);
   }
   if (s == CT_OK && cfg->dist.sync_bn) s = fit_sync_bn_open(f);
   if (s == CT_OK && f->ddp) {

@@ -121,9 +121,14 @@ def refusals(data):
     r = u.run(base + ["--strategy", "dp"])
     u.check(r.returncode == 2 and "--devices" in r.stderr, "dp without --devices: exit %d, %s"
             % (r.returncode, r.stderr.strip()))
+    # Host replicas sum whole gradients: buckets are DP's over GPUs only.
+    r = u.run(base + ["--strategy", "dp", "--devices", "cpu:0,cpu:1", "--bucket-mb", "1"])
+    u.check(r.returncode == 6 and "DataParallel's over GPUs" in r.stderr, "dp on cpu with --bucket-mb: exit %d, %s"
+            % (r.returncode, r.stderr.strip()))
     # The data-parallel flags' usage errors name the flag.
     for flags, says in ((["--strategy", "foo"], "--strategy expects single, dp or ddp"),
                         (["--nproc", "2"], "need --strategy ddp"),
+                        (["--bucket-mb", "2"], "--bucket-mb needs --strategy ddp, or dp over GPUs"),
                         (["--sync-bn"], "--sync-bn needs --strategy dp or ddp"),
                         (["--strategy", "ddp", "--zero", "3"], "--zero expects 0, 1 or 2"),
                         (["--strategy", "ddp", "--nproc", "1.5"], "--nproc expects an integer")):

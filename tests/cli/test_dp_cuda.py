@@ -16,6 +16,10 @@ machine with two GPUs the plain build runs it on the hardware.
   Under bf16 autocast DP is held to what one GPU moves when it
   accumulates the batch in two halves; under fp16 the loss scaler skips
   the same steps and ends at the same scale.
+- Gradient buckets: --bucket-mb 0.001 (a bucket per layer) gives the
+  default's bits, and on the emulator (its CT_EMU_TRACE) the first
+  bucket's all-reduce is queued while the backward still has convolution
+  gradients to queue: the sums overlap the backward.
 - A run repeats bit for bit, a run stopped mid-epoch (--max-steps 6)
   resumes to the uninterrupted run's bits (the optimizer's state read
   back from the first GPU), and the evaluation's accuracy is one GPU's.
@@ -52,6 +56,7 @@ def main():
         u.equals_one_device(d, "cnn_tail", ["--model", "cnn", "--optimizer", "adam", "--lr", "0.002"] + tail, two_gpus)
         u.sync_bn_equals_one_device(d, data, two_gpus)
         sync_bn_host_waits(d, data)
+        buckets_overlap(d, data)
         u.bf16_within_split(d, data, two_gpus)
         u.fp16_scaler_agrees(d, data, 8, two_gpus, timeout=600)
         repeat_and_eval(d, data)
@@ -74,6 +79,10 @@ def repeat_and_eval(d, data):
     r = two_gpus(args + ["--save", a], "dp run a")
     two_gpus(args + ["--save", b], "dp run b")
     u.check(u.same_bits(u.weights(a), u.weights(b)), "DP over GPUs does not repeat bit for bit")
+    tiny = os.path.join(d, "rep_tiny.safetensors")
+    two_gpus(args + ["--bucket-mb", "0.001", "--save", tiny], "dp run with a bucket per layer")
+    if os.path.exists(tiny):
+        u.check(u.same_bits(u.weights(a), u.weights(tiny)), "DP over GPUs: --bucket-mb 0.001 changes the weights")
     u.check("DataParallel over cuda:0,cuda:1" in r.stdout, "no DataParallel banner: %s" % r.stdout[-500:])
     ck, res = os.path.join(d, "rep_ck"), os.path.join(d, "rep_resumed.safetensors")
     two_gpus(args + ["--checkpoint-dir", ck, "--max-steps", "6"], "dp run stopped")
@@ -90,6 +99,37 @@ def repeat_and_eval(d, data):
                 % (y["test_accuracy"], x["test_accuracy"]))
 
 
+def traced(d, name, args):
+    """Runs DP with args under the emulator's CT_EMU_TRACE; the trace's
+    lines, or None where nothing wrote one (real GPUs)."""
+    trace = os.path.join(d, name + ".trace")
+    env = u.ENV
+    u.ENV = dict(env, CT_EMU_TRACE=trace)
+    try:
+        two_gpus(args, name)
+    finally:
+        u.ENV = env
+    if not os.path.exists(trace):
+        print("%s: no emulator trace (real GPUs); not counted" % name)
+        return None
+    with open(trace) as f:
+        return f.read().splitlines()
+
+
+def buckets_overlap(d, data):
+    """One step of the cnn with a bucket per layer: an all-reduce is queued
+    before the backward's last convolution weight gradient."""
+    lines = traced(d, "overlap", ["--model", "cnn", "--epochs", "1", "--max-steps", "1", "--bucket-mb", "0.001"]
+                   + data + u.FAST)
+    if lines is None:
+        return
+    first = next((i for i, ln in enumerate(lines) if "ncclAllReduce" in ln and not ln.startswith("sync")), None)
+    last = max((i for i, ln in enumerate(lines) if "cudnnConvolutionBackwardFilter" in ln), default=None)
+    print("trace: first all-reduce at line %s, last convolution weight gradient at line %s" % (first, last))
+    u.check(first is not None and last is not None and first < last,
+            "DP's bucket all-reduces do not start before the backward ends (lines %s and %s)" % (first, last))
+
+
 def sync_bn_host_waits(d, data):
     """The host's waits (copies to the host, stream and event
     synchronisations; not the emulated NCCL's own) of 6 DP steps of the
@@ -100,20 +140,11 @@ def sync_bn_host_waits(d, data):
             "6"] + data + u.FAST
     waits = []
     for extra in ([], ["--sync-bn"]):
-        trace = os.path.join(d, "trace_%d.txt" % len(waits))
-        env = u.ENV
-        u.ENV = dict(env, CT_EMU_TRACE=trace)
-        try:
-            two_gpus(args + extra, "dp host waits" + (" --sync-bn" if extra else ""))
-        finally:
-            u.ENV = env
-        if not os.path.exists(trace):
-            print("host waits: no emulator trace (real GPUs); not counted")
+        lines = traced(d, "host_waits_%d" % len(waits), args + extra)
+        if lines is None:
             return
-        with open(trace) as f:
-            waits.append(collections.Counter(ln.strip() for ln in f
-                                             if ln.startswith("sync - ") and "emulator:" not in ln
-                                             and "cudaFree" not in ln and "cudaEventQuery" not in ln))
+        waits.append(collections.Counter(ln for ln in lines if ln.startswith("sync - ") and "emulator:" not in ln
+                                         and "cudaFree" not in ln and "cudaEventQuery" not in ln))
     print("host waits of 6 DP steps without / with --sync-bn: %d / %d" % (sum(waits[0].values()),
                                                                        sum(waits[1].values())))
     u.check(waits[0] == waits[1], "--sync-bn adds host waits: %s against %s" % (dict(waits[1]), dict(waits[0])))
