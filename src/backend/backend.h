@@ -124,6 +124,13 @@ struct ct_backend {
 
 /* Completes a table: every NULL op is taken from the reference backend. */
 void ct_backend_fill_defaults(ct_backend *b);
+/* The argument checks of batchnorm_sync_stats and _grads (backend_ops.def),
+ * shared by the backends; who names the backend in the message. */
+ct_status ct_bn_sync_stats_args(const char *who, const ct_tensor *mean, const ct_tensor *invstd,
+                                const ct_tensor *running_mean, const ct_tensor *running_var);
+ct_status ct_bn_sync_grads_args(const char *who, int stage, const ct_tensor *gamma, const ct_tensor *invstd,
+                                const ct_tensor *dgamma, const ct_tensor *dbeta, const ct_tensor *a,
+                                const ct_tensor *b);
 
 const ct_backend *ct_device_backend(const ct_device *d);
 

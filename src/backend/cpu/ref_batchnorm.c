@@ -59,24 +59,12 @@ ct_status ct_ref_batchnorm_apply(ct_device *d, const ct_tensor *x, const ct_tens
   return act == CT_ACT_NONE ? CT_OK : ct_ref_act_fwd(d, act, alpha, y, y);
 }
 
-/* SyncBatchNorm's per-channel vectors: f32 [C], or absent where allowed. */
-static ct_status sync_vec(const char *op, const char *name, const ct_tensor *t, int64_t C, int may_be_null) {
-  if (!t && may_be_null) return CT_OK;
-  if (!t || t->dtype != CT_F32 || ct_tensor_numel(t) != C)
-    return ct_error(CT_ERR_INVALID_ARG, "ref %s: %s must be f32 with %lld values", op, name, (long long)C);
-  return CT_OK;
-}
-
 ct_status ct_ref_batchnorm_sync_stats(ct_device *d, int stage, double n, float momentum, float eps, ct_tensor *mean,
                                       ct_tensor *invstd, ct_tensor *running_mean, ct_tensor *running_var,
                                       double *v) {
   (void)d;
-  const char *op = "batchnorm_sync_stats";
-  const int64_t C = mean ? ct_tensor_numel(mean) : 0;
-  CT_TRY(sync_vec(op, "mean", mean, C, 0));
-  CT_TRY(sync_vec(op, "invstd", invstd, C, 0));
-  CT_TRY(sync_vec(op, "running_mean", running_mean, C, 1));
-  CT_TRY(sync_vec(op, "running_var", running_var, C, 1));
+  CT_TRY(ct_bn_sync_stats_args("ref", mean, invstd, running_mean, running_var));
+  const int64_t C = ct_tensor_numel(mean);
   float *m = mean->data, *is = invstd->data;
   float *rm = running_mean ? running_mean->data : NULL, *rv = running_var ? running_var->data : NULL;
   const double N = stage ? v[C] : 0;
@@ -103,14 +91,8 @@ ct_status ct_ref_batchnorm_sync_grads(ct_device *d, int stage, double n, const c
                                       const ct_tensor *invstd, const ct_tensor *dgamma, const ct_tensor *dbeta,
                                       ct_tensor *a, ct_tensor *b, double *v) {
   (void)d;
-  const char *op = "batchnorm_sync_grads";
-  const int64_t C = invstd ? ct_tensor_numel(invstd) : 0;
-  CT_TRY(sync_vec(op, "invstd", invstd, C, 0));
-  CT_TRY(sync_vec(op, "gamma", gamma, C, 1));
-  CT_TRY(sync_vec(op, "dgamma", dgamma, C, 0));
-  CT_TRY(sync_vec(op, "dbeta", dbeta, C, 0));
-  CT_TRY(sync_vec(op, "a", a, C, stage == 0));
-  CT_TRY(sync_vec(op, "b", b, C, stage == 0));
+  CT_TRY(ct_bn_sync_grads_args("ref", stage, gamma, invstd, dgamma, dbeta, a, b));
+  const int64_t C = ct_tensor_numel(invstd);
   const float *g = gamma ? gamma->data : NULL, *is = invstd->data, *dg = dgamma->data, *db = dbeta->data;
   const double w = n > 0 ? 1.0 : 0.0, N = stage ? v[2 * C] : 0;
   for (int64_t c = 0; c < C; c++) {

@@ -263,48 +263,30 @@ __global__ void k_bn_sync_grads(int stage, double n, int64_t C, const float *g, 
   }
 }
 
-/* f32 [C] per-channel vectors, or absent where allowed. */
-static ct_status sync_vec(const char *op, const char *name, const ct_tensor *t, int64_t C, int may_be_null) {
-  if (!t && may_be_null) return CT_OK;
-  if (!t || t->dtype != CT_F32 || ct_tensor_numel(t) != C)
-    return ct_error(CT_ERR_INVALID_ARG, "cuda %s: %s must be f32 with %lld values", op, name, (long long)C);
-  return CT_OK;
-}
-
 #define F32P(t) ((t) ? (float *)(t)->data : NULL)
 
 extern "C" ct_status cuda_batchnorm_sync_stats(ct_device *d, int stage, double n, float momentum, float eps,
                                                ct_tensor *mean, ct_tensor *invstd, ct_tensor *running_mean,
                                                ct_tensor *running_var, double *vals) {
-  const char *op = "batchnorm_sync_stats";
-  const int64_t C = mean ? ct_tensor_numel(mean) : 0;
-  CT_TRY(sync_vec(op, "mean", mean, C, 0));
-  CT_TRY(sync_vec(op, "invstd", invstd, C, 0));
-  CT_TRY(sync_vec(op, "running_mean", running_mean, C, 1));
-  CT_TRY(sync_vec(op, "running_var", running_var, C, 1));
+  CT_TRY(ct_bn_sync_stats_args("cuda", mean, invstd, running_mean, running_var));
+  const int64_t C = ct_tensor_numel(mean);
   CT_TRY(cuda_enter(d));
   k_bn_sync_stats<<<ct_blocks(C + 1), CT_THREADS, 0, STREAM(d)>>>(stage, n, (double)momentum, (double)eps, C,
                                                                    F32P(mean), F32P(invstd), F32P(running_mean),
                                                                    F32P(running_var), vals);
-  CUDA_LAUNCHED(op);
+  CUDA_LAUNCHED("batchnorm_sync_stats");
   return CT_OK;
 }
 
 extern "C" ct_status cuda_batchnorm_sync_grads(ct_device *d, int stage, double n, const ct_tensor *gamma,
                                                const ct_tensor *invstd, const ct_tensor *dgamma,
                                                const ct_tensor *dbeta, ct_tensor *a, ct_tensor *b, double *vals) {
-  const char *op = "batchnorm_sync_grads";
-  const int64_t C = invstd ? ct_tensor_numel(invstd) : 0;
-  CT_TRY(sync_vec(op, "invstd", invstd, C, 0));
-  CT_TRY(sync_vec(op, "gamma", gamma, C, 1));
-  CT_TRY(sync_vec(op, "dgamma", dgamma, C, 0));
-  CT_TRY(sync_vec(op, "dbeta", dbeta, C, 0));
-  CT_TRY(sync_vec(op, "a", a, C, stage == 0));
-  CT_TRY(sync_vec(op, "b", b, C, stage == 0));
+  CT_TRY(ct_bn_sync_grads_args("cuda", stage, gamma, invstd, dgamma, dbeta, a, b));
+  const int64_t C = ct_tensor_numel(invstd);
   CT_TRY(cuda_enter(d));
   k_bn_sync_grads<<<ct_blocks(C + 1), CT_THREADS, 0, STREAM(d)>>>(stage, n, C, F32P(gamma), F32P(invstd),
                                                                    F32P(dgamma), F32P(dbeta), F32P(a), F32P(b), vals);
-  CUDA_LAUNCHED(op);
+  CUDA_LAUNCHED("batchnorm_sync_grads");
   return CT_OK;
 }
 #undef F32P
