@@ -17,7 +17,8 @@
  * collectives must be called with that device current on buffers of it.
  * A collective first runs everything
  * its stream has queued (with what that stream waits for through events),
- * then communicates at once, before returning. Running it at the call
+ * then communicates at once, before returning; inside a stream capture
+ * between processes it is recorded and communicates at each replay. Running it at the call
  * rather than when the stream is next drained keeps every rank's MPI
  * calls in host program order, so the emulated collectives and the host's
  * own MPI collectives (ct_comm) never wait on each other. What this checks:
@@ -41,6 +42,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -171,9 +173,16 @@ void leave(ncclComm_t comm) {
   delete comm;
 }
 
-/* The collective as it would fail on NCCL: a host pointer, a captured
- * stream, a dtype or op the backend does not use. */
-ncclResult_t start(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t stream, const char *who) {
+/* Checks a collective as NCCL would fail it (a host pointer, a dtype or
+ * op the backend does not use: by the callers) and runs op: at once, after
+ * the stream's queued work (what writes the buffer), or, inside a stream
+ * capture between processes, at each replay of the graph, in its place
+ * among the captured work (NCCL's own graph support). Ranks of one
+ * process cannot meet inside a replay (the emulator runs a replay under
+ * its lock, so the other ranks could never arrive): there a capture is
+ * refused as not emulated. */
+ncclResult_t issue(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t stream, const char *who,
+                   std::function<ncclResult_t()> op) {
   if (!comm) return ncclInvalidArgument;
   if (ct_emu::current_device() != comm->device) {
     fprintf(stderr, "ct_emu: %s on the communicator of device %d with device %d current\n", who, comm->device,
@@ -182,14 +191,23 @@ ncclResult_t start(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t 
   }
   if (!ct_emu::check_device_range(buf, bytes, who, "buffer")) return ncclInvalidArgument;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
-    fprintf(stderr, "ct_emu: %s inside a stream capture is not emulated\n", who);
+  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs == cudaStreamCaptureStatusInvalidated)
     return ncclInvalidUsage;
+  if (cs == cudaStreamCaptureStatusActive) {
+    if (comm->clique) {
+      fprintf(stderr, "ct_emu: %s inside a stream capture between ranks of one process is not emulated\n", who);
+      return ncclInvalidUsage;
+    }
+    ct_emu::trace(stream, "%s %zu bytes", who, bytes);
+    std::string name = who;
+    ct_emu::enqueue(stream, [op, name]() {
+      if (op() != ncclSuccess) ct_emu::fail(cudaErrorLaunchFailure, name + " failed in a graph replay");
+    });
+    return ncclSuccess;
   }
-  /* The buffer's writers: whatever the stream was told to wait for. */
   if (ct_emu::drain_stream(stream, who) != cudaSuccess) return ncclUnhandledCudaError;
   ct_emu::trace(stream, "%s %zu bytes", who, bytes);
-  return ncclSuccess;
+  return op();
 }
 
 ncclResult_t mpi(int e) { return e == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
@@ -270,19 +288,19 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
   size_t size;
   MPI_Datatype mt;
   if (!sum_type(datatype, &size, &mt) || op != ncclSum || count > (size_t)INT32_MAX) return ncclInvalidArgument;
-  ncclResult_t r = start(comm, recvbuff, count * size, stream, "ncclAllReduce");
-  if (r != ncclSuccess) return r;
-  if (comm->clique) {
-    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * size);
-    return meet(comm, recvbuff, call_name("ncclAllReduce", count, datatype, -1),
-                [datatype, count](std::vector<void *> &bufs) {
-                  std::vector<char> sum(count * (datatype == ncclFloat64 ? 8 : 4));
-                  sum_as(datatype, sum.data(), bufs, count);
-                  for (void *b : bufs) memcpy(b, sum.data(), sum.size());
-                });
-  }
-  return mpi(MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count, mt, MPI_SUM,
-                           comm->mc));
+  return issue(comm, recvbuff, count * size, stream, "ncclAllReduce", [=]() {
+    if (comm->clique) {
+      if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * size);
+      return meet(comm, recvbuff, call_name("ncclAllReduce", count, datatype, -1),
+                  [datatype, count](std::vector<void *> &bufs) {
+                    std::vector<char> sum(count * (datatype == ncclFloat64 ? 8 : 4));
+                    sum_as(datatype, sum.data(), bufs, count);
+                    for (void *b : bufs) memcpy(b, sum.data(), sum.size());
+                  });
+    }
+    return mpi(MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count, mt, MPI_SUM,
+                             comm->mc));
+  });
 }
 
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
@@ -292,17 +310,18 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, nccl
   if (!sum_type(datatype, &size, &mt) || op != ncclSum || count > (size_t)INT32_MAX || !comm || root < 0 ||
       root >= comm->size)
     return ncclInvalidArgument;
-  ncclResult_t r = start(comm, recvbuff, count * size, stream, "ncclReduce");
-  if (r != ncclSuccess) return r;
-  if (comm->clique) {
-    /* Only the root's buffer is defined afterwards; the sends stay as
-     * they were. */
-    if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * size);
-    return meet(comm, comm->rank == root ? recvbuff : (void *)sendbuff, call_name("ncclReduce", count, datatype, root),
-                [datatype, count, root](std::vector<void *> &bufs) { sum_as(datatype, bufs[root], bufs, count); });
-  }
-  const bool in_place = comm->rank == root && sendbuff == recvbuff;
-  return mpi(MPI_Reduce(in_place ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count, mt, MPI_SUM, root, comm->mc));
+  return issue(comm, recvbuff, count * size, stream, "ncclReduce", [=]() {
+    if (comm->clique) {
+      /* Only the root's buffer is defined afterwards; the sends stay as
+       * they were. */
+      if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * size);
+      return meet(comm, comm->rank == root ? recvbuff : (void *)sendbuff,
+                  call_name("ncclReduce", count, datatype, root),
+                  [datatype, count, root](std::vector<void *> &bufs) { sum_as(datatype, bufs[root], bufs, count); });
+    }
+    const bool in_place = comm->rank == root && sendbuff == recvbuff;
+    return mpi(MPI_Reduce(in_place ? MPI_IN_PLACE : sendbuff, recvbuff, (int)count, mt, MPI_SUM, root, comm->mc));
+  });
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -310,20 +329,20 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, n
   size_t size = datatype == ncclUint8 ? 1 : datatype == ncclFloat32 ? 4 : 0;
   if (!size || count > (size_t)INT32_MAX / size || !comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
   const size_t bytes = count * size;
-  ncclResult_t r = start(comm, recvbuff, bytes, stream, "ncclBroadcast");
-  if (r != ncclSuccess) return r;
-  if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
-  if (comm->clique)
-    return meet(comm, recvbuff, call_name("ncclBroadcast", count, datatype, root),
-                [bytes, root](std::vector<void *> &bufs) {
-                  for (size_t k = 0; k < bufs.size(); k++)
-                    if ((int)k != root) memcpy(bufs[k], bufs[root], bytes);
-                });
-  return mpi(MPI_Bcast(recvbuff, (int)bytes, MPI_BYTE, root, comm->mc));
+  return issue(comm, recvbuff, bytes, stream, "ncclBroadcast", [=]() {
+    if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
+    if (comm->clique)
+      return meet(comm, recvbuff, call_name("ncclBroadcast", count, datatype, root),
+                  [bytes, root](std::vector<void *> &bufs) {
+                    for (size_t k = 0; k < bufs.size(); k++)
+                      if ((int)k != root) memcpy(bufs[k], bufs[root], bytes);
+                  });
+    return mpi(MPI_Bcast(recvbuff, (int)bytes, MPI_BYTE, root, comm->mc));
+  });
 }
 
-/* Grouping changes nothing here: every collective runs at its call, and
- * every rank calls them in the same order. */
+/* Grouping changes nothing here: every collective runs at its call (or
+ * its replay), and every rank calls them in the same order. */
 ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 

@@ -17,7 +17,12 @@
  * record. While a thread captures, it may not allocate, free or
  * synchronise (cudaErrorStreamCaptureUnsupported, and the capture is
  * invalidated), as with cudaStreamCaptureModeGlobal/ThreadLocal; nor may
- * a capturing stream wait on an event recorded outside the capture.
+ * a capturing stream wait on an event recorded outside the capture. A
+ * stream that waits on an event recorded inside a capture joins it (the
+ * runtime's fork): its work is recorded into the capture, in call order
+ * with the rest, and the capture ends only once every such stream has
+ * joined back (a capturing stream waited on an event recorded on it after
+ * its last work), else cudaErrorStreamCaptureUnjoined.
  *
  * New device memory is filled with 0xff bytes (NaN in every float dtype):
  * a kernel that reads what nobody wrote shows. Every allocation ends at a
@@ -60,6 +65,12 @@ struct CUstream_st {
   bool capturing = false, invalid = false;
   std::thread::id owner;
   std::vector<std::function<void()>> nodes;
+  /* A stream forked into another's capture: that origin records its
+   * work; captured counts the work it recorded, joined how much of it a
+   * capturing stream has waited for. */
+  CUstream_st *origin = nullptr;
+  std::vector<CUstream_st *> forks; /* an origin's forked streams */
+  uint64_t captured = 0, joined = 0;
   std::deque<EmuJob> q;          /* queued, not run yet */
   uint64_t queued = 0, done = 0; /* jobs ever queued / run */
 };
@@ -69,6 +80,8 @@ struct CUevent_st {
   CUstream_st *stream = nullptr; /* NULL: never recorded, an empty set of work */
   uint64_t seq = 0;
   bool in_capture = false; /* last recorded in a capturing stream */
+  CUstream_st *captured_on = nullptr; /* that stream, and its work recorded so far */
+  uint64_t captured_seq = 0;
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> nodes;
@@ -358,7 +371,8 @@ void enqueue(cudaStream_t s, std::function<void()> fn) {
   std::lock_guard<std::recursive_mutex> lk(g_mu);
   CUstream_st *st = stream_of(s);
   if (st->capturing) {
-    st->nodes.push_back(std::move(fn));
+    (st->origin ? st->origin : st)->nodes.push_back(std::move(fn));
+    st->captured++;
   } else if (immediate()) {
     run_on(st, fn);
     st->queued++, st->done++;
@@ -510,6 +524,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
     case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
     default: return "cudaError (emulator: unnamed)";
   }
 }
@@ -528,6 +543,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnjoined: return "capture was not joined back to the origin stream";
     default: return cudaGetErrorName(e);
   }
 }
@@ -797,9 +813,21 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
       st->invalid = true;
       return ret(cudaErrorStreamCaptureIsolation);
     }
-    return cudaSuccess; /* captured work replays in order anyway */
+    /* Captured work replays in order anyway; a fork's work up to the
+     * event has joined. */
+    CUstream_st *f = e->captured_on;
+    if (f && f->capturing && f->joined < e->captured_seq) f->joined = e->captured_seq;
+    return cudaSuccess;
   }
-  if (e->in_capture) return ret(cudaErrorCapturedEvent);
+  if (e->in_capture) {
+    /* The fork: s joins the capture e was recorded in. */
+    CUstream_st *f = e->captured_on, *origin = f && f->capturing ? (f->origin ? f->origin : f) : nullptr;
+    if (!origin || st == &g_default_stream) return ret(cudaErrorCapturedEvent);
+    st->capturing = true, st->invalid = false, st->owner = origin->owner;
+    st->origin = origin, st->captured = st->joined = 0;
+    origin->forks.push_back(st);
+    return cudaSuccess;
+  }
   /* A destroyed stream ran everything at its destruction. */
   if (!e->stream || e->stream == st || !live_stream(e->stream)) return cudaSuccess;
   trace(s, "wait for stream %d", e->stream->id);
@@ -817,14 +845,30 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mo
   s->invalid = false;
   s->owner = std::this_thread::get_id();
   s->nodes.clear();
+  s->origin = nullptr;
+  s->forks.clear();
+  s->captured = s->joined = 0;
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
   LOCK;
   *g = nullptr;
-  if (!s || !s->capturing) return ret(cudaErrorIllegalState);
+  if (!s || !s->capturing || s->origin) return ret(cudaErrorIllegalState);
   s->capturing = false;
+  bool unjoined = false;
+  for (CUstream_st *f : s->forks) {
+    unjoined = unjoined || f->joined < f->captured;
+    s->invalid = s->invalid || f->invalid;
+    f->capturing = false, f->origin = nullptr;
+  }
+  s->forks.clear();
+  if (unjoined && !s->invalid) {
+    fprintf(stderr, "ct_emu: cudaStreamEndCapture: a stream forked into the capture has work the capturing stream "
+                    "never waited for\n");
+    s->nodes.clear();
+    return ret(cudaErrorStreamCaptureUnjoined);
+  }
   if (s->invalid) {
     s->nodes.clear();
     return ret(cudaErrorStreamCaptureInvalidated);
@@ -890,6 +934,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   e->in_capture = st->capturing;
   e->stream = st->capturing ? nullptr : st;
   e->seq = st->queued;
+  e->captured_on = st->capturing ? st : nullptr;
+  e->captured_seq = st->captured;
   return cudaSuccess;
 }
 

@@ -260,6 +260,39 @@ static void test_graph() {
   CHECK(h[0] == 3.f && h[1] == 3.f);
   cudaGraphExecDestroy(e);
 
+  /* Fork and join: a stream waiting on an event recorded in the capture
+   * joins it, and its work replays with the rest; ending the capture
+   * before it joined back fails. */
+  cudaStream_t f;
+  cudaEvent_t fork, join;
+  CHECK(cudaStreamCreateWithFlags(&f, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess);
+  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess);
+  for (int joined = 0; joined < 2; joined++) {
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    CHECK(cudaEventRecord(fork, s) == cudaSuccess);
+    CHECK(cudaStreamWaitEvent(f, fork, 0) == cudaSuccess);
+    cudaStreamCaptureStatus cs;
+    CHECK(cudaStreamIsCapturing(f, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive);
+    ct_emu_launch(k_add, 2, 128, 0, f)(x, 10.f, n);
+    CHECK(cudaEventRecord(join, f) == cudaSuccess);
+    if (joined) CHECK(cudaStreamWaitEvent(s, join, 0) == cudaSuccess);
+    ct_emu_launch(k_add, 2, 128, 0, s)(x, 1.f, n);
+    cudaError_t end = cudaStreamEndCapture(s, &g);
+    CHECK(end == (joined ? cudaSuccess : cudaErrorStreamCaptureUnjoined));
+    CHECK(cudaStreamIsCapturing(f, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone);
+    (void)cudaGetLastError();
+  }
+  CHECK(cudaGraphInstantiate(&e, g, 0) == cudaSuccess);
+  CHECK(cudaGraphDestroy(g) == cudaSuccess);
+  CHECK(cudaGraphLaunch(e, s) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(cudaMemcpy(h, x, 8, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(h[0] == 14.f && h[1] == 14.f);
+  cudaGraphExecDestroy(e);
+  cudaEventDestroy(fork), cudaEventDestroy(join);
+  cudaStreamDestroy(f);
+
   /* Allocating or synchronising while capturing breaks the capture. */
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
   void *p = nullptr;
