@@ -122,10 +122,14 @@ typedef struct ct_step_hooks {
    * one that all-reduced whole gradients has them agreeing already. */
   ct_status (*reduce)(void *ctx, ct_step *s, ct_step_reduce what, ct_tensor *vals);
   /* 1: the hooks only queue work on the device's stream (NCCL
-   * collectives), which a CUDA graph captures and replays. 0: a step
-   * with hooks runs eagerly even when cuda_graph was asked for, since a
-   * replay calls no host code. */
+   * collectives), which a CUDA graph captures and replays, and host work
+   * that a replay may skip. 0: a step with hooks runs eagerly even when
+   * cuda_graph was asked for, since a replay calls no host code. */
   int graph_safe;
+  /* After each launch of the captured step (the capture's own first run
+   * included): the host work a replay skips, such as checking on the
+   * collectives the graph queues. */
+  ct_status (*replayed)(void *ctx, ct_step *s);
   /* After the optimizer's update of the group's last micro-batch (also
    * when it was skipped), before the weights are read again: a strategy
    * that updates a shard gathers the parameters here. */

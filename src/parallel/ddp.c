@@ -21,6 +21,7 @@ struct ct_ddp {
   ct_buckets *b;
   int nb;
   int *req;           /* [nb] each bucket's started collective over MPI, or -1 */
+  double step_bytes;  /* the buckets' bytes, what a step sends */
   ct_ddp_stats stats;
   int zero;           /* 1: reduce-scatter, shard updates, all-gather; 2: also releases the other shards' gradients */
   size_t nflat;       /* the flat buffers' length */
@@ -124,6 +125,9 @@ ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_d
     return st;
   }
   for (int k = 0; k < d->nb; k++) {
+    size_t lo, hi;
+    ct_buckets_range(d->b, k, &lo, &hi);
+    d->step_bytes += (double)(hi - lo) * sizeof(float);
     d->req[k] = -1;
     /* ZeRO-2: the other shards' gradients are never resident between
      * steps, from the start (the model zeroed them all when it was made). */
@@ -229,6 +233,20 @@ static ct_status sync_hook(void *ctx, ct_step *s) {
   return st == CT_OK && !d->dev ? bcast_buffers(d, step) : st;
 }
 
+/* A launch of the captured step (graph_safe on a device): its
+ * collectives are checked one step late, as the sync hook does eagerly. */
+static ct_status replayed(void *ctx, ct_step *s) {
+  ct_ddp *d = ctx;
+  int64_t step = ct_step_current(s)->step;
+  CT_TRY(d->dev->backend->coll_mark(d->dev));
+  char what[96];
+  snprintf(what, sizeof what, "the collectives of step %lld", (long long)step - 1);
+  CT_TRY(d->dev->backend->coll_wait(d->dev, 1, ct_comm_timeout(d->c), what));
+  d->stats.bytes += d->step_bytes;
+  d->stats.steps++;
+  return CT_OK;
+}
+
 ct_status ct_ddp_finish(ct_ddp *d) {
   if (!d->dev) return CT_OK;
   return d->dev->backend->coll_wait(d->dev, 0, ct_comm_timeout(d->c), "the last step's collectives");
@@ -274,6 +292,10 @@ void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h) {
   h->sync = sync_hook;
   h->reduce = reduce;
   if (d->zero) h->updated = updated;
+  /* On a device every hook only queues collectives (and bookkeeping a
+   * capture does once); a replay's host part is `replayed`. */
+  h->graph_safe = d->dev != NULL;
+  if (d->dev) h->replayed = replayed;
 }
 
 ct_status ct_ddp_gather_optimizer(ct_ddp *d, const ct_optimizer *opt, ct_optimizer *full) {

@@ -553,7 +553,7 @@ static ct_status capture(ct_step *s, int k, int *ran) {
   free(counters);
   CT_TRY(s->be->graph_launch(s->dev, s->graph[k]));
   *ran = 1;
-  return CT_OK;
+  return s->hooks.replayed ? s->hooks.replayed(s->hooks.ctx, s) : CT_OK;
 }
 
 /* Replays slot k's graph, or captures it once the warm-up steps ran;
@@ -566,7 +566,7 @@ static ct_status graph_step(ct_step *s, int *ran) {
     if (s->be->graph_launch(s->dev, s->graph[k]) == CT_OK) {
       *ran = 1;
       count_bn_batches(s->m);
-      return CT_OK;
+      return s->hooks.replayed ? s->hooks.replayed(s->hooks.ctx, s) : CT_OK;
     }
     /* The scratch buffer moved (a larger evaluation batch): capture again. */
     s->be->graph_free(s->dev, s->graph[k]);

@@ -29,6 +29,10 @@ runs it on the hardware.
   Rank 0's device peak falls by half of Adam's state (--metrics-json).
 - A run repeats bit for bit; --check-sync compares the weights on the
   ranks every few steps (copied back from the devices).
+- --cuda-graph: the step, its NCCL calls included, is captured after the
+  warm-up steps and replayed, with the eager run's bits, plain and under
+  ZeRO-1 (the emulator records a collective in a capture between
+  processes and communicates at each replay).
 - SyncBatchNorm (--sync-bn) on a batch-norm model trains as one GPU does
   (within 1e-4; without it the weights drift further).
 - What is not built for GPUs is refused at start, naming it: --zero 2.
@@ -79,7 +83,8 @@ def zero(d, data):
     clip = ["--model", "cnn", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--clip-grad-norm", "0.5",
             "--batch-size", "16", "--epochs", "3", "--max-steps", "20"] + data + u.FAST
     w = {}
-    for tag, args, extra in (("mlp", mlp, []), ("mlp_zero", mlp, ["--zero", "1"]), ("clip", clip, []),
+    for tag, args, extra in (("mlp", mlp, []), ("mlp_zero", mlp, ["--zero", "1"]),
+                             ("mlp_zero_graph", mlp, ["--zero", "1", "--cuda-graph"]), ("clip", clip, []),
                              ("clip_zero", clip, ["--zero", "1"])):
         p = os.path.join(d, "z_%s.safetensors" % tag)
         m = ["--metrics-json", os.path.join(d, "z_%s.json" % tag)]
@@ -88,8 +93,12 @@ def zero(d, data):
         if extra:
             u.check("ZeRO-1: optimizer state" in r.stdout and "per rank" in r.stdout,
                     "--zero 1 on cuda: the banner does not show the per-rank state: %s" % r.stdout[:400])
+        if "--cuda-graph" in extra:
+            u.check("cuda graph: on" in r.stdout, "--zero 1 --cuda-graph: the step was not captured: %s"
+                    % r.stdout[-400:])
     if all(w.values()):
         u.check(u.same_bits(w["mlp"], w["mlp_zero"]), "--zero 1 on GPUs changes the mlp's weights")
+        u.check(u.same_bits(w["mlp"], w["mlp_zero_graph"]), "--zero 1 with --cuda-graph changes the mlp's weights")
         # Rank 0's GPU holds half of Adam's two state buffers: its device
         # peak falls by that much.
         n = sum(int(t.numel()) for t in w["mlp"].values())
@@ -140,6 +149,11 @@ def repeat_and_check(d, data):
     mu.ddp_ok(2, args + ["--save", b], "ddp run b", timeout=600)
     u.check(u.same_bits(u.weights(a), u.weights(b)), "DDP over GPUs does not repeat bit for bit")
     u.check("cuda:0" in r.stdout, "rank 0 did not train on cuda:0: %s" % r.stdout[-500:])
+    g = os.path.join(d, "rep_graph.safetensors")
+    r = mu.ddp_ok(2, args + ["--save", g, "--cuda-graph"], "ddp run with --cuda-graph", timeout=600)
+    u.check("cuda graph: on" in r.stdout, "DDP --cuda-graph: the step was not captured: %s" % r.stdout[-400:])
+    if os.path.exists(g):
+        u.check(u.same_bits(u.weights(a), u.weights(g)), "DDP over GPUs with --cuda-graph differs from eager")
 
 
 def refused(d, data):

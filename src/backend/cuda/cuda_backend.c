@@ -101,6 +101,7 @@ static ct_backend cuda_table = {
     .coll_reduce_scatter = cuda_coll_reduce_scatter,
     .coll_allgather = cuda_coll_allgather,
     .coll_fence = cuda_coll_fence,
+    .coll_mark = cuda_coll_mark,
     .coll_wait = cuda_coll_wait,
     .coll_close = cuda_coll_close,
 #endif

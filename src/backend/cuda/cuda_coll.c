@@ -85,6 +85,7 @@ typedef struct cuda_coll {
   cudaStream_t stream;
   cudaEvent_t ready;    /* the compute stream's point a collective waits for */
   cudaEvent_t fence[2]; /* the last two fences, alternating */
+  cudaEvent_t join;     /* a fence inside a stream capture */
   int64_t fences;       /* fences recorded */
 } cuda_coll;
 
@@ -106,6 +107,7 @@ ct_status cuda_coll_open(ct_device *d, const void *id, int rank, int size) {
   CUDA_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   CUDA_TRY(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
   for (int k = 0; k < 2; k++) CUDA_TRY(cudaEventCreateWithFlags(&c->fence[k], cudaEventDisableTiming));
+  CUDA_TRY(cudaEventCreateWithFlags(&c->join, cudaEventDisableTiming));
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
   NCCL_TRY(nccl.CommInitRank(&c->comm, size, u, rank));
@@ -165,14 +167,31 @@ ct_status cuda_coll_bcast(ct_device *d, void *buf, size_t bytes, int root) {
   return CT_OK;
 }
 
+/* Whether the compute stream is capturing a graph. */
+static int capturing(cuda_dev *cd) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(cd->stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone;
+}
+
 ct_status cuda_coll_fence(ct_device *d) {
   cuda_dev *cd = cuda_dev_of(d);
   cuda_coll *c = cd->coll;
   if (!c) return ct_error(CT_ERR_INVALID_ARG, "%s: no communicator (coll_open)", d->name);
   CT_TRY(cuda_enter(d));
-  cudaEvent_t e = c->fence[c->fences % 2];
+  int cap = capturing(cd);
+  cudaEvent_t e = cap ? c->join : c->fence[c->fences % 2];
   CUDA_TRY(cudaEventRecord(e, c->stream));
   CUDA_TRY(cudaStreamWaitEvent(cd->stream, e, 0));
+  c->fences += !cap;
+  return CT_OK;
+}
+
+ct_status cuda_coll_mark(ct_device *d) {
+  cuda_dev *cd = cuda_dev_of(d);
+  cuda_coll *c = cd->coll;
+  if (!c) return ct_error(CT_ERR_INVALID_ARG, "%s: no communicator (coll_open)", d->name);
+  CT_TRY(cuda_enter(d));
+  CUDA_TRY(cudaEventRecord(c->fence[c->fences % 2], cd->stream));
   c->fences++;
   return CT_OK;
 }
@@ -195,7 +214,7 @@ ct_status cuda_coll_wait(ct_device *d, int back, double timeout, const char *wha
   cuda_coll *c = cuda_dev_of(d)->coll;
   if (!c) return ct_error(CT_ERR_INVALID_ARG, "%s: no communicator (coll_open)", d->name);
   if (back < 0 || back > 1) return ct_error(CT_ERR_INVALID_ARG, "coll_wait: back %d is not 0 or 1", back);
-  if (c->fences <= back) return CT_OK;
+  if (c->fences <= back || capturing(cuda_dev_of(d))) return CT_OK;
   CT_TRY(cuda_enter(d));
   cudaEvent_t e = c->fence[(c->fences - 1 - back) % 2];
   double t0 = now_s();
@@ -228,6 +247,7 @@ void cuda_coll_close(ct_device *d) {
   }
   for (int k = 0; k < 2; k++)
     if (c->fence[k]) (void)cudaEventDestroy(c->fence[k]);
+  if (c->join) (void)cudaEventDestroy(c->join);
   if (c->ready) (void)cudaEventDestroy(c->ready);
   if (c->stream) (void)cudaStreamDestroy(c->stream);
   free(c);
