@@ -56,6 +56,11 @@ ct_status ct_progress_update(ct_progress *p, int64_t step, const char *const *na
  * (CT_ERR_IO if the write fails, CT_ERR_INVALID_ARG for NULL arrays). */
 ct_status ct_progress_end(ct_progress *p, const char *const *names, const double *values, int n);
 
+/* Writes text and a newline on a line of its own during the epoch: on a
+ * terminal an in-place bar is ended first, and the next update draws on
+ * the line after. CT_ERR_IO if the write fails. */
+ct_status ct_progress_message(ct_progress *p, const char *text);
+
 /* Frees p without a final line, e.g. when an epoch is aborted by an error;
  * on a terminal, an in-place bar on screen is ended with a newline so what
  * is printed next starts on its own line. NULL is a no-op. */

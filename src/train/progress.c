@@ -196,6 +196,15 @@ ct_status ct_progress_end(ct_progress *p, const char *const *names, const double
   return s;
 }
 
+ct_status ct_progress_message(ct_progress *p, const char *text) {
+  if (p->tty && p->last_len > 0) fputc('\n', p->out);
+  p->last_len = 0;
+  fputs(text, p->out);
+  fputc('\n', p->out);
+  if (fflush(p->out) != 0 || ferror(p->out)) return ct_error(CT_ERR_IO, "progress: writing to the output stream failed");
+  return CT_OK;
+}
+
 void ct_progress_free(ct_progress *p) {
   if (!p) return;
   if (p->tty && p->last_len > 0) {

@@ -519,13 +519,16 @@ static ct_status train_epoch(fit_run *f, ct_progress *pg, double t0, int64_t *im
  * reason for none. Until the warm-up steps have run neither exists (an
  * epoch of two batches is all warm-up), so the line waits; the last epoch
  * prints it whatever it is. */
-static void tell_graph(fit_run *f, int stop) {
+static void tell_graph(fit_run *f, ct_progress *pg, int stop) {
   const ct_train_config *cfg = f->cfg;
   if (!ct_step_on_device(f->step) || !cfg->progress || !cfg->cuda_graph || f->graph_told) return;
   const char *note = NULL;
   int on = ct_step_graph_on(f->step, &note);
   if (on || note || stop || f->ls.epoch + 1 >= cfg->epochs) {
-    fprintf(cfg->progress, "cuda graph: %s%s\n", on ? "on" : "off: ", on ? "" : note ? note : "not captured");
+    char line[600];
+    snprintf(line, sizeof line, "cuda graph: %s%s", on ? "on" : "off: ", on ? "" : note ? note : "not captured");
+    if (pg) (void)ct_progress_message(pg, line);
+    else fprintf(cfg->progress, "%s\n", line);
     f->graph_told = 1;
   }
 }
@@ -676,7 +679,7 @@ ct_status ct_fit(ct_model *m, ct_device *dev, ct_loader *train, ct_loader *val, 
       s = ct_progress_begin(cfg->progress, (int)epoch + 1, cfg->epochs, f.batches, cfg->progress_tty, &pg);
     double t0 = now_s();
     if (s == CT_OK) s = train_epoch(&f, pg, t0, &images, &stop);
-    if (s == CT_OK) tell_graph(&f, stop);
+    if (s == CT_OK) tell_graph(&f, pg, stop);
     double dt = now_s() - t0;
     f.ls.train_seconds += dt;
     f.ls.train_images += images;

@@ -262,8 +262,36 @@ static void test_errors(void) {
   fclose(f);
 }
 
+/* A message during the epoch gets a line of its own, on a terminal too
+ * (the bar drawn before it is ended, and the next draw starts after it). */
+static void test_message(void) {
+  for (int tty = 0; tty <= 1; tty++) {
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (!f) return;
+    fake_clock clk = {0};
+    ct_progress *p = NULL;
+    CHECK_OK(ct_progress_begin(f, 1, 1, 4, tty, &p));
+    if (!p) return;
+    ct_progress_set_clock(p, fake_now, &clk);
+    for (int s = 1; s <= 3; s++) {
+      clk.ms += 1000;
+      CHECK_OK(ct_progress_update(p, s, NULL, NULL, 0, 0));
+      if (s == 2) CHECK_OK(ct_progress_message(p, "cuda graph: on"));
+    }
+    CHECK_OK(ct_progress_end(p, NULL, NULL, 0));
+    char *out = read_back(f);
+    fclose(f);
+    const char *m = strstr(out, "cuda graph: on");
+    CHECK_MSG(m && m[-1] == '\n' && m[14] == '\n', "tty %d: the message shares a line: %s", tty, out);
+    CHECK_MSG(m && strstr(m, "4/4") != NULL, "tty %d: no bar after the message: %s", tty, out);
+    free(out);
+  }
+}
+
 int main(void) {
   test_tty();
+  test_message();
   srand(99);
   run_plain(100, 9);
   run_plain(7, 6);
