@@ -44,6 +44,10 @@ namespace ct_emu {
  * in fn (descriptors may be destroyed right after the call, host scalars
  * such as alpha/beta are read at the call). */
 void enqueue(cudaStream_t s, std::function<void()> fn);
+/* Inside a capture on s: records fn as a node that meets other threads
+ * (an in-process NCCL collective), which a replay runs outside the
+ * emulator's lock; false (nothing recorded) when s is not capturing. */
+bool record_meeting(cudaStream_t s, std::function<void()> fn);
 
 /* With CT_EMU_TRACE=<file>, appends one line per call that queues work or
  * waits for it, in the host's call order: "run <stream> <what>" for work

@@ -18,7 +18,8 @@
  * A collective first runs everything
  * its stream has queued (with what that stream waits for through events),
  * then communicates at once, before returning; inside a stream capture
- * between processes it is recorded and communicates at each replay. Running it at the call
+ * it is recorded and communicates at each replay (in-process ranks meet
+ * outside the emulator's lock there). Running it at the call
  * rather than when the stream is next drained keeps every rank's MPI
  * calls in host program order, so the emulated collectives and the host's
  * own MPI collectives (ct_comm) never wait on each other. What this checks:
@@ -176,11 +177,10 @@ void leave(ncclComm_t comm) {
 /* Checks a collective as NCCL would fail it (a host pointer, a dtype or
  * op the backend does not use: by the callers) and runs op: at once, after
  * the stream's queued work (what writes the buffer), or, inside a stream
- * capture between processes, at each replay of the graph, in its place
- * among the captured work (NCCL's own graph support). Ranks of one
- * process cannot meet inside a replay (the emulator runs a replay under
- * its lock, so the other ranks could never arrive): there a capture is
- * refused as not emulated. */
+ * capture, at each replay of the graph, in its place among the captured
+ * work (NCCL's own graph support). Ranks of one process meet in a replay
+ * outside the emulator's lock (record_meeting), so each rank's launch
+ * gets in to arrive. */
 ncclResult_t issue(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t stream, const char *who,
                    std::function<ncclResult_t()> op) {
   if (!comm) return ncclInvalidArgument;
@@ -194,15 +194,13 @@ ncclResult_t issue(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t 
   if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs == cudaStreamCaptureStatusInvalidated)
     return ncclInvalidUsage;
   if (cs == cudaStreamCaptureStatusActive) {
-    if (comm->clique) {
-      fprintf(stderr, "ct_emu: %s inside a stream capture between ranks of one process is not emulated\n", who);
-      return ncclInvalidUsage;
-    }
     ct_emu::trace(stream, "%s %zu bytes", who, bytes);
     std::string name = who;
-    ct_emu::enqueue(stream, [op, name]() {
+    auto replay = [op, name]() {
       if (op() != ncclSuccess) ct_emu::fail(cudaErrorLaunchFailure, name + " failed in a graph replay");
-    });
+    };
+    if (comm->clique) ct_emu::record_meeting(stream, replay);
+    else ct_emu::enqueue(stream, replay);
     return ncclSuccess;
   }
   if (ct_emu::drain_stream(stream, who) != cudaSuccess) return ncclUnhandledCudaError;

@@ -52,6 +52,12 @@
 
 #include "emu.h"
 
+/* A node of a captured graph; `meets`: it waits for other threads (an
+ * in-process NCCL collective), so a replay runs it outside the lock. */
+struct EmuNode {
+  std::function<void()> fn;
+  bool meets = false;
+};
 /* A queued job: work, or a wait until another stream has run its first
  * `seq` jobs (cudaStreamWaitEvent). */
 struct EmuJob {
@@ -64,7 +70,7 @@ struct CUstream_st {
   int device = -1; /* the device current at its creation; -1: the legacy stream, every device's */
   bool capturing = false, invalid = false;
   std::thread::id owner;
-  std::vector<std::function<void()>> nodes;
+  std::vector<EmuNode> nodes;
   /* A stream forked into another's capture: that origin records its
    * work; captured counts the work it recorded, joined how much of it a
    * capturing stream has waited for. */
@@ -84,10 +90,11 @@ struct CUevent_st {
   uint64_t captured_seq = 0;
 };
 struct CUgraph_st {
-  std::vector<std::function<void()>> nodes;
+  std::vector<EmuNode> nodes;
 };
 struct CUgraphExec_st {
-  std::vector<std::function<void()>> nodes;
+  std::vector<EmuNode> nodes;
+  bool meets = false; /* some node meets other threads */
 };
 
 namespace ct_emu {
@@ -371,7 +378,7 @@ void enqueue(cudaStream_t s, std::function<void()> fn) {
   std::lock_guard<std::recursive_mutex> lk(g_mu);
   CUstream_st *st = stream_of(s);
   if (st->capturing) {
-    (st->origin ? st->origin : st)->nodes.push_back(std::move(fn));
+    (st->origin ? st->origin : st)->nodes.push_back(EmuNode{std::move(fn), false});
     st->captured++;
   } else if (immediate()) {
     run_on(st, fn);
@@ -380,6 +387,15 @@ void enqueue(cudaStream_t s, std::function<void()> fn) {
     st->q.push_back(EmuJob{std::move(fn), nullptr, 0});
     st->queued++;
   }
+}
+
+bool record_meeting(cudaStream_t s, std::function<void()> fn) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  CUstream_st *st = stream_of(s);
+  if (!st->capturing) return false;
+  (st->origin ? st->origin : st)->nodes.push_back(EmuNode{std::move(fn), true});
+  st->captured++;
+  return true;
 }
 
 bool is_device_range(const void *p, size_t bytes) {
@@ -891,18 +907,42 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned 
   (void)flags;
   if (!g) return ret(cudaErrorInvalidValue);
   *exec = new CUgraphExec_st{g->nodes};
+  for (const EmuNode &n : g->nodes) (*exec)->meets = (*exec)->meets || n.meets;
   return cudaSuccess;
 }
 
+/* A graph whose collectives meet other threads of this process runs at its
+ * launch, after what its stream has queued, each meeting outside the lock
+ * (the other ranks' launches must get in to arrive) and the rest under
+ * it. Other graphs queue as one job. */
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  std::vector<EmuNode> nodes;
+  CUstream_st *st;
+  {
+    LOCK;
+    if (!exec) return ret(cudaErrorInvalidValue);
+    st = stream_of(s);
+    nodes = exec->nodes;
+    trace(s, "graph %zu nodes", nodes.size());
+    if (!exec->meets) {
+      enqueue(s, [nodes]() {
+        for (auto &n : nodes) n.fn();
+      });
+      return cudaSuccess;
+    }
+    if (this_thread_captures()) return capture_violation("cudaGraphLaunch of a graph with in-process NCCL");
+    run_stream(st);
+  }
+  for (const EmuNode &n : nodes) {
+    if (n.meets) {
+      n.fn();
+      continue;
+    }
+    LOCK;
+    run_on(st, n.fn);
+  }
   LOCK;
-  if (!exec) return ret(cudaErrorInvalidValue);
-  auto nodes = exec->nodes;
-  trace(s, "graph %zu nodes", nodes.size());
-  enqueue(s, [nodes]() {
-    for (auto &n : nodes) n();
-  });
-  return cudaSuccess;
+  return g_sticky;
 }
 
 cudaError_t cudaGraphDestroy(cudaGraph_t g) {
