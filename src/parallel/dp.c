@@ -138,6 +138,17 @@ static ct_status sync_device(dp_rep *me, int64_t step) {
   return be->coll_wait(me->dev, 1, DP_TIMEOUT_S, what);
 }
 
+/* A launch of a replica's captured step (GPUs, graph_safe): its
+ * collectives are checked one step late, as sync_device does eagerly. */
+static ct_status replayed(void *ctx, ct_step *s) {
+  dp_rep *me = ctx;
+  const ct_backend *be = me->dev->backend;
+  CT_TRY(be->coll_mark(me->dev));
+  char what[96];
+  snprintf(what, sizeof what, "the gradient all-reduce of step %lld", (long long)ct_step_current(s)->step - 1);
+  return be->coll_wait(me->dev, 1, DP_TIMEOUT_S, what);
+}
+
 /* Host devices: replica r adds chunk r of the gradients over all
  * replicas, in replica order, and writes it into every replica's buffer;
  * then buffers follow replica 0's. GPUs: sync_device. */
@@ -262,7 +273,10 @@ ct_status ct_dp_create(ct_step *step0, const ct_step_config *sc, const ct_optim_
     }
     if (s == CT_OK && device) s = ct_buckets_create(p->m, dist->first_bucket_mb, dist->bucket_mb, &p->buckets);
     if (s == CT_OK) {
-      ct_step_hooks h = {.ctx = p, .grads_ready = device ? grads_ready : NULL, .sync = sync, .reduce = reduce};
+      /* On GPUs the hooks only queue collectives (the host's own work,
+       * a replay's `replayed`): a CUDA graph captures them. */
+      ct_step_hooks h = {.ctx = p, .grads_ready = device ? grads_ready : NULL, .sync = sync, .reduce = reduce,
+                         .graph_safe = device, .replayed = device ? replayed : NULL};
       ct_step_set_hooks(p->step, &h);
     }
     if (s == CT_OK) s = ct_device_start_worker(devs[r]);

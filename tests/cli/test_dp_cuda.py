@@ -20,6 +20,9 @@ machine with two GPUs the plain build runs it on the hardware.
   default's bits, and on the emulator (its CT_EMU_TRACE) the first
   bucket's all-reduce is queued while the backward still has convolution
   gradients to queue: the sums overlap the backward.
+- --cuda-graph: each replica's step, its NCCL calls included, is captured
+  after the warm-up steps and replayed, with the eager run's bits (the
+  emulator's in-process ranks meet inside the replays).
 - A run repeats bit for bit, a run stopped mid-epoch (--max-steps 6)
   resumes to the uninterrupted run's bits (the optimizer's state read
   back from the first GPU), and the evaluation's accuracy is one GPU's.
@@ -79,6 +82,12 @@ def repeat_and_eval(d, data):
     r = two_gpus(args + ["--save", a], "dp run a")
     two_gpus(args + ["--save", b], "dp run b")
     u.check(u.same_bits(u.weights(a), u.weights(b)), "DP over GPUs does not repeat bit for bit")
+    graph = os.path.join(d, "rep_graph.safetensors")
+    r = two_gpus(args + ["--cuda-graph", "--save", graph], "dp run with --cuda-graph")
+    u.check("cuda graph: on" in r.stdout, "DP --cuda-graph: the replicas' steps were not captured: %s"
+            % r.stdout[-400:])
+    if os.path.exists(graph):
+        u.check(u.same_bits(u.weights(a), u.weights(graph)), "DP over GPUs with --cuda-graph differs from eager")
     tiny = os.path.join(d, "rep_tiny.safetensors")
     two_gpus(args + ["--bucket-mb", "0.001", "--save", tiny], "dp run with a bucket per layer")
     if os.path.exists(tiny):
