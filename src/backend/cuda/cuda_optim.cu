@@ -10,9 +10,15 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "math/fused_step.h"
 
-/* Fixed partial count: the two-stage sum's order depends only on n, so a
- * step is deterministic run to run. */
+/* The partial count is a function of n alone (at most 512, one block per
+ * 64 vector loads above that), so the two-stage sum's order depends only
+ * on n and a step is deterministic run to run; a small model's gradients
+ * take a few blocks instead of 512 that would mostly reduce zeros. */
 #define STATS_BLOCKS 512
+static unsigned stats_blocks(int64_t n) {
+  int64_t b = (n + (int64_t)CT_THREADS * CT_VEC * 4 - 1) / ((int64_t)CT_THREADS * CT_VEC * 4);
+  return (unsigned)(b < 1 ? 1 : b > STATS_BLOCKS ? STATS_BLOCKS : b);
+}
 
 /* vec: ct_vec_for's 8-wide loads (g 16-byte aligned); the partials then
  * add the same squares in another order. */
@@ -64,10 +70,11 @@ extern "C" ct_status cuda_grad_stats(ct_device *d, const ct_tensor *grads, ct_st
   double *ps = (double *)scr;
   int *pb = (int *)(ps + STATS_BLOCKS);
   cudaStream_t s = cuda_stream(d);
-  k_grad_stats_partial<<<STATS_BLOCKS, CT_THREADS, 0, s>>>((const float *)grads->data, ct_tensor_numel(grads),
-                                                           ct_vec_ok(grads->data), stats, ps, pb);
+  const unsigned blocks = stats_blocks(ct_tensor_numel(grads));
+  k_grad_stats_partial<<<blocks, CT_THREADS, 0, s>>>((const float *)grads->data, ct_tensor_numel(grads),
+                                                     ct_vec_ok(grads->data), stats, ps, pb);
   CUDA_LAUNCHED("grad_stats");
-  k_grad_stats_final<<<1, CT_THREADS, 0, s>>>(ps, pb, STATS_BLOCKS, stats);
+  k_grad_stats_final<<<1, CT_THREADS, 0, s>>>(ps, pb, (int)blocks, stats);
   CUDA_LAUNCHED("grad_stats (final)");
   return CT_OK;
 }
