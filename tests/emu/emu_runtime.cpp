@@ -482,10 +482,20 @@ double algo_bits(double v, uint64_t key, uint64_t index, bool narrow) {
   if (!algo_bits_on()) return v;
   const uint64_t h = mix64(key + 1, index);
   /* In last places of f32 at v's binade (subnormal and zero: the smallest
-   * normal's): -N..+N, or -256N..+256N before a 16-bit rounding. */
-  if (!std::isfinite(v)) return v;
-  const int n = algo_bits_max() * (narrow ? 256 : 1), e = v == 0 ? -126 : std::max(std::ilogb(v), -126);
-  return v + (double)((int64_t)(h % (uint64_t)(2 * n + 1)) - n) * std::ldexp(1.0, e - 23);
+   * normal's): -N..+N, or -256N..+256N before a 16-bit rounding. The
+   * binade and its last place are read off the bits (ilogb and ldexp were
+   * most of the time of a call that runs for every element a library call
+   * writes). */
+  uint64_t b;
+  std::memcpy(&b, &v, 8);
+  const int e = std::max((int)((b >> 52) & 0x7ff) - 1023, -126);
+  if (e == 1024) return v; /* inf, NaN */
+  const uint64_t n = (uint64_t)algo_bits_max() * (narrow ? 256 : 1);
+  const int64_t k = (int64_t)(h % (2 * n + 1)) - (int64_t)n;
+  const uint64_t ub = (uint64_t)(e - 23 + 1023) << 52;
+  double ulp;
+  std::memcpy(&ulp, &ub, 8);
+  return v + (double)k * ulp;
 }
 
 float round_tf32(float x) {
