@@ -31,9 +31,13 @@ framework or precision:
 - `--precision fp16 --loss-scale-init 1e30`: the dynamic scaler starts
   absurdly high, halves on every overflowing step and skips it, then
   trains: the skipped count must be the number of halvings from 1e30 down
-  to a scale whose scaled fp16 gradients fit (a few dozen to ~120 of the
-  1407 steps, a deterministic count with this data order), and the final
-  accuracy within 1 point of ctrain fp32's (it loses those steps' updates).
+  to a scale whose scaled fp16 gradients fit (a few dozen to ~120 steps,
+  all in the first epoch, a deterministic count with this data order).
+  In the suite it runs one epoch, held to ctrain fp32's first-epoch
+  accuracy within 2.5 points: losing the first 77-78 of 469 updates put it
+  0.7 and 1.5 points behind on two initialisations (a scaler that never
+  recovers, or keeps skipping, loses far more). With CTRAIN_AMP_ALL_MODES=1
+  it runs the whole recipe, within 1 point of fp32's final accuracy.
 
 One test, so that the ctrain fp32 run serves both comparisons: it is the
 suite's longest. Prints the accuracy curves and, per ctrain run, wall
@@ -74,12 +78,14 @@ EPOCHS, BATCH, LR = 3, 128, 0.002
 RECIPE = ["--model", "cnn", "--data", "fashion-mnist", "--epochs", str(EPOCHS), "--batch-size", str(BATCH),
           "--optimizer", "adam", "--lr", str(LR), "--no-shuffle"]
 THREADS = os.environ.get("CTRAIN_AMP_THREADS", "2")
+ALL_MODES = os.environ.get("CTRAIN_AMP_ALL_MODES") == "1"
+FP16_EPOCHS = EPOCHS if ALL_MODES else 1
 MODES = [
     ("fp32", []),
     ("bf16", ["--precision", "bf16"]),
-    ("fp16 scale 1e30", ["--precision", "fp16", "--loss-scale-init", "1e30"]),
+    ("fp16 scale 1e30", ["--precision", "fp16", "--loss-scale-init", "1e30", "--epochs", str(FP16_EPOCHS)]),
 ]
-if os.environ.get("CTRAIN_AMP_ALL_MODES") == "1":
+if ALL_MODES:
     MODES += [("bf16 + dynamic scale", ["--precision", "bf16", "--loss-scale", "dynamic"]),
               ("fp16 (dynamic 2^16)", ["--precision", "fp16"])]
 
@@ -180,7 +186,7 @@ def train(tmp, name, extra, init_path, seed=1):
     print("%-22s test_acc %.4f  loss %.4f  skipped %4d  scale %-10g  wall %6.1fs (train %6.1fs, %5.0f img/s)  "
           "cpu %6.1fs  peak %.2f MB  load %s" %
           (name if seed == 1 else "%s (seed %d)" % (name, seed), m["test_accuracy"], m["test_loss"], m["skipped_steps"], m["loss_scale"], wall, train_s,
-           EPOCHS * 60000 / train_s, m["cpu"], m["peak_memory_bytes"] / 1e6, m["load"]), flush=True)
+           len(m["curve"]) * 60000 / train_s, m["cpu"], m["peak_memory_bytes"] / 1e6, m["load"]), flush=True)
     return m
 
 
@@ -230,8 +236,12 @@ def main():
         n = fp16["skipped_steps"]
         check(50 <= n <= 120, "fp16 from 1e30 skipped %d of %d steps" % (n, fp16["steps"]))
         check(fp16["loss_scale"] < 1e12, "fp16 scale did not back off: %g" % fp16["loss_scale"])
-        check(fp16["test_accuracy"] >= fp32["test_accuracy"] - 0.01,
-              "fp16 from 1e30 accuracy %.4f vs fp32 %.4f" % (fp16["test_accuracy"], fp32["test_accuracy"]))
+        # One epoch in the suite: against fp32's first (the docstring says why).
+        ref, tol = (fp32["test_accuracy"], 0.01) if FP16_EPOCHS == EPOCHS else (fp32["curve"][FP16_EPOCHS - 1], 0.025)
+        print("fp16 from 1e30 after %d epoch(s): %.4f, fp32 %.4f (must be within %.3f below)" %
+              (FP16_EPOCHS, fp16["test_accuracy"], ref, tol))
+        check(fp16["test_accuracy"] >= ref - tol, "fp16 from 1e30 accuracy %.4f after %d epoch(s) vs fp32 %.4f" %
+              (fp16["test_accuracy"], FP16_EPOCHS, ref))
     if failures:
         print("%d failure(s)" % len(failures))
         return 1
