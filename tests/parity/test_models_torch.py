@@ -8,7 +8,10 @@ tests/parity/ctrain_models.py) loads ctrain's initial weights with
 load_state_dict(strict=True) - which proves the state_dict keys are the
 same - runs the same step in train mode, and everything is compared. The
 same initial weights, saved by PyTorch, are then loaded by model_runner
---init on the reference device, and that step is compared too.
+--init on the reference device, and that step is compared too, except for
+the three largest models (REF_SKIP): their layers are the op types the
+others check there (convolution, batch norm, pooling, linear, addition),
+and the reference kernels took most of this test's time on them.
 
 Error measure: max |ctrain - torch| / max |torch| over a tensor (relative
 to the largest magnitude of the reference tensor, so tiny entries do not
@@ -21,8 +24,8 @@ Exceptions, each for a reason of arithmetic, not of ctrain:
   the kernels' summation order: the oneDNN device measured 8.2e-5 with
   AVX-512 and 1.17e-4 on an AVX2 CPU (other kernels), the reference
   device, which accumulates in double, 1.3e-4 from PyTorch's f32 result.
-  ResNet-50 is held to 2e-4 on both devices (TOL_BY_MODEL); every other
-  model is below 2e-5 on both.
+  ResNet-50 is held to 2e-4 (TOL_BY_MODEL; on the cpu device only now,
+  REF_SKIP); every other model is below 2e-5 on both.
 - Biases of a Conv2d/Linear that feeds a BatchNorm have an exact gradient
   of 0; both sides hold rounding noise, so their error is measured against
   the layer's weight gradient (bias_before_bn).
@@ -79,6 +82,7 @@ TOL = 1e-4
 # is 1.3e-4 from PyTorch's f32 there, oneDNN on AVX2 1.17e-4 (see the
 # docstring).
 TOL_BY_MODEL = {"resnet50": 2e-4}
+REF_SKIP = ("alexnet", "vgg11_bn", "resnet50")  # cpu device only (the docstring says why)
 
 torch.set_num_threads(2)
 CUDA_TOL = 3e-4
@@ -324,6 +328,11 @@ def main():
                 del res, init, tm
                 continue
 
+            if label in REF_SKIP:
+                print("%-16s params %10d  max rel err cpu %.2e (reference device: REF_SKIP)  ReLU flips %d  (%.1fs)" %
+                      (label, n_ctrain, w_cpu, f_cpu, time.time() - t0), flush=True)
+                del res, init, tm
+                continue
             # Reference device, initial weights written by PyTorch.
             init_path = os.path.join(tmp, "init.st")
             st_util.save(init_path, {k: v.contiguous() for k, v in init.items()})
