@@ -10,10 +10,11 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "math/fused_step.h"
 
-/* The partial count is a function of n alone (at most 512, one block per
- * 64 vector loads above that), so the two-stage sum's order depends only
- * on n and a step is deterministic run to run; a small model's gradients
- * take a few blocks instead of 512 that would mostly reduce zeros. */
+/* The partial count depends on n alone: one block per 8192 gradients
+ * (four 8-wide loads a thread), at most 512. So the two-stage sum's order
+ * depends only on n and a step is deterministic run to run, and a small
+ * model's gradients take a few blocks instead of 512 mostly reducing
+ * zeros. */
 #define STATS_BLOCKS 512
 static unsigned stats_blocks(int64_t n) {
   int64_t b = (n + (int64_t)CT_THREADS * CT_VEC * 4 - 1) / ((int64_t)CT_THREADS * CT_VEC * 4);
