@@ -90,6 +90,8 @@ typedef struct ct_backend ct_backend;
 
 /* Bytes of a collective communicator's id (NCCL's ncclUniqueId). */
 #define CT_COLL_ID_BYTES 128
+/* Points coll_record and coll_await take. */
+#define CT_COLL_POINTS 4
 struct ct_step_stats;
 struct ct_fused_optim_args;
 struct ct_xf_batch;

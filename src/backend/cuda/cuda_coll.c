@@ -81,11 +81,12 @@ static ct_status nccl_load(void) {
 
 typedef struct cuda_coll {
   ncclComm_t comm;
-  int size; /* ranks */
+  int size, rank; /* ranks, and this one's */
   cudaStream_t stream;
   cudaEvent_t ready;    /* the compute stream's point a collective waits for */
   cudaEvent_t fence[2]; /* the last two fences, alternating */
   cudaEvent_t join;     /* a fence inside a stream capture */
+  cudaEvent_t point[CT_COLL_POINTS]; /* coll_record's points */
   int64_t fences;       /* fences recorded */
 } cuda_coll;
 
@@ -108,10 +109,11 @@ ct_status cuda_coll_open(ct_device *d, const void *id, int rank, int size) {
   CUDA_TRY(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
   for (int k = 0; k < 2; k++) CUDA_TRY(cudaEventCreateWithFlags(&c->fence[k], cudaEventDisableTiming));
   CUDA_TRY(cudaEventCreateWithFlags(&c->join, cudaEventDisableTiming));
+  for (int k = 0; k < CT_COLL_POINTS; k++) CUDA_TRY(cudaEventCreateWithFlags(&c->point[k], cudaEventDisableTiming));
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
   NCCL_TRY(nccl.CommInitRank(&c->comm, size, u, rank));
-  c->size = size;
+  c->size = size, c->rank = rank;
   return CT_OK;
 }
 
@@ -138,27 +140,31 @@ ct_status cuda_coll_allreduce(ct_device *d, void *buf, size_t count, ct_dtype dt
 }
 
 /* One call per rank's part, grouped so NCCL runs them as one operation:
- * reduce (scatter) part r to rank r, or broadcast (gather) it from there.
- * NCCL's own reduce-scatter and all-gather take equal parts only. */
-static ct_status parts(ct_device *d, float *buf, const size_t *counts, int gather) {
+ * reduce (scatter) part r to rank r (into mine on this rank, when given),
+ * or broadcast (gather) it from there. NCCL's own reduce-scatter and
+ * all-gather take equal parts only. */
+static ct_status parts(ct_device *d, float *buf, float *mine, const size_t *counts, int gather) {
   cuda_coll *c = NULL;
   CT_TRY(after_compute(d, &c));
   NCCL_TRY(nccl.GroupStart());
   ncclResult_t e = ncclSuccess;
-  int nranks = c->size;
+  int nranks = c->size, me = c->rank;
   for (int r = 0; r < nranks && e == ncclSuccess; buf += counts[r], r++) {
     if (!counts[r]) continue;
+    float *to = r == me && mine ? mine : buf;
     e = gather ? nccl.Broadcast(buf, buf, counts[r], ncclFloat32, r, c->comm, c->stream)
-               : nccl.Reduce(buf, buf, counts[r], ncclFloat32, ncclSum, r, c->comm, c->stream);
+               : nccl.Reduce(buf, to, counts[r], ncclFloat32, ncclSum, r, c->comm, c->stream);
   }
   ncclResult_t g = nccl.GroupEnd();
   NCCL_TRY(e != ncclSuccess ? e : g);
   return CT_OK;
 }
 
-ct_status cuda_coll_reduce_scatter(ct_device *d, float *buf, const size_t *counts) { return parts(d, buf, counts, 0); }
+ct_status cuda_coll_reduce_scatter(ct_device *d, float *buf, float *mine, const size_t *counts) {
+  return parts(d, buf, mine, counts, 0);
+}
 
-ct_status cuda_coll_allgather(ct_device *d, float *buf, const size_t *counts) { return parts(d, buf, counts, 1); }
+ct_status cuda_coll_allgather(ct_device *d, float *buf, const size_t *counts) { return parts(d, buf, NULL, counts, 1); }
 
 ct_status cuda_coll_bcast(ct_device *d, void *buf, size_t bytes, int root) {
   cuda_coll *c = NULL;
@@ -183,6 +189,29 @@ ct_status cuda_coll_fence(ct_device *d) {
   CUDA_TRY(cudaEventRecord(e, c->stream));
   CUDA_TRY(cudaStreamWaitEvent(cd->stream, e, 0));
   c->fences += !cap;
+  return CT_OK;
+}
+
+/* A point's event, on a communicator that is open. */
+static ct_status point(ct_device *d, int k, cuda_coll **out) {
+  cuda_coll *c = cuda_dev_of(d)->coll;
+  if (!c) return ct_error(CT_ERR_INVALID_ARG, "%s: no communicator (coll_open)", d->name);
+  if (k < 0 || k >= CT_COLL_POINTS) return ct_error(CT_ERR_INVALID_ARG, "coll point %d is not in [0, %d)", k, CT_COLL_POINTS);
+  *out = c;
+  return cuda_enter(d);
+}
+
+ct_status cuda_coll_record(ct_device *d, int k) {
+  cuda_coll *c = NULL;
+  CT_TRY(point(d, k, &c));
+  CUDA_TRY(cudaEventRecord(c->point[k], c->stream));
+  return CT_OK;
+}
+
+ct_status cuda_coll_await(ct_device *d, int k) {
+  cuda_coll *c = NULL;
+  CT_TRY(point(d, k, &c));
+  CUDA_TRY(cudaStreamWaitEvent(cuda_dev_of(d)->stream, c->point[k], 0));
   return CT_OK;
 }
 
@@ -248,6 +277,8 @@ void cuda_coll_close(ct_device *d) {
   for (int k = 0; k < 2; k++)
     if (c->fence[k]) (void)cudaEventDestroy(c->fence[k]);
   if (c->join) (void)cudaEventDestroy(c->join);
+  for (int k = 0; k < CT_COLL_POINTS; k++)
+    if (c->point[k]) (void)cudaEventDestroy(c->point[k]);
   if (c->ready) (void)cudaEventDestroy(c->ready);
   if (c->stream) (void)cudaStreamDestroy(c->stream);
   free(c);
