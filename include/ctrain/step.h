@@ -78,6 +78,10 @@ typedef struct ct_step_config {
    * shards), and the updated hook then gathers the parameters. 0 and 0:
    * the whole buffer. */
   size_t shard_lo, shard_hi;
+  /* Sharded gradients (ZeRO-2 on a device): the shard's reduced
+   * gradients are these shard_hi - shard_lo values (in the model's
+   * memory) rather than that range of ct_model_grads; NULL: there. */
+  float *shard_grads;
 } ct_step_config;
 
 /* Defaults: cross entropy, no clipping, no accumulation, no scaler, lag 0. */
@@ -113,6 +117,10 @@ typedef struct ct_step_hooks {
    * memory and the kernels writing them are queued on the device's
    * stream, ahead of anything queued after this call. */
   ct_status (*grads_ready)(void *ctx, ct_step *s, int layer, size_t first, size_t count);
+  /* In the same backward, before the kernels writing those gradients are
+   * queued (a strategy that stages gradients in reused buffers makes
+   * them wait here for the buffers). */
+  ct_status (*grads_needed)(void *ctx, ct_step *s, int layer, size_t first, size_t count);
   /* Once after that backward, before anything reads the gradients. */
   ct_status (*sync)(void *ctx, ct_step *s);
   /* Combines vals over all replicas, in place. METRICS (host memory)

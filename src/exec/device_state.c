@@ -101,7 +101,9 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   int need_round = m->opt_level == CT_OPT_O3;
   int64_t in_numel = ct_shape_numel(m->in_ndim, m->in_shape);
   size_t o_arena = 0, o_params = o_arena + al(m->plan->peak ? m->plan->peak : 64);
-  size_t o_grads = o_params + al(m->n_params * 4), o_buffers = o_grads + al(m->n_params * 4);
+  /* ZeRO-2: the gradients are the strategy's allocation, counted beside. */
+  size_t grad_bytes = m->grads_elsewhere ? 0 : al(m->n_params * 4), elsewhere = al(m->grads_elsewhere);
+  size_t o_grads = o_params + al(m->n_params * 4), o_buffers = o_grads + grad_bytes;
   /* num_batches_tracked stays in host memory: batch norm's forward counts
    * it on the host, and nothing on the device reads it. */
   size_t o_lp = o_buffers + al(m->n_buffers * 4);
@@ -117,11 +119,11 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   size_t o_stats = o_y + CT_STAGE_SLOTS * y_bytes, total = o_stats + al(sizeof(ct_step_stats));
 
   ct_mem_numbers nums = {ct_device_name(dev), m->name, ct_precision_name(m->precision), m->max_batch,
-                         al(m->plan->peak), al(m->n_params * 4), al(m->n_params * 4),
+                         al(m->plan->peak), al(m->n_params * 4), grad_bytes + elsewhere,
                          al(m->n_buffers * 4), lp_bytes, opt_bytes,
                          o_stats - o_x + al(sizeof(ct_step_stats)), 0, 0, 0};
   if (be->mem_info && be->mem_info(dev, &nums.dev_free, &nums.dev_total) != CT_OK) nums.dev_free = nums.dev_total = 0;
-  void *block = nums.dev_total && total + opt_bytes > nums.dev_free ? NULL : ct_device_alloc(dev, total);
+  void *block = nums.dev_total && total + opt_bytes + elsewhere > nums.dev_free ? NULL : ct_device_alloc(dev, total);
   if (!block) {
     char msg[1024];
     size_t rc_peak = 0;
@@ -151,7 +153,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   ds->lp_round = need_round ? b + o_lp : NULL;
   ct_status s = ct_device_copy(dev, b + o_params, NULL, m->params, m->n_params * 4);
   if (s == CT_OK) s = ct_device_copy(dev, b + o_buffers, NULL, m->buffers, m->n_buffers * 4);
-  if (s == CT_OK) {
+  if (s == CT_OK && grad_bytes) {
     int64_t n = (int64_t)m->n_params;
     ct_tensor g = ct_tensor_view(b + o_grads, CT_F32, 1, &n);
     g.device = dev;
@@ -163,7 +165,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
     return ct_error_wrap(s, "model '%s': moving the state to %s", m->name, ct_device_name(dev));
   }
   m->params = (float *)(b + o_params);
-  m->grads = (float *)(b + o_grads);
+  m->grads = grad_bytes ? (float *)(b + o_grads) : NULL;
   m->buffers = (float *)(b + o_buffers);
   m->lp_dirty = 1;
   m->grads_clean = 1;
@@ -184,6 +186,7 @@ void ct_model_device_release(ct_model *m) {
   (void)ct_device_copy(NULL, ds->h_buffers, m->dev, m->buffers, m->n_buffers * 4);
   memset(ds->h_grads, 0, m->n_params * 4);
   m->params = ds->h_params, m->grads = ds->h_grads, m->buffers = ds->h_buffers, m->counters = ds->h_counters;
+  m->grad_place = NULL, m->grad_place_ctx = NULL;
   m->lp_dirty = 1;
   m->grads_clean = 1;
   ct_device_free(m->dev, ds->block);
@@ -208,3 +211,16 @@ ct_step_stats *ct_model_step_stats(ct_model *m) { return m->dstate ? m->dstate->
 
 void ct_model_share_stage_x(ct_model *m, int on) { m->stage_x_shared = on != 0; }
 int ct_model_stage_x_shared(const ct_model *m) { return m->stage_x_shared; }
+
+void ct_model_reserve_grads_elsewhere(ct_model *m, size_t bytes) { m->grads_elsewhere = bytes ? bytes : 1; }
+
+ct_status ct_model_prepare_grads_elsewhere(ct_model *m, size_t bytes) {
+  if (!m->dstate) return ct_error(CT_ERR_INVALID_ARG, "model '%s': not resident on a device", m->name);
+  ct_model_reserve_grads_elsewhere(m, bytes);
+  return ct_model_prepare(m, m->dev, m->max_batch, m->training_plan);
+}
+
+void ct_model_place_grads(ct_model *m, float *(*place)(void *ctx, size_t offset, size_t count), void *ctx) {
+  m->grad_place = place, m->grad_place_ctx = ctx;
+  ct_model_bind_state(m);
+}

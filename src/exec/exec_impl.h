@@ -12,9 +12,10 @@
  * that pass). */
 void ct_exec_pass_workspace(ct_model *m, int i, int pass, ct_exec *e);
 
-/* Installs (fn non-NULL) or removes the backward's per-layer hook
- * (ct_model_grad_hook, called after each layer with parameters). */
-void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx);
+/* Installs or removes (NULL) the backward's per-layer hooks
+ * (ct_model_grad_hook): `need` before the backward of each layer with
+ * parameters writes their gradients, `final` after it. */
+void ct_model_set_grad_hooks(ct_model *m, ct_model_grad_hook need, ct_model_grad_hook final, void *ctx);
 
 /* Where the next passes' samples stand in the step's whole batch
  * (ct_step_pos.sample_offset and sample_stride): dropout's mask numbers. */

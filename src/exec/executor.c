@@ -140,9 +140,9 @@ ct_status ct_model_forward(ct_model *m, const ct_tensor *x, int training, uint32
   return CT_OK;
 }
 
-/* Calls the grad hook with the span of layer l's parameters in the flat
- * buffer (they are laid out in layer order: one contiguous span). */
-static ct_status grads_final(ct_model *m, const ct_layer *l) {
+/* Calls hook with the span of layer l's parameters in the flat buffer
+ * (they are laid out in layer order: one contiguous span). */
+static ct_status grads_span(ct_model *m, const ct_layer *l, ct_model_grad_hook hook) {
   size_t lo = SIZE_MAX, hi = 0;
   for (int k = 0; k < l->n_state; k++) {
     const ct_state_decl *d = &l->state[k];
@@ -151,7 +151,7 @@ static ct_status grads_final(ct_model *m, const ct_layer *l) {
     if (d->offset < lo) lo = d->offset;
     if (d->offset + n > hi) hi = d->offset + n;
   }
-  return lo < hi ? m->grad_hook(m->grad_hook_ctx, l->index, lo, hi - lo) : CT_OK;
+  return lo < hi ? hook(m->grad_hook_ctx, l->index, lo, hi - lo) : CT_OK;
 }
 
 void ct_model_set_sample_span(ct_model *m, int64_t offset, int64_t stride) {
@@ -161,8 +161,9 @@ void ct_model_set_sample_span(ct_model *m, int64_t offset, int64_t stride) {
 
 void ct_model_set_norm_sync(ct_model *m, ct_norm_sync *sync) { m->norm_sync = sync; }
 
-void ct_model_set_grad_hook(ct_model *m, ct_model_grad_hook fn, void *ctx) {
-  m->grad_hook = fn;
+void ct_model_set_grad_hooks(ct_model *m, ct_model_grad_hook need, ct_model_grad_hook final, void *ctx) {
+  m->grad_need = need;
+  m->grad_hook = final;
   m->grad_hook_ctx = ctx;
 }
 
@@ -215,6 +216,7 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
     l->grad_beta = beta;
     /* backward-data's copy of the weights (a recompute forward cast it) */
     if (b->lpw && !tl->rerun[i]) CT_TRY(low_weights(m, i, b->lpw_bwd[i], 1));
+    if (m->grad_need && l->n_state) CT_TRY(grads_span(m, l, m->grad_need));
     ct_exec_pass_workspace(m, i, CT_PASS_BWD, &e);
     ct_status s = l->cls->backward(l, &e);
     ct_exec_pass_workspace(m, i, -1, &e);
@@ -239,7 +241,7 @@ ct_status ct_model_backward(ct_model *m, const ct_tensor *dout) {
         CT_TRY(e.be->add(e.dev, sdy, &l->dx[j], CT_ACT_NONE, sdy));
       }
     }
-    if (m->grad_hook && l->n_state) CT_TRY(grads_final(m, l));
+    if (m->grad_hook && l->n_state) CT_TRY(grads_span(m, l, m->grad_hook));
   }
   m->grads_clean = 0;
   m->has_forward = 0;

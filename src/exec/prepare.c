@@ -22,8 +22,11 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
   for (int i = 0; i < m->n_entries; i++) m->entries[i].value.device = m->entries[i].grad.device = dev;
   for (int i = 0; i < m->n_layers; i++)
     for (int k = 0; k < m->layers[i].n_state; k++) m->layers[i].w[k].device = m->layers[i].g[k].device = dev;
-  CT_TRY(ct_exec_plan_build(m, dev, max_batch, training));
-  if (ct_model_device_resident(dev)) return ct_model_device_bind(m, dev);
+  ct_status s = ct_exec_plan_build(m, dev, max_batch, training);
+  /* A reservation of gradients elsewhere is for this prepare only. */
+  if (s == CT_OK && ct_model_device_resident(dev)) s = ct_model_device_bind(m, dev);
+  m->grads_elsewhere = 0;
+  if (s != CT_OK || ct_model_device_resident(dev)) return s;
   m->arena = ct_device_alloc(dev, m->plan->peak ? m->plan->peak : 64);
   if (!m->arena)
     return ct_error(CT_ERR_OUT_OF_MEMORY,

@@ -192,6 +192,14 @@ static ct_status add_entry(ct_model *m, const char *name, int is_buffer) {
 
 /* Points every state entry's value/grad views (and the layers' w/g views)
  * at the flat storage. */
+/* Where the gradient of the count values at offset of the flat layout
+ * is: where a strategy placed it, else in the flat buffer (none when the
+ * model has none). */
+static float *grad_at(ct_model *m, size_t offset, size_t count) {
+  if (m->grad_place) return m->grad_place(m->grad_place_ctx, offset, count);
+  return m->grads ? m->grads + offset : NULL;
+}
+
 static void bind_state(ct_model *m) {
   for (int li = 0; li < m->n_layers; li++) {
     ct_layer *l = &m->layers[li];
@@ -207,7 +215,8 @@ static void bind_state(ct_model *m) {
       /* Counters stay in host memory on a device-resident model
        * (device_state.c); NULL marks host memory. */
       e->value.device = s->dtype == CT_I64 && m->dstate ? NULL : m->dev;
-      e->grad = ct_tensor_view(s->is_buffer ? NULL : m->grads + s->offset, s->dtype, s->ndim, s->shape);
+      size_t n = (size_t)ct_shape_numel(s->ndim, s->shape);
+      e->grad = ct_tensor_view(s->is_buffer ? NULL : grad_at(m, s->offset, n), s->dtype, s->ndim, s->shape);
       e->grad.device = m->dev;
       l->w[k] = e->value;
       l->g[k] = e->grad;
@@ -420,7 +429,8 @@ ct_status ct_model_zero_grad(ct_model *m) {
     int64_t n = (int64_t)m->n_params;
     ct_tensor g = ct_tensor_view(m->grads, CT_F32, 1, &n);
     g.device = m->dev;
-    if (n) CT_TRY(ct_device_backend(m->dev)->fill(m->dev, &g, 0.0f));
+    /* (no buffer: the gradients are a strategy's, ZeRO-2) */
+    if (n && m->grads) CT_TRY(ct_device_backend(m->dev)->fill(m->dev, &g, 0.0f));
     m->grads_clean = 1;
     return CT_OK;
   }

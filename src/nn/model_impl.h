@@ -19,6 +19,10 @@ struct ct_exec_bufs;
 #define CT_STATE_ALIGN 256 /* == CT_PLAN_ALIGN (plan/plan.h checks) */
 
 
+/* Where a strategy keeps the gradient of the count values at offset of
+ * the flat layout (ct_model_place_grads). */
+typedef float *(*ct_grad_place_fn)(void *ctx, size_t offset, size_t count);
+
 /* "Layer `layer`'s parameter gradients, grads[first, first + count) of the
  * flat buffer, are final for this backward." */
 typedef ct_status (*ct_model_grad_hook)(void *ctx, int layer, size_t first, size_t count);
@@ -85,6 +89,14 @@ struct ct_model {
   struct ct_model_dstate *dstate;
   void *round_scratch;   /* O3 on a device: where the params are rounded (in dstate's block) */
   int opt_buffers;
+  /* ZeRO-2 on a device (ct_model_prepare_grads_elsewhere): during that
+   * prepare, the bytes a strategy allocates for the gradients instead of
+   * the block's gradient buffer (0: the block holds them); and where the
+   * strategy put each parameter's gradient (ct_model_place_grads; NULL:
+   * in the flat buffer). */
+  size_t grads_elsewhere;
+  ct_grad_place_fn grad_place;
+  void *grad_place_ctx;
   /* 1: one x staging buffer serves every slot (ct_model_share_stage_x). */
   int stage_x_shared;
   /* The model input's dtype and layout: f32 plain, or what prepare chose
@@ -97,9 +109,9 @@ struct ct_model {
    * view after a backward. */
   int want_input_grad;
   ct_tensor in_grad;
-  /* Called by the backward after each layer with parameters
-   * (ct_model_set_grad_hook); NULL: nothing is called. */
-  ct_model_grad_hook grad_hook;
+  /* Called by the backward before and after each layer with parameters
+   * (ct_model_set_grad_hooks); NULL: nothing is called. */
+  ct_model_grad_hook grad_need, grad_hook;
   void *grad_hook_ctx;
 };
 

@@ -103,7 +103,7 @@ void ct_step_set_hooks(ct_step *s, const ct_step_hooks *h) {
   else memset(&s->hooks, 0, sizeof s->hooks);
   /* A replayed graph runs no host code: hooks that are not only device
    * work would be skipped silently (PyTorch's static-graph no_sync trap). */
-  int hooked = s->hooks.grads_ready || s->hooks.sync || s->hooks.reduce || s->hooks.updated;
+  int hooked = s->hooks.grads_ready || s->hooks.grads_needed || s->hooks.sync || s->hooks.reduce || s->hooks.updated;
   if (hooked && !s->hooks.graph_safe && s->graph_asked) {
     snprintf(s->note, sizeof s->note, "the step's hooks are host code a replayed graph would skip: running eagerly");
     s->graph_want = 0;
@@ -153,6 +153,9 @@ static ct_status step_new(ct_model *m, ct_device *dev, ct_optimizer *opt, const 
                       (opt && ct_optimizer_size(opt) != c->shard_hi - c->shard_lo)))
     return ct_error(CT_ERR_INVALID_ARG, "step: shard [%zu, %zu) of %zu parameters for an optimizer of %zu on %s",
                     c->shard_lo, c->shard_hi, np, opt ? ct_optimizer_size(opt) : 0, ct_device_name(dev));
+  if (np && !ct_model_grads(m, NULL) && !c->shard_grads)
+    return ct_error(CT_ERR_INVALID_ARG, "step: the model's gradients were left to a strategy (ZeRO-2 on %s) that "
+                    "holds them no longer; prepare the model again", ct_device_name(dev));
   ct_step *s = calloc(1, sizeof *s);
   if (!s) return ct_error(CT_ERR_OUT_OF_MEMORY, "step: out of host memory");
   s->m = m, s->dev = dev, s->be = be, s->opt = opt, s->cfg = *c, s->on_device = on_device;
@@ -209,7 +212,7 @@ ct_status ct_step_create(ct_model *m, ct_device *dev, ct_optimizer *opt, const c
 
 void ct_step_destroy(ct_step *s) {
   if (!s) return;
-  ct_model_set_grad_hook(s->m, NULL, NULL);
+  ct_model_set_grad_hooks(s->m, NULL, NULL, NULL);
   for (int k = 0; k < CT_STAGE_SLOTS; k++)
     if (s->graph[k]) s->be->graph_free(s->dev, s->graph[k]);
   if (s->pinned) s->be->host_free(s->dev, s->slots);
@@ -343,6 +346,11 @@ static ct_status grads_ready(void *ctx, int layer, size_t first, size_t count) {
   return s->hooks.grads_ready(s->hooks.ctx, s, layer, first, count);
 }
 
+static ct_status grads_needed(void *ctx, int layer, size_t first, size_t count) {
+  ct_step *s = ctx;
+  return s->hooks.grads_needed(s->hooks.ctx, s, layer, first, count);
+}
+
 ct_status ct_step_backward(ct_step *s) {
   ct_model *m = s->m;
   ct_tensor dout;
@@ -361,12 +369,13 @@ ct_status ct_step_backward(ct_step *s) {
     float g = s->pos.factor == 1.0f ? s->gs->scale : (float)((double)s->gs->scale * s->pos.factor);
     CT_TRY(ct_loss_backward(s->dev, s->cfg.loss, s->out, &s->y, s->cfg.label_smoothing, g, &dout));
   }
-  int hook = s->pos.last && s->hooks.grads_ready;
-  if (hook) ct_model_set_grad_hook(m, grads_ready, s);
+  int hook = s->pos.last && (s->hooks.grads_ready || s->hooks.grads_needed);
+  if (hook)
+    ct_model_set_grad_hooks(m, s->hooks.grads_needed ? grads_needed : NULL, s->hooks.grads_ready ? grads_ready : NULL, s);
   CT_TRY(dropout_from_stats(s, 1));
   ct_status st = ct_model_backward(m, &dout);
   ct_status r = dropout_from_stats(s, 0);
-  if (hook) ct_model_set_grad_hook(m, NULL, NULL);
+  if (hook) ct_model_set_grad_hooks(m, NULL, NULL, NULL);
   return st != CT_OK ? st : r;
 }
 
@@ -382,12 +391,19 @@ static ct_status reduce(ct_step *s, ct_step_reduce what, void *p, ct_dtype dt, c
   return s->hooks.reduce(s->hooks.ctx, s, what, &t);
 }
 
+/* The gradients the optimizer reads: a sharded step checks, measures,
+ * clips and applies its shard alone. */
+static float *step_grads(ct_step *s, size_t *n) {
+  float *g = ct_model_grads(s->m, n);
+  if (!s->cfg.shard_hi) return g;
+  *n = s->cfg.shard_hi - s->cfg.shard_lo;
+  return s->cfg.shard_grads ? s->cfg.shard_grads : g + s->cfg.shard_lo;
+}
+
 ct_status ct_step_unscale_check_clip(ct_step *s) {
   if (!s->pos.last) return CT_OK;
   size_t np;
-  float *grads = ct_model_grads(s->m, &np);
-  /* A sharded step checks, measures and clips its shard alone. */
-  if (s->cfg.shard_hi) grads += s->cfg.shard_lo, np = s->cfg.shard_hi - s->cfg.shard_lo;
+  float *grads = step_grads(s, &np);
   if (s->on_device) {
     /* The statistics pass; unscaling and clipping happen inside the fused
      * update, which reads the (reduced) statistics. */
@@ -427,10 +443,10 @@ ct_status ct_step_update(ct_step *s) {
   if (!s->pos.last) return CT_OK;
   ct_model *m = s->m;
   size_t np;
-  float *params = ct_model_params(m, &np), *grads = ct_model_grads(m, NULL);
+  float *params = ct_model_params(m, NULL), *grads = step_grads(s, &np);
   size_t lo = s->cfg.shard_hi ? s->cfg.shard_lo : 0;
   if (s->on_device) {
-    CT_TRY(ct_optimizer_update_device(s->opt, s->dev, params + lo, grads + lo, s->st, s->host_args,
+    CT_TRY(ct_optimizer_update_device(s->opt, s->dev, params + lo, grads, s->st, s->host_args,
                                       s->cfg.clip_grad_norm));
     if (s->hooks.updated) CT_TRY(s->hooks.updated(s->hooks.ctx, s));
     /* O3 rounds the master weights through the low precision after every
@@ -440,7 +456,7 @@ ct_status ct_step_update(ct_step *s) {
   }
   /* A step with inf/NaN gradients moves neither the weights nor the schedule. */
   if (!s->found_inf) {
-    CT_TRY(ct_optimizer_step(s->opt, params + lo, grads + lo));
+    CT_TRY(ct_optimizer_step(s->opt, params + lo, grads));
     if (s->cfg.step_sched) CT_TRY(ct_scheduler_step(s->cfg.step_sched, s->opt));
   }
   if (s->hooks.updated) CT_TRY(s->hooks.updated(s->hooks.ctx, s));
