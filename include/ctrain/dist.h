@@ -77,10 +77,11 @@ typedef struct ct_dist_config {
    * (shards may be uneven), the gradient buckets are reduce-scattered
    * (each rank receives its shard's sums) and the updated parameters
    * all-gathered. Checkpoints still hold the whole, logical state.
-   * 2: ZeRO stage 2, the same step, and each bucket's gradient memory
-   * outside the rank's shard is returned to the OS as soon as its
-   * reduce-scatter is done (host models): between steps a rank keeps
-   * its shard's gradients only. */
+   * 2: ZeRO stage 2, the same step with the gradients sharded too. On
+   * a host model each bucket's gradient memory outside the rank's shard
+   * is returned to the OS as soon as its reduce-scatter is done: between
+   * steps a rank keeps its shard's gradients only. On a device see
+   * ct_ddp_zero2_plan. */
   int zero;
   /* 1: SyncBatchNorm. Every batch norm of the model normalises a
    * training batch with the mean and variance of the global batch (the
@@ -140,6 +141,26 @@ int ct_ddp_bucket_count(const ct_ddp *d);
  * buffer without it): the optimizer is created for hi - lo parameters
  * and ct_step_config.shard_lo/hi set to these. */
 void ct_ddp_shard(const ct_ddp *d, size_t *lo, size_t *hi);
+/* ZeRO-2 on a GPU (cfg->zero 2, its bucket sizes; m prepared or to be
+ * prepared on a CUDA device as rank of size ranks). The model keeps no
+ * whole gradient buffer: the backward writes each gradient bucket into
+ * one of two bucket-sized slots (bucket k into slot k % 2),
+ * reduce-scattered from there into the rank's shard, so it holds the
+ * shard plus the two slots,
+ * *held bytes, instead of the whole buffer's *whole. Where that is no
+ * less (a few large buckets: lower bucket_mb), the gradients stay whole,
+ * as under ZeRO-1, and *slots is 0. With *slots 1 the next
+ * ct_model_prepare leaves the whole buffer out and counts *held in its
+ * memory check; call this before it, or ct_ddp_create prepares the model
+ * once more to drop the buffer. Accumulation (micro-steps) is refused
+ * with slots: they hold one micro-batch's gradients. A host model's
+ * prepare ignores the reservation (its ZeRO-2 returns pages instead). */
+ct_status ct_ddp_zero2_plan(ct_model *m, const ct_dist_config *cfg, int rank, int size, int *slots, size_t *held,
+                             size_t *whole);
+/* ZeRO-2 with slots: the shard's reduced gradients (hi - lo values in
+ * device memory), for ct_step_config.shard_grads; NULL otherwise. After
+ * ct_ddp_destroy such a model has no gradients until prepared again. */
+float *ct_ddp_shard_grads(const ct_ddp *d);
 /* Gathers every rank's shard of opt (a sharded optimizer, hi - lo
  * parameters) into full (one of the whole buffer's size, same
  * configuration), on every rank: what a checkpoint saves. */

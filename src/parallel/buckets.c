@@ -32,12 +32,14 @@ ct_status ct_buckets_create(ct_model *m, double first_mb, double mb, ct_buckets 
     ct_buckets_destroy(b);
     return ct_error(CT_ERR_OUT_OF_MEMORY, "gradient buckets: out of host memory");
   }
-  float *g = ct_model_grads(m, NULL);
+  /* A gradient's offset is its parameter's (the model may have no
+   * gradient buffer: ZeRO-2 on a device). */
+  float *p = ct_model_params(m, NULL);
   for (int i = ns - 1; i >= 0; i--) {
     const ct_state_entry *e = ct_model_state(m, i);
-    if (e->is_buffer || !e->grad.data) continue;
-    b->params[b->np].first = (size_t)((float *)e->grad.data - g);
-    b->params[b->np].count = (size_t)ct_tensor_numel(&e->grad);
+    if (e->is_buffer || e->value.dtype != CT_F32) continue;
+    b->params[b->np].first = (size_t)((float *)e->value.data - p);
+    b->params[b->np].count = (size_t)ct_tensor_numel(&e->value);
     b->np++;
   }
   if (mb <= 0) mb = 25.0;
@@ -74,6 +76,12 @@ int ct_buckets_count(const ct_buckets *b) { return b->nb; }
 void ct_buckets_range(const ct_buckets *b, int k, size_t *lo, size_t *hi) {
   *lo = b->b[k].lo;
   *hi = b->b[k].hi;
+}
+
+int ct_buckets_find(const ct_buckets *b, size_t offset) {
+  for (int k = 0; k < b->nb; k++)
+    if (offset >= b->b[k].lo && offset < b->b[k].hi) return k;
+  return -1;
 }
 
 void ct_buckets_ready(ct_buckets *b, size_t first, size_t count) {

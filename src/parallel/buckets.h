@@ -23,6 +23,8 @@ void ct_buckets_destroy(ct_buckets *b);
 int ct_buckets_count(const ct_buckets *b);
 /* Bucket k's slice of the flat gradient buffer. */
 void ct_buckets_range(const ct_buckets *b, int k, size_t *lo, size_t *hi);
+/* The bucket whose slice holds offset of the flat buffer (-1: none). */
+int ct_buckets_find(const ct_buckets *b, size_t offset);
 /* The gradients [first, first + count) of the flat buffer are final. */
 void ct_buckets_ready(ct_buckets *b, size_t first, size_t count);
 /* Every gradient counts as final (the sync point: a parameter without a

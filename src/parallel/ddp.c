@@ -1,6 +1,7 @@
 /* DistributedDataParallel: gradient buckets as views of the flat gradient
  * buffer, all-reduced while the backward runs; over MPI for host models,
- * over the device's own collectives (NCCL) for device-resident ones. */
+ * over the device's own collectives (NCCL) for device-resident ones,
+ * where ZeRO-2 stages the buckets in a few slots (grad_slots.h). */
 #include "parallel/ddp.h"
 
 #include <stdio.h>
@@ -12,8 +13,10 @@
 
 #include "backend/backend.h"
 #include "backend/device_impl.h"
+#include "exec/device_state.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
+#include "parallel/grad_slots.h"
 
 struct ct_ddp {
   ct_comm *c;
@@ -32,6 +35,7 @@ struct ct_ddp {
    * waits for the previous step's with the deadline (the host never waits
    * for the current step's). */
   ct_device *dev;
+  ct_grad_slots *slots; /* ZeRO-2 on a device: the buckets' slots and the shard's gradients */
 };
 
 void ct_ddp_shard(const ct_ddp *d, size_t *lo, size_t *hi) {
@@ -65,7 +69,7 @@ int ct_ddp_bucket_count(const ct_ddp *d) { return d->nb; }
  * rank's resident gradients are its shard plus the buckets not yet
  * reduced. Only pages wholly outside the shard are released. */
 static void release_bucket(ct_ddp *d, int k) {
-  if (d->zero < 2) return;
+  if (d->zero < 2 || d->dev) return;
   int r = ct_comm_rank(d->c);
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   float *g = ct_model_grads(d->m, NULL);
@@ -88,17 +92,36 @@ static ct_status open_device(ct_ddp *d, const ct_dist_config *cfg) {
   if (!dev->backend->coll_allreduce)
     return ct_error(CT_ERR_UNSUPPORTED, "ddp: %s has no collectives in this build (NCCL's header was not found)",
                     dev->name);
-  /* ZeRO-2 returns host pages; a device's gradients are one allocation. */
-  if (cfg->zero >= 2)
-    return ct_error(CT_ERR_UNSUPPORTED, "ddp: ZeRO-2 (--zero 2) releases host memory; on %s use --zero 1, which shards "
-                    "the optimizer state", dev->name);
   unsigned char id[CT_COLL_ID_BYTES];
   if (ct_comm_rank(d->c) == 0) CT_TRY(dev->backend->coll_new_id(dev, id));
   CT_TRY(ct_comm_bcast(d->c, id, sizeof id, 0, "the broadcast of the NCCL communicator's id"));
   CT_TRY(dev->backend->coll_open(dev, id, ct_comm_rank(d->c), ct_comm_size(d->c)));
   d->dev = dev;
+  size_t lo, hi;
+  ct_ddp_shard(d, &lo, &hi);
+  /* ZeRO-2 stages the gradients in slots where that holds less. */
+  if (cfg->zero < 2 || ct_grad_slots_bytes(d->b, hi - lo) >= d->nflat * sizeof(float)) return CT_OK;
+  return ct_grad_slots_create(d->m, dev, d->b, lo, hi, &d->slots);
+}
+
+ct_status ct_ddp_zero2_plan(ct_model *m, const ct_dist_config *cfg, int rank, int size, int *slots, size_t *held,
+                             size_t *whole) {
+  size_t np;
+  ct_model_params(m, &np);
+  *slots = 0, *whole = *held = np * sizeof(float);
+  if (cfg->zero < 2 || size < 1 || rank < 0 || rank >= size) return CT_OK;
+  ct_buckets *b;
+  CT_TRY(ct_buckets_create(m, cfg->first_bucket_mb, cfg->bucket_mb, &b));
+  size_t r = (size_t)rank, n = (size_t)size;
+  size_t bytes = ct_grad_slots_bytes(b, np * (r + 1) / n - np * r / n);
+  ct_buckets_destroy(b);
+  if (bytes >= *whole) return CT_OK;
+  *slots = 1, *held = bytes;
+  ct_model_reserve_grads_elsewhere(m, bytes);
   return CT_OK;
 }
+
+float *ct_ddp_shard_grads(const ct_ddp *d) { return d->slots ? ct_grad_slots_shard(d->slots) : NULL; }
 
 ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_ddp **out) {
   *out = NULL;
@@ -140,11 +163,22 @@ ct_status ct_ddp_create(ct_comm *c, ct_model *m, const ct_dist_config *cfg, ct_d
 void ct_ddp_destroy(ct_ddp *d) {
   if (!d) return;
   if (d->dev) d->dev->backend->coll_close(d->dev);
+  ct_grad_slots_destroy(d->slots);
   ct_buckets_destroy(d->b);
   free(d->req);
   free(d->shard);
   free(d->counts);
   free(d);
+}
+
+/* ZeRO-2 on a device: bucket k's reduce-scatter from its slot into the
+ * shard's gradients; the slot is free once it is done. */
+static ct_status reduce_slot(ct_ddp *d, int k, size_t lo) {
+  size_t mine = d->shard[ct_comm_rank(d->c)], from = lo > mine ? lo : mine;
+  CT_TRY(ct_grad_slots_take(d->slots, lo, 1));
+  CT_TRY(d->dev->backend->coll_reduce_scatter(d->dev, ct_grad_slots_of(d->slots, k),
+                                                ct_grad_slots_shard(d->slots) + (from - mine), d->counts));
+  return ct_grad_slots_queued(d->slots, k);
 }
 
 static ct_status start_ready(ct_ddp *d, int64_t step) {
@@ -156,7 +190,8 @@ static ct_status start_ready(ct_ddp *d, int64_t step) {
     snprintf(what, sizeof what, "the %s of gradient bucket %d of %d (step %lld)",
              d->zero ? "reduce-scatter" : "all-reduce", k + 1, d->nb, (long long)step);
     if (d->zero) parts(d, lo, hi);
-    if (d->dev && d->zero) CT_TRY(d->dev->backend->coll_reduce_scatter(d->dev, g + lo, d->counts));
+    if (d->slots) CT_TRY(reduce_slot(d, k, lo));
+    else if (d->dev && d->zero) CT_TRY(d->dev->backend->coll_reduce_scatter(d->dev, g + lo, NULL, d->counts));
     else if (d->dev) CT_TRY(d->dev->backend->coll_allreduce(d->dev, g + lo, hi - lo, CT_F32));
     else if (d->zero) CT_TRY(ct_comm_reduce_scatter_start(d->c, g + lo, d->counts, CT_F32, what, &d->req[k]));
     else CT_TRY(ct_comm_allreduce_start(d->c, g + lo, hi - lo, CT_F32, what, &d->req[k]));
@@ -171,6 +206,12 @@ static ct_status start_ready(ct_ddp *d, int64_t step) {
     if (done) d->req[k] = -1, release_bucket(d, k);
   }
   return CT_OK;
+}
+
+static ct_status grads_needed(void *ctx, ct_step *s, int layer, size_t first, size_t count) {
+  (void)s, (void)layer;
+  ct_ddp *d = ctx;
+  return ct_grad_slots_take(d->slots, first, count);
 }
 
 static ct_status grads_ready(void *ctx, ct_step *s, int layer, size_t first, size_t count) {
@@ -228,6 +269,7 @@ static ct_status sync_hook(void *ctx, ct_step *s) {
     d->req[k] = -1;
   }
   ct_buckets_reset(d->b);
+  if (d->slots) ct_grad_slots_reset(d->slots);
   d->stats.wait_seconds += now_s() - t0;
   d->stats.steps++;
   return st == CT_OK && !d->dev ? bcast_buffers(d, step) : st;
@@ -289,6 +331,7 @@ void ct_ddp_hooks(ct_ddp *d, ct_step_hooks *h) {
   memset(h, 0, sizeof *h);
   h->ctx = d;
   h->grads_ready = grads_ready;
+  if (d->slots) h->grads_needed = grads_needed;
   h->sync = sync_hook;
   h->reduce = reduce;
   if (d->zero) h->updated = updated;

@@ -68,6 +68,11 @@ ct_status fit_dist_open(fit_run *f) {
   }
   CT_TRY(dist_check(f));
   CT_TRY(ct_ddp_create(c, f->m, &f->cfg->dist, &f->ddp));
+  /* ZeRO-2's slots hold one micro-batch's gradients at a time. */
+  if (ct_ddp_shard_grads(f->ddp) && f->acc > 1)
+    return ct_error(CT_ERR_UNSUPPORTED, "fit: ZeRO-2 (--zero 2) on %s keeps no whole gradients to accumulate %d "
+                    "micro-batches in (%s); use --zero 1", ct_device_name(f->dev), f->acc,
+                    f->cfg->resume ? "resuming on fewer ranks accumulates to keep the global batch" : "--accumulate");
   CT_TRY(ct_ddp_broadcast_state(f->ddp));
   if (!f->cfg->dist.zero) return CT_OK;
   /* ZeRO: from here on this rank keeps its shard of the optimizer state
@@ -84,7 +89,7 @@ ct_status fit_dist_open(fit_run *f) {
     return s;
   }
   ct_optimizer_destroy(f->opt);
-  f->opt = sh, f->shard_lo = lo, f->shard_hi = hi;
+  f->opt = sh, f->shard_lo = lo, f->shard_hi = hi, f->shard_grads = ct_ddp_shard_grads(f->ddp);
   return CT_OK;
 }
 

@@ -37,6 +37,7 @@ typedef struct fit_run {
   ct_norm_sync norm_sync[64]; /* SyncBatchNorm's sums: this rank's model (DDP) or each replica's (DP) */
   int rank, world;      /* 0 and 1 without it */
   size_t shard_lo, shard_hi; /* ZeRO-1: the parameters opt holds state for (0, 0: all) */
+  float *shard_grads;        /* ZeRO-2 on a device: the shard's gradients (the model has no others) */
   int lead;             /* rank 0: writes checkpoints and logs */
 } fit_run;
 

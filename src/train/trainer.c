@@ -255,7 +255,8 @@ static ct_status on_result(fit_run *f, const ct_step_result *r, ct_progress *pg,
       f->guard_skips += !r->micro;
     } else {
       char what[256] = "";
-      if (isfinite(lv) && !first_nonfinite(f->m, 1, what, sizeof what))
+      /* (ZeRO-2 on a device: the parameters' gradients are slots other buckets reuse) */
+      if (isfinite(lv) && (f->shard_grads || !first_nonfinite(f->m, 1, what, sizeof what)))
         snprintf(what, sizeof what, "a gradient was NaN or inf (later steps overwrote them)");
       return ct_error(CT_ERR_INVALID_ARG,
                       "fit: step %lld: %s%s%s; the update was not applied. Lower --lr, clip gradients "
@@ -414,7 +415,7 @@ static ct_status fit_open(fit_run *f) {
     sc.accumulate = f->acc, sc.scaler = f->gs, sc.step_sched = cfg->sched_per_step ? f->sch : NULL;
     sc.lag = 1, sc.cuda_graph = cfg->cuda_graph;
     sc.apply_nonfinite = 0;
-    sc.shard_lo = f->shard_lo, sc.shard_hi = f->shard_hi;
+    sc.shard_lo = f->shard_lo, sc.shard_hi = f->shard_hi, sc.shard_grads = f->shard_grads;
     s = ct_step_create(f->m, f->dev, f->opt, &sc, &f->step);
     if (s != CT_OK) s = ct_error_wrap(s, "fit");
     int R = cfg->dist.dp_count;
