@@ -94,8 +94,8 @@ int cmd_eval(int argc, char **argv) {
     printf("test_loss: %.4f - test_accuracy: %.4f - test_top5: %.4f - samples: %lld\n", er.loss, er.accuracy, er.top5,
            (long long)er.samples);
   if (s == CT_OK && o.metrics_json) {
-    cli_metrics cm = {ct_model_name(m), ct_dataset_name(ds), ct_device_name(dev),
-                      ct_precision_name(ct_model_precision(m)), o.seed, NULL, &er, NULL};
+    cli_metrics cm = {.model = ct_model_name(m), .dataset = ct_dataset_name(ds), .device = ct_device_name(dev),
+                      .precision = ct_precision_name(ct_model_precision(m)), .seed = o.seed, .eval = &er};
     s = cli_write_metrics_json(o.metrics_json, &cm);
   }
   int code = s == CT_OK ? 0 : cli_fail(s);

@@ -8,7 +8,7 @@ static const char *SUMMARY_HELP =
     "usage: ctrain summary --model NAME|FILE [--input CxHxW|F] [--classes N] [--batch-size N]\n"
     "                      [--precision fp32|bf16|fp16] [--opt-level O0|O1|O2|O3] [--recompute[=auto|N|cheap|norm|selective]]\n"
     "                      [--device D] [--memory] [--optimizer sgd|adam|adamw [--momentum F]]\n"
-    "                      [--strategy ddp --nproc N [--zero 1|2]]\n"
+    "                      [--strategy ddp --nproc N [--zero 1|2] [--bucket-mb F]]\n"
     "\n"
     "Prints a torchsummary-style table: layers, output shapes, parameters, totals, and the\n"
     "activation memory of one training step from the static memory plan. With a low\n"
@@ -17,11 +17,11 @@ static const char *SUMMARY_HELP =
     "--memory, what the plan holds at its peak: the buffers alive then by kind, and the\n"
     "10 largest with their layers. With --optimizer, the optimizer's state; with\n"
     "--strategy ddp --nproc N --zero 1 too, what each of the N ranks keeps of it (--zero 2:\n"
-    "of the gradients too).\n";
+    "of the gradients too, on the CPU and on a GPU, whose two bucket slots --bucket-mb sizes).\n";
 
 /* The optimizer's state, whole and (ZeRO over n ranks) per rank: the
  * largest shard, as ct_ddp cuts the flat buffer (np r / n boundaries);
- * under ZeRO-2 the gradients' shard too. */
+ * under ZeRO-2 the gradients' shard too, and on a GPU its bucket slots. */
 static void optimizer_lines(const cli_opts *o, const cli_dist *d, ct_model *m) {
   ct_optim_kind k = !strcmp(o->optimizer, "adam") ? CT_OPTIM_ADAM : !strcmp(o->optimizer, "adamw") ? CT_OPTIM_ADAMW : CT_OPTIM_SGD;
   ct_optim_config oc = ct_optim_config_default(k);
@@ -39,8 +39,18 @@ static void optimizer_lines(const cli_opts *o, const cli_dist *d, ct_model *m) {
          d->zero, d->nproc, shard, whole - shard);
   if (d->zero < 2) return;
   double gw = (double)np * sizeof(float) / 1e6, gs = (double)largest * sizeof(float) / 1e6;
-  printf("ZeRO-2 gradients: %.2f of %.2f MB per rank between steps (%.2f MB saved; during the backward also the "
-         "buckets not yet reduced)\n", gs, gw, gw - gs);
+  printf("ZeRO-2 gradients on the CPU: %.2f of %.2f MB per rank between steps (%.2f MB saved; during the backward "
+         "also the buckets not yet reduced)\n", gs, gw, gw - gs);
+  ct_dist_config zc = {.bucket_mb = d->bucket_mb, .zero = d->zero};
+  int slots;
+  size_t held, all;
+  if (ct_ddp_zero2_plan(m, &zc, d->nproc - 1, d->nproc, &slots, &held, &all) != CT_OK) return;
+  if (slots)
+    printf("ZeRO-2 gradients on a GPU: %.2f of %.2f MB per rank throughout (the largest shard and two bucket slots), "
+           "%.2f MB saved\n", held / 1e6, all / 1e6, (all - held) / 1e6);
+  else
+    printf("ZeRO-2 gradients on a GPU: whole, %.2f MB per rank (the shard and two bucket slots would hold no less)\n",
+           all / 1e6);
 }
 
 int cmd_summary(int argc, char **argv) {

@@ -203,6 +203,15 @@ int cmd_train(int argc_in, char **argv_in) {
   if (s == CT_OK) cli_gpu_data_model(&o, m);
   /* DataParallel: each replica holds its slice of the global batch. */
   int64_t plan_batch = dist.dp ? (o.batch_size + dist.ndev - 1) / dist.ndev : o.batch_size;
+  /* ZeRO-2 on a GPU: the prepare leaves the whole gradient buffer out
+   * where the bucket slots and the shard hold less. */
+  int zero2_slots = 0;
+  size_t zero2_held = 0, zero2_whole = 0;
+  if (s == CT_OK && dist.comm && dist.zero >= 2 && ct_device_get_type(dev) == CT_DEVICE_CUDA) {
+    ct_dist_config zc = {.comm = dist.comm, .bucket_mb = dist.bucket_mb, .zero = dist.zero};
+    s = ct_ddp_zero2_plan(m, &zc, ct_comm_rank(dist.comm), ct_comm_size(dist.comm), &zero2_slots, &zero2_held,
+                          &zero2_whole);
+  }
   if (s == CT_OK) s = ct_model_prepare(m, dev, plan_batch, 1);
   /* After the model's block, so the fit check sees what is left. */
   if (s == CT_OK && o.loader_mode != CT_LOADER_FLOAT) s = ct_gpu_data_create(dev, ltr, "train", &gtr);
@@ -300,7 +309,12 @@ int cmd_train(int argc_in, char **argv_in) {
       ct_model_params(m, &np);
       double mb = (double)np * sizeof(float) * ct_optim_state_buffers(&cfg.optim) / 1e6;
       printf(", ZeRO-%d: optimizer state %.2f of %.2f MB per rank", dist.zero, mb / o.dist_size, mb);
-      if (dist.zero == 2)
+      if (dist.zero == 2 && zero2_slots)
+        printf(", gradients %.2f of %.2f MB (the shard and two bucket slots)", zero2_held / 1e6, zero2_whole / 1e6);
+      else if (dist.zero == 2 && zero2_whole)
+        printf(", gradients whole (%.2f MB: the shard and two bucket slots would hold no less)",
+               zero2_whole / 1e6);
+      else if (dist.zero == 2)
         printf(", gradients %.2f of %.2f MB between steps", (double)np * 4 / 1e6 / o.dist_size, (double)np * 4 / 1e6);
     }
     if (dist.dp) printf(", DataParallel over %s (global batch %lld)", dist.devices, (long long)o.batch_size);
@@ -334,6 +348,11 @@ int cmd_train(int argc_in, char **argv_in) {
     out.opt_level = ct_opt_level_name(ct_model_opt_level(m));
     out.seed = o.seed;
     out.res = &res;
+    if (ct_device_get_type(dev) == CT_DEVICE_CUDA) {
+      size_t np;
+      ct_model_params(m, &np);
+      out.gradient_bytes = zero2_slots ? zero2_held : np * sizeof(float);
+    }
     s = cli_write_metrics_json(o.metrics_json, &out);
   }
   int code = s != CT_OK ? cli_dist_fail(&dist, s) : res.stopped_by ? 128 + res.stopped_by : 0;

@@ -34,6 +34,7 @@ ct_status cli_write_metrics_json(const char *path, const cli_metrics *m) {
     fprintf(f, "  \"resumed_from_epoch\": %d,\n", r->resumed_from_epoch);
     if (m->opt_level) fprintf(f, "  \"opt_level\": \"%s\",\n", m->opt_level);
     fprintf(f, "  \"skipped_steps\": %lld,\n", (long long)r->skipped_steps);
+    if (m->gradient_bytes) fprintf(f, "  \"gradient_bytes\": %zu,\n", m->gradient_bytes);
     num(f, "loss_scale", r->loss_scale, 1);
     fprintf(f, "  \"peak_memory_bytes\": %zu,\n", r->peak_memory_bytes);
     fprintf(f, "  \"device_peak_bytes\": %zu\n}\n", r->device_peak_bytes);

@@ -9,7 +9,8 @@ typedef struct cli_metrics {
   uint64_t seed;
   const ct_fit_result *res;        /* train: everything; NULL for eval */
   const ct_eval_result *eval;      /* eval only */
-  const char *opt_level;           /* train only; NULL leaves it out (last: eval initialises by position) */
+  const char *opt_level;           /* train only; NULL leaves it out */
+  size_t gradient_bytes;           /* train on a GPU: the device bytes of the gradients (0 leaves it out) */
 } cli_metrics;
 
 /* Written atomically; fields listed in docs/CLI.md. */

@@ -141,7 +141,7 @@ def summary_zero():
     """summary shows the optimizer state and, under ZeRO-1, each rank's
     part: Adam's 2 x 54090 values of the cnn are 0.43 MB, 0.11 MB per rank
     over 4 ranks (the largest shard, 13523 values); under ZeRO-2 the
-    gradients' shard too (0.05 of 0.22 MB)."""
+    gradients' shard too (0.05 of 0.22 MB), and what a GPU would keep."""
     r = u.run_ok(["summary", "--model", "cnn", "--optimizer", "adam", "--strategy", "ddp", "--nproc", "4", "--zero",
                   "1"], "summary --zero 1")
     u.check("Optimizer state (MB): 0.43  (adam: 2 buffers of the 54090-value flat parameter buffer)" in r.stdout and
@@ -149,8 +149,11 @@ def summary_zero():
             in r.stdout, "summary --zero 1: %s" % r.stdout[-400:])
     r = u.run_ok(["summary", "--model", "cnn", "--optimizer", "adam", "--strategy", "ddp", "--nproc", "4", "--zero",
                   "2"], "summary --zero 2")
-    u.check("ZeRO-2 gradients: 0.05 of 0.22 MB per rank between steps (0.16 MB saved" in r.stdout,
+    u.check("ZeRO-2 gradients on the CPU: 0.05 of 0.22 MB per rank between steps (0.16 MB saved" in r.stdout,
             "summary --zero 2: %s" % r.stdout[-400:])
+    # On a GPU a bucket slot holds whole parameters, and one weight is 95%
+    # of the cnn: the slots and the shard would hold no less.
+    u.check("ZeRO-2 gradients on a GPU: whole, 0.22 MB per rank" in r.stdout, "summary --zero 2: %s" % r.stdout[-400:])
     r = u.run(["summary", "--model", "cnn", "--zero", "1"])
     u.check(r.returncode == 2 and "need --strategy ddp" in r.stderr, "summary --zero 1 alone: exit %d, %s"
             % (r.returncode, r.stderr.strip()))
