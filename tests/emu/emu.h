@@ -36,6 +36,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ct_emu {
 
@@ -63,6 +65,18 @@ void trace_sync(const char *call);
  * buffer's writers done, which real NCCL orders on the device. A trace
  * reader counting the host's waits leaves these lines out. */
 cudaError_t drain_stream(cudaStream_t s, const char *who);
+
+/* The collective just run at its call on stream s (not capturing) read or
+ * wrote ranges. On a GPU it runs some time before its stream is seen past
+ * it, so until then no other work may write them: another stream's wait
+ * on an event recorded after it, a host wait for such an event or for s,
+ * or a device-wide synchronisation sees it complete, and checks that the
+ * ranges still hold what the collective left (else fail, naming who).
+ * collective_settle: a collective about to run on s over ranges sees the
+ * earlier ones it overlaps complete (stream order). */
+void collective_watch(cudaStream_t s, const std::string &who,
+                      const std::vector<std::pair<const void *, size_t>> &ranges);
+void collective_settle(cudaStream_t s, const std::vector<std::pair<const void *, size_t>> &ranges);
 
 /* 1 when [p, p + bytes) lies inside one live cudaMalloc allocation (or the
  * device side of a mapped host allocation). NULL with bytes 0 passes. */

@@ -26,8 +26,13 @@
  * that the backend ordered a collective after the kernels that wrote its
  * buffer (without the event the stream would not run them, and stale
  * gradients would be summed), device pointers, dtypes and the calls'
- * order across ranks. What it cannot: that later compute waits for the
- * collective (it is always complete already), or real overlap. */
+ * order across ranks; and, since a collective at its call reads and
+ * writes its buffers early, that no other work writes them before the
+ * collective is seen complete on the device (collective_watch in
+ * emu.h: a buffer reused without waiting for its collective's stream
+ * fails there). What it cannot: a read of a collective's output before
+ * it is seen complete (the output is always there already), or real
+ * overlap. */
 #ifdef CTRAIN_CUDA_NCCL_LINKED
 
 /* The C API only: OpenMPI's C++ bindings would need libmpi_cxx. */
@@ -181,8 +186,8 @@ void leave(ncclComm_t comm) {
  * work (NCCL's own graph support). Ranks of one process meet in a replay
  * outside the emulator's lock (record_meeting), so each rank's launch
  * gets in to arrive. */
-ncclResult_t issue(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t stream, const char *who,
-                   std::function<ncclResult_t()> op) {
+ncclResult_t issue(ncclComm_t comm, const void *send, const void *buf, size_t bytes, cudaStream_t stream,
+                   const char *who, std::function<ncclResult_t()> op) {
   if (!comm) return ncclInvalidArgument;
   if (ct_emu::current_device() != comm->device) {
     fprintf(stderr, "ct_emu: %s on the communicator of device %d with device %d current\n", who, comm->device,
@@ -204,8 +209,14 @@ ncclResult_t issue(ncclComm_t comm, const void *buf, size_t bytes, cudaStream_t 
     return ncclSuccess;
   }
   if (ct_emu::drain_stream(stream, who) != cudaSuccess) return ncclUnhandledCudaError;
+  std::vector<std::pair<const void *, size_t>> touched{{buf, bytes}};
+  if (send != buf) touched.emplace_back(send, bytes);
+  ct_emu::collective_settle(stream, touched);
   ct_emu::trace(stream, "%s %zu bytes", who, bytes);
-  return op();
+  ncclResult_t r = op();
+  if (r == ncclSuccess)
+    ct_emu::collective_watch(stream, std::string(who) + " of " + std::to_string(bytes) + " bytes", touched);
+  return r;
 }
 
 ncclResult_t mpi(int e) { return e == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
@@ -286,7 +297,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
   size_t size;
   MPI_Datatype mt;
   if (!sum_type(datatype, &size, &mt) || op != ncclSum || count > (size_t)INT32_MAX) return ncclInvalidArgument;
-  return issue(comm, recvbuff, count * size, stream, "ncclAllReduce", [=]() {
+  return issue(comm, sendbuff, recvbuff, count * size, stream, "ncclAllReduce", [=]() {
     if (comm->clique) {
       if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, count * size);
       return meet(comm, recvbuff, call_name("ncclAllReduce", count, datatype, -1),
@@ -308,7 +319,7 @@ ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, nccl
   if (!sum_type(datatype, &size, &mt) || op != ncclSum || count > (size_t)INT32_MAX || !comm || root < 0 ||
       root >= comm->size)
     return ncclInvalidArgument;
-  return issue(comm, recvbuff, count * size, stream, "ncclReduce", [=]() {
+  return issue(comm, sendbuff, recvbuff, count * size, stream, "ncclReduce", [=]() {
     if (comm->clique) {
       /* Only the root's buffer is defined afterwards; the sends stay as
        * they were. */
@@ -327,7 +338,7 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, n
   size_t size = datatype == ncclUint8 ? 1 : datatype == ncclFloat32 ? 4 : 0;
   if (!size || count > (size_t)INT32_MAX / size || !comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
   const size_t bytes = count * size;
-  return issue(comm, recvbuff, bytes, stream, "ncclBroadcast", [=]() {
+  return issue(comm, sendbuff, recvbuff, bytes, stream, "ncclBroadcast", [=]() {
     if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     if (comm->clique)
       return meet(comm, recvbuff, call_name("ncclBroadcast", count, datatype, root),

@@ -65,6 +65,14 @@ struct EmuJob {
   CUstream_st *wait = nullptr;
   uint64_t seq = 0;
 };
+/* A collective run at its call (emu_nccl.cpp) and the bytes of its
+ * buffers right after it: no other work may write them before the
+ * stream is seen past `seq` (collective_watch). */
+struct EmuWatch {
+  uint64_t seq;
+  std::string who;
+  std::vector<std::pair<const void *, std::string>> copies;
+};
 struct CUstream_st {
   int id = 0; /* 0: the legacy stream; others count up from 1 (the trace) */
   int device = -1; /* the device current at its creation; -1: the legacy stream, every device's */
@@ -78,6 +86,7 @@ struct CUstream_st {
   std::vector<CUstream_st *> forks; /* an origin's forked streams */
   uint64_t captured = 0, joined = 0;
   std::deque<EmuJob> q;          /* queued, not run yet */
+  std::vector<EmuWatch> watches; /* collectives not yet seen complete */
   uint64_t queued = 0, done = 0; /* jobs ever queued / run */
 };
 /* An event is a position in one stream: the first `seq` jobs of it. */
@@ -199,6 +208,26 @@ void run_on(const CUstream_st *st, const std::function<void()> &fn) {
   g_device = saved;
 }
 
+/* Stream st is seen past its first seq jobs (by another stream's wait,
+ * or the host): the watched collectives before that are complete, and
+ * their buffers must still hold what the collective left (a write by
+ * work not ordered after the collective would have raced it on a GPU). */
+void settle(CUstream_st *st, uint64_t seq) {
+  for (auto it = st->watches.begin(); it != st->watches.end();) {
+    if (it->seq > seq) {
+      ++it;
+      continue;
+    }
+    for (const auto &c : it->copies)
+      if (memcmp(c.first, c.second.data(), c.second.size()) != 0) {
+        fail(cudaErrorLaunchFailure, it->who + ": other work wrote its buffer before the collective was seen "
+                                     "complete (no wait for the collective's stream before the write)");
+        break;
+      }
+    it = st->watches.erase(it);
+  }
+}
+
 /* Runs stream st's jobs until it has run `seq` of them; a wait first runs
  * the stream waited for as far as its event. Waits only point back in
  * time, so this ends. */
@@ -207,7 +236,7 @@ void run_until(CUstream_st *st, uint64_t seq) {
     EmuJob j = std::move(st->q.front());
     st->q.pop_front();
     if (j.wait)
-      run_until(j.wait, j.seq);
+      run_until(j.wait, j.seq), settle(j.wait, j.seq);
     else if (j.fn)
       run_on(st, j.fn);
     st->done++;
@@ -220,6 +249,7 @@ void run_stream(CUstream_st *st) { run_until(st, st->queued); }
 void flush() {
   run_stream(&g_default_stream);
   for (CUstream_st *s : g_streams) run_stream(s);
+  for (CUstream_st *s : g_streams) settle(s, UINT64_MAX);
 }
 
 /* CT_EMU_COPY_AHEAD=1: every synchronisation first runs every stream's
@@ -327,8 +357,9 @@ cudaError_t ret(cudaError_t e) {
 }
 
 /* A synchronising call: runs what it waits for (st NULL: every stream),
- * then reports a sticky fault. */
-cudaError_t sync_point(const char *call, CUstream_st *st = nullptr) {
+ * then reports a sticky fault. `seen` 0: the emulator's own drain, which
+ * no program order stands behind (the stream's collectives stay watched). */
+cudaError_t sync_point(const char *call, CUstream_st *st = nullptr, bool seen = true) {
   if (this_thread_captures()) return capture_violation(call);
   trace_sync(call);
   run_ahead();
@@ -336,6 +367,7 @@ cudaError_t sync_point(const char *call, CUstream_st *st = nullptr) {
     run_stream(st);
   else
     flush();
+  if (st && seen) settle(st, UINT64_MAX);
   return g_sticky;
 }
 
@@ -511,7 +543,33 @@ float round_tf32(float x) {
 cudaError_t drain_stream(cudaStream_t s, const char *who) {
   std::lock_guard<std::recursive_mutex> lk(g_mu);
   std::string call = std::string("emulator: ") + who;
-  return sync_point(call.c_str(), stream_of(s));
+  return sync_point(call.c_str(), stream_of(s), false);
+}
+
+void collective_settle(cudaStream_t s, const std::vector<std::pair<const void *, size_t>> &ranges) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  CUstream_st *st = stream_of(s);
+  uint64_t upto = 0;
+  for (const EmuWatch &w : st->watches)
+    for (const auto &c : w.copies)
+      for (const auto &r : ranges) {
+        const char *a = (const char *)c.first, *b = (const char *)r.first;
+        if (a < b + r.second && b < a + c.second.size()) upto = std::max(upto, w.seq);
+      }
+  settle(st, upto);
+}
+
+void collective_watch(cudaStream_t s, const std::string &who, const std::vector<std::pair<const void *, size_t>> &ranges) {
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
+  CUstream_st *st = stream_of(s);
+  /* An empty job marks the collective's place in the stream: events
+   * recorded before it do not see it complete, those after do. */
+  if (immediate()) st->queued++, st->done++;
+  else st->q.push_back(EmuJob{nullptr, nullptr, 0}), st->queued++;
+  EmuWatch w{st->queued, who, {}};
+  for (const auto &r : ranges)
+    if (r.first && r.second) w.copies.emplace_back(r.first, std::string((const char *)r.first, r.second));
+  st->watches.push_back(std::move(w));
 }
 
 }  // namespace ct_emu
@@ -810,6 +868,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (it == g_streams.end()) return ret(cudaErrorInvalidResourceHandle);
   /* Its work still completes; waits on it are then met. */
   run_stream(s);
+  settle(s, UINT64_MAX);
   g_streams.erase(it);
   auto unlink = [s](CUstream_st *o) {
     for (EmuJob &j : o->q)
@@ -996,7 +1055,7 @@ static cudaError_t event_wait(cudaEvent_t e, const char *call) {
   if (this_thread_captures()) return capture_violation(call);
   trace_sync(call);
   run_ahead();
-  if (e->stream && live_stream(e->stream)) run_until(e->stream, e->seq);
+  if (e->stream && live_stream(e->stream)) run_until(e->stream, e->seq), settle(e->stream, e->seq);
   return g_sticky;
 }
 

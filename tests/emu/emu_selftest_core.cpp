@@ -232,6 +232,43 @@ static void test_deferred() {
   cudaFree(x);
 }
 
+/* A collective run at its call (the emulated NCCL) keeps its buffers
+ * watched: work on another stream may write them only after waiting for
+ * an event recorded behind the collective; a host wait on the
+ * collective's stream then finds what it left, else fails. The
+ * emulator's own drain of the stream is no such wait. */
+static void test_collective_watch() {
+  const long n = 256;
+  float *x;
+  CHECK(cudaMalloc((void **)&x, n * 4) == cudaSuccess);
+  cudaStream_t coll, comp;
+  cudaEvent_t before, after;
+  CHECK(cudaStreamCreateWithFlags(&coll, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(cudaStreamCreateWithFlags(&comp, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(cudaEventCreateWithFlags(&before, cudaEventDisableTiming) == cudaSuccess);
+  CHECK(cudaEventCreateWithFlags(&after, cudaEventDisableTiming) == cudaSuccess);
+  for (int how = 0; how < 3; how++) { /* 0: waits after it, 1: waits before it only, 2: no wait */
+    CHECK(cudaMemset(x, 0, n * 4) == cudaSuccess);
+    CHECK(cudaEventRecord(before, coll) == cudaSuccess);
+    ct_emu::collective_watch(coll, "the collective", {{x, n * 4}});
+    CHECK(cudaEventRecord(after, coll) == cudaSuccess);
+    if (how < 2) CHECK(cudaStreamWaitEvent(comp, how == 0 ? after : before, 0) == cudaSuccess);
+    ct_emu_launch(k_add, 1, 256, 0, comp)(x, 1.f, n);
+    CHECK(ct_emu::drain_stream(coll, "selftest") == cudaSuccess); /* not a wait: still watched */
+    CHECK(cudaStreamSynchronize(comp) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(coll) == (how == 0 ? cudaSuccess : cudaErrorLaunchFailure));
+    ct_emu::reset_fault_for_test();
+  }
+  /* A later collective on the stream over the same buffer completes it. */
+  ct_emu::collective_watch(coll, "the first", {{x, n * 4}});
+  ct_emu::collective_settle(coll, {{x + 8, 4}});
+  CHECK(cudaMemset(x, 0, 4) == cudaSuccess);
+  CHECK(cudaStreamSynchronize(coll) == cudaSuccess);
+  cudaEventDestroy(before), cudaEventDestroy(after);
+  cudaStreamDestroy(comp), cudaStreamDestroy(coll);
+  cudaFree(x);
+}
+
 /* A captured graph records; each launch replays with the captured
  * arguments and reads memory as it is at the replay. */
 static void test_graph() {
@@ -393,6 +430,7 @@ int main() {
   test_reductions();
   test_faults();
   test_deferred();
+  test_collective_watch();
   test_graph();
   test_memory();
   test_order();
