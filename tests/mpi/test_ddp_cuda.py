@@ -38,7 +38,8 @@ runs it on the hardware.
 - ZeRO-2 (--zero 2: no whole gradient buffer; each bucket written into
   one of two slots and reduce-scattered from there into the shard's
   gradients, the backward waiting on the device for a slot's previous
-  collective), on a model of six equal layers cut into six buckets so
+  collective: the emulator fails a run that writes a slot before that),
+  on a model of six equal layers cut into six buckets so
   the slots are reused: the same bits as --zero 1, eagerly and captured
   in a CUDA graph, under fp16 with clipping (the scaler's skips and the
   norm from the shard), over 4 ranks (uneven shards), and resumed
