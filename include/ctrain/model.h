@@ -159,6 +159,9 @@ ct_status ct_model_prepare(ct_model *m, ct_device *dev, int64_t max_batch, int t
  * so a run that cannot fit fails before its first step with every part
  * named. Call before ct_model_prepare. */
 void ct_model_reserve_optimizer_state(ct_model *m, int buffers);
+/* The same for an optimizer sharded over ranks (ZeRO): buffers of `shard`
+ * values each, this rank's part of the flat parameter buffer. */
+void ct_model_reserve_optimizer_shard(ct_model *m, int buffers, size_t shard);
 
 /* on: the block's two batch staging slots (the copy of batch k+1 lands
  * in one while step k reads the other) share one x buffer (their y stay

@@ -198,7 +198,13 @@ int cmd_train(int argc_in, char **argv_in) {
     ct_optim_kind k0 = !strcmp(o.optimizer, "adam") ? CT_OPTIM_ADAM : !strcmp(o.optimizer, "adamw") ? CT_OPTIM_ADAMW : CT_OPTIM_SGD;
     ct_optim_config oc = ct_optim_config_default(k0);
     if (o.have_momentum) oc.momentum = o.momentum;
-    ct_model_reserve_optimizer_state(m, ct_optim_state_buffers(&oc));
+    /* Under ZeRO this rank's shard only. */
+    size_t np, r = dist.comm ? (size_t)ct_comm_rank(dist.comm) : 0, n = dist.comm ? (size_t)ct_comm_size(dist.comm) : 1;
+    ct_model_params(m, &np);
+    if (dist.comm && dist.zero)
+      ct_model_reserve_optimizer_shard(m, ct_optim_state_buffers(&oc), np * (r + 1) / n - np * r / n);
+    else
+      ct_model_reserve_optimizer_state(m, ct_optim_state_buffers(&oc));
   }
   if (s == CT_OK) cli_gpu_data_model(&o, m);
   /* DataParallel: each replica holds its slice of the global batch. */

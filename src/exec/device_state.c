@@ -94,7 +94,12 @@ int ct_model_device_resident(const ct_device *dev) {
 
 static size_t al(size_t b) { return (b + 255) / 256 * 256; }
 
-void ct_model_reserve_optimizer_state(ct_model *m, int buffers) { m->opt_buffers = buffers < 0 ? 0 : buffers; }
+void ct_model_reserve_optimizer_state(ct_model *m, int buffers) { ct_model_reserve_optimizer_shard(m, buffers, 0); }
+
+void ct_model_reserve_optimizer_shard(ct_model *m, int buffers, size_t shard) {
+  m->opt_buffers = buffers < 0 ? 0 : buffers;
+  m->opt_values = shard;
+}
 
 ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   const ct_backend *be = ct_device_backend(dev);
@@ -111,7 +116,7 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev) {
   /* The optimizer's state is its own allocation (ct_optimizer_to_device),
    * made when the step starts; it is counted here so a run that cannot fit
    * fails now, with every part named. */
-  size_t opt_bytes = al((size_t)m->opt_buffers * m->n_params * 4);
+  size_t opt_bytes = al((size_t)m->opt_buffers * (m->opt_values ? m->opt_values : m->n_params) * 4);
   /* Staging: the x buffers (one when shared), then CT_STAGE_SLOTS y. */
   const int nx = m->stage_x_shared ? 1 : CT_STAGE_SLOTS;
   size_t x_bytes = al((size_t)(m->max_batch * in_numel) * ct_dtype_size(m->in_dt)), y_bytes = al((size_t)m->max_batch * 8);

@@ -68,7 +68,7 @@ static ct_status derive(const ct_model *src, int first, int last, ct_model **out
   m->opt_level = src->opt_level;
   m->memory_format = src->memory_format;
   m->recompute = src->recompute;
-  m->opt_buffers = src->opt_buffers;
+  m->opt_buffers = src->opt_buffers, m->opt_values = src->opt_values;
   *out = m;
   return CT_OK;
 }

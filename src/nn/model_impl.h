@@ -85,10 +85,12 @@ struct ct_model {
 
   /* Device-resident state (src/exec/device_state.c): non-NULL while the
    * flat storage, arena and staging live in one block on a CUDA device;
-   * it keeps the host buffers. opt_buffers: optimizer buffers to plan for. */
+   * it keeps the host buffers. opt_buffers: optimizer buffers to plan for,
+   * of opt_values values each (0: n_params; a ZeRO shard's). */
   struct ct_model_dstate *dstate;
   void *round_scratch;   /* O3 on a device: where the params are rounded (in dstate's block) */
   int opt_buffers;
+  size_t opt_values;
   /* ZeRO-2 on a device (ct_model_prepare_grads_elsewhere): during that
    * prepare, the bytes a strategy allocates for the gradients instead of
    * the block's gradient buffer (0: the block holds them); and where the
