@@ -146,10 +146,10 @@ void ct_ddp_shard(const ct_ddp *d, size_t *lo, size_t *hi);
  * whole gradient buffer: the backward writes each gradient bucket into
  * one of two bucket-sized slots (bucket k into slot k % 2),
  * reduce-scattered from there into the rank's shard, so it holds the
- * shard plus the two slots,
- * *held bytes, instead of the whole buffer's *whole. Where that is no
- * less (a few large buckets: lower bucket_mb), the gradients stay whole,
- * as under ZeRO-1, and *slots is 0. With *slots 1 the next
+ * shard plus the two slots, *held bytes, instead of the whole buffer's
+ * *whole. A slot holds whole parameters: where one large parameter or
+ * large buckets make that no less, the gradients stay whole, as under
+ * ZeRO-1, and *slots is 0. With *slots 1 the next
  * ct_model_prepare leaves the whole buffer out and counts *held in its
  * memory check; call this before it, or ct_ddp_create prepares the model
  * once more to drop the buffer. Accumulation (micro-steps) is refused

@@ -190,8 +190,6 @@ static ct_status add_entry(ct_model *m, const char *name, int is_buffer) {
   return CT_OK;
 }
 
-/* Points every state entry's value/grad views (and the layers' w/g views)
- * at the flat storage. */
 /* Where the gradient of the count values at offset of the flat layout
  * is: where a strategy placed it, else in the flat buffer (none when the
  * model has none). */
@@ -200,6 +198,8 @@ static float *grad_at(ct_model *m, size_t offset, size_t count) {
   return m->grads ? m->grads + offset : NULL;
 }
 
+/* Points every state entry's value/grad views (and the layers' w/g views)
+ * at the flat storage. */
 static void bind_state(ct_model *m) {
   for (int li = 0; li < m->n_layers; li++) {
     ct_layer *l = &m->layers[li];
