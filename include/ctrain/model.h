@@ -162,6 +162,21 @@ void ct_model_reserve_optimizer_state(ct_model *m, int buffers);
 /* The same for an optimizer sharded over ranks (ZeRO): buffers of `shard`
  * values each, this rank's part of the flat parameter buffer. */
 void ct_model_reserve_optimizer_shard(ct_model *m, int buffers, size_t shard);
+/* Gradients a strategy keeps (ZeRO-2 on a GPU, src/parallel): the next
+ * ct_model_prepare on a resident device leaves the gradient buffer out of
+ * the model's block and counts `bytes`, what the strategy allocates for
+ * the gradients instead, in its memory check. ct_model_grads is NULL from
+ * then until a prepare without it, and each parameter's gradient is where
+ * ct_model_place_grads puts it. Ignored on a host device. */
+void ct_model_reserve_grads_elsewhere(ct_model *m, size_t bytes);
+/* The same for a model prepared already: prepares it again (same device,
+ * batch and mode). */
+ct_status ct_model_prepare_grads_elsewhere(ct_model *m, size_t bytes);
+/* Points each parameter's gradient view at place(ctx, its offset in the
+ * flat layout, its count); NULL: back at the flat buffer (NULL views when
+ * the model has none). Releasing the device state (a prepare, destroy)
+ * unplaces them. */
+void ct_model_place_grads(ct_model *m, float *(*place)(void *ctx, size_t offset, size_t count), void *ctx);
 
 /* on: the block's two batch staging slots (the copy of batch k+1 lands
  * in one while step k reads the other) share one x buffer (their y stay

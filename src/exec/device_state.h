@@ -54,20 +54,6 @@ ct_status ct_model_device_bind(ct_model *m, ct_device *dev);
  * model is not resident. */
 void ct_model_device_release(ct_model *m);
 
-/* ZeRO-2 on a device: the next ct_model_prepare on a resident device
- * leaves the gradient buffer out of the model's block and counts `bytes`,
- * what the strategy allocates for the gradients instead, in the memory
- * check. ct_model_grads is NULL from then until a prepare without it, and
- * a parameter's gradient is where ct_model_place_grads puts it. */
-void ct_model_reserve_grads_elsewhere(ct_model *m, size_t bytes);
-/* The same for a model prepared already: prepares it again (same device,
- * batch and mode). */
-ct_status ct_model_prepare_grads_elsewhere(ct_model *m, size_t bytes);
-/* Points each parameter's gradient view at place(ctx, its offset in the
- * flat layout, its count); NULL: back at the flat buffer (NULL views when
- * the model has none). A release of the device state unplaces them. */
-void ct_model_place_grads(ct_model *m, float *(*place)(void *ctx, size_t offset, size_t count), void *ctx);
-
 
 /* Batch staging slots in the device block: the copy of batch k+1 lands
  * in the other slot while step k still reads its own (src/train/

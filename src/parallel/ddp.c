@@ -13,7 +13,6 @@
 
 #include "backend/backend.h"
 #include "backend/device_impl.h"
-#include "exec/device_state.h"
 #include "parallel/buckets.h"
 #include "parallel/comm.h"
 #include "parallel/grad_slots.h"

@@ -5,7 +5,6 @@
 
 #include "backend/backend.h"
 #include "backend/device_impl.h"
-#include "exec/device_state.h"
 
 struct ct_grad_slots {
   ct_model *m;
