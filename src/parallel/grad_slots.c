@@ -130,16 +130,10 @@ static ct_status take(ct_grad_slots *g, int k) {
 }
 
 ct_status ct_grad_slots_take(ct_grad_slots *g, size_t first, size_t count) {
-  for (size_t at = first; at < first + count;) {
-    int k = ct_buckets_find(g->b, at);
+  for (int k = 0; k < g->nb; k++) {
     size_t lo, hi;
-    if (k < 0) {
-      at++;
-      continue;
-    }
-    CT_TRY(take(g, k));
     ct_buckets_range(g->b, k, &lo, &hi);
-    at = hi;
+    if (lo < first + count && first < hi) CT_TRY(take(g, k));
   }
   return CT_OK;
 }
